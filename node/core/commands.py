@@ -1,0 +1,152 @@
+"""Commands: the only inputs of the state machine, mirrored 1:1 by gnomon.v1.raft messages.
+
+Every non-deterministic input (time, next fire instants, jitter draws, worker choice) is a
+field here, filled in by the leader. node/codec.py converts to and from protobuf.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gnomon.node.core.model import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class CreateJob:
+    request_id: str
+    spec: JobSpec
+    next_fire_ms: int
+    max_jobs_per_tenant: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateJob:
+    request_id: str
+    job_id: str
+    spec: JobSpec
+    expected_version: int
+    next_fire_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteJob:
+    request_id: str
+    job_id: str
+    expected_version: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SetPaused:
+    request_id: str
+    job_id: str
+    paused: bool
+    next_fire_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Fire:
+    job_id: str
+    scheduled_for_ms: int
+    next_fire_ms: int
+    skip: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerJob:
+    request_id: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRun:
+    request_id: str
+    run_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseGrant:
+    run_id: str
+    task_name: str
+    worker_id: str
+    lease_ttl_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GrantLeases:
+    grants: tuple[LeaseGrant, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteTask:
+    run_id: str
+    task_name: str
+    fencing_token: int
+    result: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class FailTask:
+    run_id: str
+    task_name: str
+    fencing_token: int
+    error: str
+    retryable: bool
+    jitter_draw: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredLease:
+    run_id: str
+    task_name: str
+    fencing_token: int
+    reason: str = "lease expired"
+    jitter_draw: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireLeases:
+    leases: tuple[ExpiredLease, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskKey:
+    run_id: str
+    task_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayDeadLetters:
+    request_id: str
+    tasks: tuple[TaskKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    pass
+
+
+Command = (
+    CreateJob
+    | UpdateJob
+    | DeleteJob
+    | SetPaused
+    | Fire
+    | TriggerJob
+    | CancelRun
+    | GrantLeases
+    | CompleteTask
+    | FailTask
+    | ExpireLeases
+    | ReplayDeadLetters
+    | Barrier
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One Raft entry: commands applied in order at cluster time max(clock, now_ms)."""
+
+    now_ms: int
+    commands: tuple[Command, ...]
+    term: int = 0

@@ -1,0 +1,61 @@
+"""What apply() returns per command, and the effects a batch had (for the leader's loops)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gnomon.node.core.errors import Rejected
+
+
+@dataclass(frozen=True, slots=True)
+class JobReply:
+    """CreateJob / UpdateJob / SetPaused: the job id and version after the change."""
+
+    job_id: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunReply:
+    """TriggerJob / CancelRun / Fire: the run concerned ("" for a Fire that was a no-op)."""
+
+    run_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """A command that succeeded with nothing to return (DeleteJob, Barrier, ExpireLeases...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """GrantLeases: per grant, in order, the token or the reason it was refused."""
+
+    tokens: tuple[int | Rejected, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    tasks: tuple[tuple[str, str], ...]
+
+
+Reply = JobReply | RunReply | Done | Granted | Replayed | Rejected
+
+
+@dataclass(slots=True)
+class Effects:
+    """What changed in one batch, for leader-local indexes. Lists are in apply order."""
+
+    # Jobs created, updated, paused/resumed, fired or deleted (check state.jobs for which).
+    jobs: list[str] = field(default_factory=list)
+    # (run_id, task_name) that became READY or RETRY_WAIT (dispatchable now or later).
+    dispatchable: list[tuple[str, str]] = field(default_factory=list)
+    # (run_id, task_name, token) leases that started (GrantLeases).
+    leased: list[tuple[str, str, int]] = field(default_factory=list)
+    # (run_id, task_name, token) leases that ended for any reason (complete, fail, expire,
+    # cancel, replay); a cancelled lease is also in `cancelled`.
+    lease_ended: list[tuple[str, str, int]] = field(default_factory=list)
+    # (run_id, task_name, token, reason): leases revoked by a run cancel (push Cancel).
+    cancelled: list[tuple[str, str, int, str]] = field(default_factory=list)
+    # Terminal runs that left memory: write them to the history store (run object, detached).
+    evicted_runs: list[object] = field(default_factory=list)

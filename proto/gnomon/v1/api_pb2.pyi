@@ -1,0 +1,290 @@
+from gnomon.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CONSISTENCY_UNSPECIFIED: _ClassVar[Consistency]
+    CONSISTENCY_LINEARIZABLE: _ClassVar[Consistency]
+    CONSISTENCY_STALE: _ClassVar[Consistency]
+CONSISTENCY_UNSPECIFIED: Consistency
+CONSISTENCY_LINEARIZABLE: Consistency
+CONSISTENCY_STALE: Consistency
+
+class CreateJobRequest(_message.Message):
+    __slots__ = ("request_id", "spec")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    spec: _types_pb2.JobSpec
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ...) -> None: ...
+
+class CreateJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class JobRef(_message.Message):
+    __slots__ = ("job_id", "tenant", "name")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    tenant: str
+    name: str
+    def __init__(self, job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job", "consistency")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    job: JobRef
+    consistency: Consistency
+    def __init__(self, job: _Optional[_Union[JobRef, _Mapping]] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("tenant", "after_job_id", "limit", "consistency")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    after_job_id: str
+    limit: int
+    consistency: Consistency
+    def __init__(self, tenant: _Optional[str] = ..., after_job_id: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_after_job_id")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Job]
+    next_after_job_id: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ...) -> None: ...
+
+class UpdateJobRequest(_message.Message):
+    __slots__ = ("request_id", "job", "spec", "expected_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    spec: _types_pb2.JobSpec
+    expected_version: int
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class UpdateJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class DeleteJobRequest(_message.Message):
+    __slots__ = ("request_id", "job", "expected_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    expected_version: int
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class DeleteJobResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PauseJobRequest(_message.Message):
+    __slots__ = ("request_id", "job")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
+
+class PauseJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class ResumeJobRequest(_message.Message):
+    __slots__ = ("request_id", "job")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
+
+class ResumeJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class TriggerJobRequest(_message.Message):
+    __slots__ = ("request_id", "job")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
+
+class TriggerJobResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("run_id", "consistency")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    consistency: Consistency
+    def __init__(self, run_id: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class GetRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class ListRunsRequest(_message.Message):
+    __slots__ = ("job", "limit", "before_ms", "consistency")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    job: JobRef
+    limit: int
+    before_ms: int
+    consistency: Consistency
+    def __init__(self, job: _Optional[_Union[JobRef, _Mapping]] = ..., limit: _Optional[int] = ..., before_ms: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ListRunsResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
+    def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ...) -> None: ...
+
+class CancelRunRequest(_message.Message):
+    __slots__ = ("request_id", "run_id", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    run_id: str
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class ListDeadLettersRequest(_message.Message):
+    __slots__ = ("tenant", "limit", "consistency")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    limit: int
+    consistency: Consistency
+    def __init__(self, tenant: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ListDeadLettersResponse(_message.Message):
+    __slots__ = ("dead_letters",)
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    dead_letters: _containers.RepeatedCompositeFieldContainer[_types_pb2.DeadLetter]
+    def __init__(self, dead_letters: _Optional[_Iterable[_Union[_types_pb2.DeadLetter, _Mapping]]] = ...) -> None: ...
+
+class TaskRef(_message.Message):
+    __slots__ = ("run_id", "task_name")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ...) -> None: ...
+
+class ReplayDeadLettersRequest(_message.Message):
+    __slots__ = ("request_id", "tasks", "tenant", "all")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ALL_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskRef]
+    tenant: str
+    all: bool
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., tenant: _Optional[str] = ..., all: _Optional[bool] = ...) -> None: ...
+
+class ReplayDeadLettersResponse(_message.Message):
+    __slots__ = ("replayed",)
+    REPLAYED_FIELD_NUMBER: _ClassVar[int]
+    replayed: _containers.RepeatedCompositeFieldContainer[TaskRef]
+    def __init__(self, replayed: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NodeStatus(_message.Message):
+    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "match_index", "connected")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raft_address: str
+    grpc_address: str
+    role: str
+    match_index: int
+    connected: bool
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    leader_node_id: str
+    leader_grpc_address: str
+    term: int
+    commit_index: int
+    applied_index: int
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeStatus]
+    clock_ms: int
+    jobs: int
+    active_runs: int
+    dead_letters: int
+    state_digest: str
+    version: str
+    def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,212 @@
+from gnomon.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CommandBatch(_message.Message):
+    __slots__ = ("now_ms", "commands", "term")
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    COMMANDS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    now_ms: int
+    commands: _containers.RepeatedCompositeFieldContainer[Command]
+    term: int
+    def __init__(self, now_ms: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[Command, _Mapping]]] = ..., term: _Optional[int] = ...) -> None: ...
+
+class Command(_message.Message):
+    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier")
+    CREATE_JOB_FIELD_NUMBER: _ClassVar[int]
+    UPDATE_JOB_FIELD_NUMBER: _ClassVar[int]
+    DELETE_JOB_FIELD_NUMBER: _ClassVar[int]
+    SET_PAUSED_FIELD_NUMBER: _ClassVar[int]
+    FIRE_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_JOB_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_RUN_FIELD_NUMBER: _ClassVar[int]
+    GRANT_LEASES_FIELD_NUMBER: _ClassVar[int]
+    COMPLETE_TASK_FIELD_NUMBER: _ClassVar[int]
+    FAIL_TASK_FIELD_NUMBER: _ClassVar[int]
+    EXPIRE_LEASES_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    BARRIER_FIELD_NUMBER: _ClassVar[int]
+    create_job: CreateJobCmd
+    update_job: UpdateJobCmd
+    delete_job: DeleteJobCmd
+    set_paused: SetPausedCmd
+    fire: FireCmd
+    trigger_job: TriggerJobCmd
+    cancel_run: CancelRunCmd
+    grant_leases: GrantLeasesCmd
+    complete_task: CompleteTaskCmd
+    fail_task: FailTaskCmd
+    expire_leases: ExpireLeasesCmd
+    replay_dead_letters: ReplayDeadLettersCmd
+    barrier: BarrierCmd
+    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ...) -> None: ...
+
+class CreateJobCmd(_message.Message):
+    __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOBS_PER_TENANT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    spec: _types_pb2.JobSpec
+    next_fire_ms: int
+    max_jobs_per_tenant: int
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., next_fire_ms: _Optional[int] = ..., max_jobs_per_tenant: _Optional[int] = ...) -> None: ...
+
+class UpdateJobCmd(_message.Message):
+    __slots__ = ("request_id", "job_id", "spec", "expected_version", "next_fire_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job_id: str
+    spec: _types_pb2.JobSpec
+    expected_version: int
+    next_fire_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., expected_version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
+
+class DeleteJobCmd(_message.Message):
+    __slots__ = ("request_id", "job_id", "expected_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job_id: str
+    expected_version: int
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class SetPausedCmd(_message.Message):
+    __slots__ = ("request_id", "job_id", "paused", "next_fire_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job_id: str
+    paused: bool
+    next_fire_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
+
+class FireCmd(_message.Message):
+    __slots__ = ("job_id", "scheduled_for_ms", "next_fire_ms", "skip")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    SKIP_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    scheduled_for_ms: int
+    next_fire_ms: int
+    skip: bool
+    def __init__(self, job_id: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., skip: _Optional[bool] = ...) -> None: ...
+
+class TriggerJobCmd(_message.Message):
+    __slots__ = ("request_id", "job_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job_id: str
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class CancelRunCmd(_message.Message):
+    __slots__ = ("request_id", "run_id", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    run_id: str
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class LeaseGrant(_message.Message):
+    __slots__ = ("run_id", "task_name", "worker_id", "lease_ttl_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    worker_id: str
+    lease_ttl_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class GrantLeasesCmd(_message.Message):
+    __slots__ = ("grants",)
+    GRANTS_FIELD_NUMBER: _ClassVar[int]
+    grants: _containers.RepeatedCompositeFieldContainer[LeaseGrant]
+    def __init__(self, grants: _Optional[_Iterable[_Union[LeaseGrant, _Mapping]]] = ...) -> None: ...
+
+class CompleteTaskCmd(_message.Message):
+    __slots__ = ("run_id", "task_name", "fencing_token", "result")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    fencing_token: int
+    result: bytes
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ...) -> None: ...
+
+class FailTaskCmd(_message.Message):
+    __slots__ = ("run_id", "task_name", "fencing_token", "error", "retryable", "jitter_draw")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    JITTER_DRAW_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    fencing_token: int
+    error: str
+    retryable: bool
+    jitter_draw: float
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., jitter_draw: _Optional[float] = ...) -> None: ...
+
+class ExpiredLease(_message.Message):
+    __slots__ = ("run_id", "task_name", "fencing_token", "reason", "jitter_draw")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    JITTER_DRAW_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    fencing_token: int
+    reason: str
+    jitter_draw: float
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., reason: _Optional[str] = ..., jitter_draw: _Optional[float] = ...) -> None: ...
+
+class ExpireLeasesCmd(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[ExpiredLease]
+    def __init__(self, leases: _Optional[_Iterable[_Union[ExpiredLease, _Mapping]]] = ...) -> None: ...
+
+class ReplayDeadLettersCmd(_message.Message):
+    __slots__ = ("request_id", "tasks")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskKey]
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskKey, _Mapping]]] = ...) -> None: ...
+
+class TaskKey(_message.Message):
+    __slots__ = ("run_id", "task_name")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ...) -> None: ...
+
+class BarrierCmd(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

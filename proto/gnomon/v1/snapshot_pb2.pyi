@@ -1,0 +1,53 @@
+from gnomon.v1 import types_pb2 as _types_pb2
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SnapshotHeader(_message.Message):
+    __slots__ = ("format_version", "raft_index", "state_digest", "written_ms", "jobs", "runs")
+    FORMAT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    RAFT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_MS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    format_version: int
+    raft_index: int
+    state_digest: str
+    written_ms: int
+    jobs: int
+    runs: int
+    def __init__(self, format_version: _Optional[int] = ..., raft_index: _Optional[int] = ..., state_digest: _Optional[str] = ..., written_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., runs: _Optional[int] = ...) -> None: ...
+
+class StateMeta(_message.Message):
+    __slots__ = ("clock_ms", "last_token", "job_seq", "manual_seq")
+    CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    JOB_SEQ_FIELD_NUMBER: _ClassVar[int]
+    MANUAL_SEQ_FIELD_NUMBER: _ClassVar[int]
+    clock_ms: int
+    last_token: int
+    job_seq: int
+    manual_seq: int
+    def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ...) -> None: ...
+
+class DedupeRecord(_message.Message):
+    __slots__ = ("request_id", "reply", "seq")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    reply: bytes
+    seq: int
+    def __init__(self, request_id: _Optional[str] = ..., reply: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class RunRecord(_message.Message):
+    __slots__ = ("run", "spec")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    spec: _types_pb2.JobSpec
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,236 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MisfirePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MISFIRE_POLICY_UNSPECIFIED: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_RUN_ALL: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_RUN_LATEST: _ClassVar[MisfirePolicy]
+    MISFIRE_POLICY_SKIP: _ClassVar[MisfirePolicy]
+
+class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
+    RUN_STATE_RUNNING: _ClassVar[RunState]
+    RUN_STATE_SUCCEEDED: _ClassVar[RunState]
+    RUN_STATE_FAILED: _ClassVar[RunState]
+    RUN_STATE_CANCELLED: _ClassVar[RunState]
+    RUN_STATE_SKIPPED: _ClassVar[RunState]
+
+class RunTrigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_TRIGGER_UNSPECIFIED: _ClassVar[RunTrigger]
+    RUN_TRIGGER_SCHEDULE: _ClassVar[RunTrigger]
+    RUN_TRIGGER_MANUAL: _ClassVar[RunTrigger]
+
+class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TASK_STATE_UNSPECIFIED: _ClassVar[TaskState]
+    TASK_STATE_PENDING: _ClassVar[TaskState]
+    TASK_STATE_READY: _ClassVar[TaskState]
+    TASK_STATE_LEASED: _ClassVar[TaskState]
+    TASK_STATE_RETRY_WAIT: _ClassVar[TaskState]
+    TASK_STATE_SUCCEEDED: _ClassVar[TaskState]
+    TASK_STATE_DEAD: _ClassVar[TaskState]
+    TASK_STATE_UPSTREAM_FAILED: _ClassVar[TaskState]
+    TASK_STATE_CANCELLED: _ClassVar[TaskState]
+MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
+MISFIRE_POLICY_RUN_ALL: MisfirePolicy
+MISFIRE_POLICY_RUN_LATEST: MisfirePolicy
+MISFIRE_POLICY_SKIP: MisfirePolicy
+RUN_STATE_UNSPECIFIED: RunState
+RUN_STATE_RUNNING: RunState
+RUN_STATE_SUCCEEDED: RunState
+RUN_STATE_FAILED: RunState
+RUN_STATE_CANCELLED: RunState
+RUN_STATE_SKIPPED: RunState
+RUN_TRIGGER_UNSPECIFIED: RunTrigger
+RUN_TRIGGER_SCHEDULE: RunTrigger
+RUN_TRIGGER_MANUAL: RunTrigger
+TASK_STATE_UNSPECIFIED: TaskState
+TASK_STATE_PENDING: TaskState
+TASK_STATE_READY: TaskState
+TASK_STATE_LEASED: TaskState
+TASK_STATE_RETRY_WAIT: TaskState
+TASK_STATE_SUCCEEDED: TaskState
+TASK_STATE_DEAD: TaskState
+TASK_STATE_UPSTREAM_FAILED: TaskState
+TASK_STATE_CANCELLED: TaskState
+
+class CronSchedule(_message.Message):
+    __slots__ = ("expression", "timezone")
+    EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    expression: str
+    timezone: str
+    def __init__(self, expression: _Optional[str] = ..., timezone: _Optional[str] = ...) -> None: ...
+
+class IntervalSchedule(_message.Message):
+    __slots__ = ("interval_ms", "anchor_ms")
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    ANCHOR_MS_FIELD_NUMBER: _ClassVar[int]
+    interval_ms: int
+    anchor_ms: int
+    def __init__(self, interval_ms: _Optional[int] = ..., anchor_ms: _Optional[int] = ...) -> None: ...
+
+class OnceSchedule(_message.Message):
+    __slots__ = ("at_ms",)
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    def __init__(self, at_ms: _Optional[int] = ...) -> None: ...
+
+class Schedule(_message.Message):
+    __slots__ = ("cron", "interval", "once")
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    ONCE_FIELD_NUMBER: _ClassVar[int]
+    cron: CronSchedule
+    interval: IntervalSchedule
+    once: OnceSchedule
+    def __init__(self, cron: _Optional[_Union[CronSchedule, _Mapping]] = ..., interval: _Optional[_Union[IntervalSchedule, _Mapping]] = ..., once: _Optional[_Union[OnceSchedule, _Mapping]] = ...) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("max_attempts", "initial_backoff_ms", "max_backoff_ms", "multiplier", "jitter")
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    INITIAL_BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BACKOFF_MS_FIELD_NUMBER: _ClassVar[int]
+    MULTIPLIER_FIELD_NUMBER: _ClassVar[int]
+    JITTER_FIELD_NUMBER: _ClassVar[int]
+    max_attempts: int
+    initial_backoff_ms: int
+    max_backoff_ms: int
+    multiplier: float
+    jitter: float
+    def __init__(self, max_attempts: _Optional[int] = ..., initial_backoff_ms: _Optional[int] = ..., max_backoff_ms: _Optional[int] = ..., multiplier: _Optional[float] = ..., jitter: _Optional[float] = ...) -> None: ...
+
+class TaskSpec(_message.Message):
+    __slots__ = ("name", "queue", "depends_on", "payload", "timeout_ms", "retry")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue: str
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    payload: bytes
+    timeout_ms: int
+    retry: RetryPolicy
+    def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("tenant", "name", "schedule", "tasks", "priority", "misfire_policy", "misfire_grace_ms", "paused")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MISFIRE_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    name: str
+    schedule: Schedule
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSpec]
+    priority: int
+    misfire_policy: MisfirePolicy
+    misfire_grace_ms: int
+    paused: bool
+    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    spec: JobSpec
+    version: int
+    next_fire_ms: int
+    paused: bool
+    created_ms: int
+    updated_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ...) -> None: ...
+
+class TaskInstance(_message.Message):
+    __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms")
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    READY_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    task_name: str
+    state: TaskState
+    attempt: int
+    fencing_token: int
+    worker_id: str
+    idempotency_key: str
+    ready_ms: int
+    started_ms: int
+    finished_ms: int
+    retry_at_ms: int
+    last_error: str
+    result: bytes
+    lease_ttl_ms: int
+    def __init__(self, task_name: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ready_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., retry_at_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., result: _Optional[bytes] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class Run(_message.Message):
+    __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    JOB_VERSION_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    job_id: str
+    tenant: str
+    scheduled_for_ms: int
+    state: RunState
+    trigger: RunTrigger
+    created_ms: int
+    finished_ms: int
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskInstance]
+    job_version: int
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ...) -> None: ...
+
+class DeadLetter(_message.Message):
+    __slots__ = ("run_id", "task_name", "job_id", "tenant", "attempts", "last_error", "dead_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    DEAD_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    job_id: str
+    tenant: str
+    attempts: int
+    last_error: str
+    dead_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_ms: _Optional[int] = ...) -> None: ...
