@@ -1,0 +1,844 @@
+"""``AsyncClient`` (grpc.aio) and ``Client``, its blocking facade on a background event loop.
+
+All retry and leader-following logic is in ``AsyncClient._call``; ``Client`` only moves calls
+onto its loop thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import uuid
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from gnomon.v1 import api_pb2, api_pb2_grpc
+
+from . import _convert as cv
+from ._errors import DeadlineExceeded, GnomonError, InvalidArgument, error_for_status
+from ._models import (
+    ClusterStatus,
+    Consistency,
+    DeadLetter,
+    Job,
+    JobSpec,
+    Run,
+    TaskRef,
+)
+from ._transport import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_IMMEDIATE_REDIRECTS,
+    Backoff,
+    ChannelConfig,
+    ChannelPool,
+    Router,
+    leader_hint,
+    parse_servers,
+    reason_of,
+)
+
+__all__ = ["AsyncClient", "Client"]
+
+T = TypeVar("T")
+
+# UNAVAILABLE: not the leader, no quorum, or the node is down. DEADLINE_EXCEEDED: this attempt
+# timed out, the call's deadline may not have. Retrying a *mutating* call on either is safe only
+# because every attempt carries the same request_id, which the cluster dedupes: the effect
+# happens at most once and a retry gets the first answer again.
+_RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+_JOBS = "jobs"
+_CLUSTER = "cluster"
+
+
+def _new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+class AsyncClient:
+    """Client of a gnomon cluster for asyncio code.
+
+    ``servers`` is a list of node addresses ("host:port") or one comma-separated string; any
+    subset of the cluster works, writes are redirected to the leader. Every call has a deadline
+    (``timeout_s``, overridable per call) within which it is retried on UNAVAILABLE and
+    DEADLINE_EXCEEDED, at most ``retries`` times, following the leader and otherwise rotating
+    through ``servers`` with jittered exponential backoff. ``attempt_timeout_s`` bounds one
+    attempt, so that a node that swallows requests does not consume the whole deadline.
+    """
+
+    def __init__(
+        self,
+        servers: Sequence[str] | str,
+        *,
+        timeout_s: float = 10.0,
+        retries: int = 10,
+        attempt_timeout_s: float | None = 5.0,
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 1.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        keepalive_time_s: float = 10.0,
+        keepalive_timeout_s: float = 5.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        if timeout_s <= 0:
+            raise InvalidArgument("timeout_s must be positive")
+        if retries < 0:
+            raise InvalidArgument("retries must be >= 0")
+        self._config = ChannelConfig(
+            servers=parse_servers(servers),
+            credentials=credentials,
+            metadata=tuple(metadata),
+            max_message_bytes=max_message_bytes,
+            keepalive_time_s=keepalive_time_s,
+            keepalive_timeout_s=keepalive_timeout_s,
+            extra_options=tuple(channel_options),
+        )
+        self._timeout_s = timeout_s
+        self._retries = retries
+        self._attempt_timeout_s = attempt_timeout_s
+        self._backoff = Backoff(initial_s=backoff_initial_s, maximum_s=backoff_max_s)
+        self._rng = random.Random()
+        self._pool = ChannelPool(self._config)
+        self._router = Router(self._config.servers)
+        self._stubs: dict[tuple[str, str], Any] = {}
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return self._config.servers
+
+    @property
+    def target(self) -> str:
+        """The node the next call goes to first (the known leader, once one answered)."""
+        return self._router.current()
+
+    async def close(self) -> None:
+        await self._pool.close()
+        self._stubs.clear()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- jobs --------------------------------------------------------------------------------
+
+    async def create_job(
+        self, spec: JobSpec, *, request_id: str | None = None, timeout_s: float | None = None
+    ) -> Job:
+        """Create a job; AlreadyExists if the tenant has a job of that name."""
+        req = api_pb2.CreateJobRequest(
+            request_id=request_id or _new_request_id(), spec=cv.job_spec_to_proto(spec)
+        )
+        resp = await self._call(_JOBS, "CreateJob", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
+    async def get_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> Job:
+        """A job by id, or by ``name`` within ``tenant`` ("default" if omitted)."""
+        req = api_pb2.GetJobRequest(
+            job=cv.job_ref(job_id, tenant, name),
+            consistency=cv.consistency_to_proto(consistency),
+        )
+        resp = await self._call(_JOBS, "GetJob", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
+    async def list_jobs(
+        self,
+        tenant: str | None = None,
+        *,
+        limit: int = 100,
+        after_job_id: str = "",
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[Job]:
+        """One page of jobs (every tenant if ``tenant`` is None), by job id; pass the last
+        job's id as ``after_job_id`` for the next page, or use ``iter_jobs``."""
+        jobs, _ = await self._list_jobs_page(
+            tenant, limit=limit, after_job_id=after_job_id, consistency=consistency,
+            timeout_s=timeout_s,
+        )
+        return jobs
+
+    async def iter_jobs(
+        self,
+        tenant: str | None = None,
+        *,
+        page_size: int = 100,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> AsyncIterator[Job]:
+        """Every job, fetched page by page (each page is one call with its own deadline)."""
+        after = ""
+        while True:
+            jobs, next_after = await self._list_jobs_page(
+                tenant, limit=page_size, after_job_id=after, consistency=consistency,
+                timeout_s=timeout_s,
+            )
+            for job in jobs:
+                yield job
+            if not next_after or next_after == after:
+                return
+            after = next_after
+
+    async def _list_jobs_page(
+        self,
+        tenant: str | None,
+        *,
+        limit: int,
+        after_job_id: str,
+        consistency: Consistency,
+        timeout_s: float | None,
+    ) -> tuple[list[Job], str]:
+        req = api_pb2.ListJobsRequest(
+            tenant=tenant or "",
+            after_job_id=after_job_id,
+            limit=limit,
+            consistency=cv.consistency_to_proto(consistency),
+        )
+        resp = await self._call(_JOBS, "ListJobs", req, timeout_s=timeout_s)
+        return [cv.job_from_proto(j) for j in resp.jobs], resp.next_after_job_id
+
+    async def update_job(
+        self,
+        job_id: str | None,
+        spec: JobSpec,
+        *,
+        expected_version: int = 0,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """Replace a job's spec (tenant and name cannot change). ``job_id=None`` names the job
+        by the spec's tenant and name. With ``expected_version`` the update applies only to that
+        version, else Conflict."""
+        ref = cv.job_ref(job_id, None, None) if job_id else cv.job_ref(None, spec.tenant, spec.name)
+        req = api_pb2.UpdateJobRequest(
+            request_id=request_id or _new_request_id(),
+            job=ref,
+            spec=cv.job_spec_to_proto(spec),
+            expected_version=expected_version,
+        )
+        resp = await self._call(_JOBS, "UpdateJob", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
+    async def delete_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        expected_version: int = 0,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        req = api_pb2.DeleteJobRequest(
+            request_id=request_id or _new_request_id(),
+            job=cv.job_ref(job_id, tenant, name),
+            expected_version=expected_version,
+        )
+        await self._call(_JOBS, "DeleteJob", req, timeout_s=timeout_s)
+
+    async def pause_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        req = api_pb2.PauseJobRequest(
+            request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name)
+        )
+        resp = await self._call(_JOBS, "PauseJob", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
+    async def resume_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """Resume fires; slots that passed while paused are not caught up."""
+        req = api_pb2.ResumeJobRequest(
+            request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name)
+        )
+        resp = await self._call(_JOBS, "ResumeJob", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
+    async def trigger_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Run:
+        """Start a run now, outside the schedule."""
+        req = api_pb2.TriggerJobRequest(
+            request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name)
+        )
+        resp = await self._call(_JOBS, "TriggerJob", req, timeout_s=timeout_s)
+        return cv.run_from_proto(resp.run)
+
+    # --- runs --------------------------------------------------------------------------------
+
+    async def get_run(
+        self,
+        run_id: str,
+        *,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> Run:
+        req = api_pb2.GetRunRequest(run_id=run_id, consistency=cv.consistency_to_proto(consistency))
+        resp = await self._call(_JOBS, "GetRun", req, timeout_s=timeout_s)
+        return cv.run_from_proto(resp.run)
+
+    async def list_runs(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before_ms: int = 0,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[Run]:
+        """A job's runs, newest first; ``before_ms`` pages back by scheduled time."""
+        req = api_pb2.ListRunsRequest(
+            job=cv.job_ref(job_id, tenant, name),
+            limit=limit,
+            before_ms=before_ms,
+            consistency=cv.consistency_to_proto(consistency),
+        )
+        resp = await self._call(_JOBS, "ListRuns", req, timeout_s=timeout_s)
+        return [cv.run_from_proto(r) for r in resp.runs]
+
+    async def wait_run(
+        self, run_id: str, *, timeout_s: float = 60.0, poll_interval_s: float = 0.5
+    ) -> Run:
+        """Poll ``get_run`` until the run is terminal; DeadlineExceeded after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            remaining = deadline - loop.time()
+            run = await self.get_run(run_id, timeout_s=max(0.001, min(self._timeout_s, remaining)))
+            if run.done:
+                return run
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise DeadlineExceeded(
+                    f"run {run_id} is still {run.state} after {timeout_s:g}s",
+                    code=grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
+            await asyncio.sleep(min(poll_interval_s, remaining))
+
+    async def cancel_run(
+        self,
+        run_id: str,
+        *,
+        reason: str = "",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Run:
+        """Cancel every unfinished task of a run; running tasks are told to stop."""
+        req = api_pb2.CancelRunRequest(
+            request_id=request_id or _new_request_id(), run_id=run_id, reason=reason
+        )
+        resp = await self._call(_JOBS, "CancelRun", req, timeout_s=timeout_s)
+        return cv.run_from_proto(resp.run)
+
+    # --- dead letters ------------------------------------------------------------------------
+
+    async def list_dead_letters(
+        self,
+        tenant: str | None = None,
+        *,
+        limit: int = 100,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[DeadLetter]:
+        """Dead-lettered tasks (every tenant if ``tenant`` is None)."""
+        req = api_pb2.ListDeadLettersRequest(
+            tenant=tenant or "", limit=limit, consistency=cv.consistency_to_proto(consistency)
+        )
+        resp = await self._call(_JOBS, "ListDeadLetters", req, timeout_s=timeout_s)
+        return [cv.dead_letter_from_proto(d) for d in resp.dead_letters]
+
+    async def replay_dead_letters(
+        self,
+        tasks: Iterable[TaskRef | tuple[str, str]] | None = None,
+        *,
+        tenant: str | None = None,
+        all: bool = False,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[TaskRef]:
+        """Start a fresh attempt series (same idempotency key) for the named dead-lettered
+        tasks, or with ``all=True`` for every one of ``tenant`` (every tenant if None).
+        Returns the tasks replayed."""
+        refs = cv.task_refs_to_proto(tasks or ())
+        if not refs and not all:
+            raise InvalidArgument("name the tasks to replay, or pass all=True")
+        if refs and all:
+            raise InvalidArgument("pass either tasks or all=True, not both")
+        req = api_pb2.ReplayDeadLettersRequest(
+            request_id=request_id or _new_request_id(), tasks=refs, tenant=tenant or "", all=all
+        )
+        resp = await self._call(_JOBS, "ReplayDeadLetters", req, timeout_s=timeout_s)
+        return [cv.task_ref_from_proto(r) for r in resp.replayed]
+
+    # --- cluster -----------------------------------------------------------------------------
+
+    async def cluster_status(
+        self, *, server: str | None = None, timeout_s: float | None = None
+    ) -> ClusterStatus:
+        """The cluster as seen by ``server`` (a "host:port"; no leader following), or by
+        whichever node answers."""
+        resp = await self._call(
+            _CLUSTER, "GetStatus", api_pb2.GetStatusRequest(), timeout_s=timeout_s, address=server
+        )
+        return cv.cluster_status_from_proto(resp)
+
+    # --- the one retry loop ------------------------------------------------------------------
+
+    def _stub(self, service: str, address: str) -> Any:
+        key = (service, address)
+        stub = self._stubs.get(key)
+        if stub is None:
+            channel = self._pool.get(address)
+            if service == _JOBS:
+                stub = api_pb2_grpc.JobServiceStub(channel)
+            else:
+                stub = api_pb2_grpc.ClusterServiceStub(channel)
+            self._stubs[key] = stub
+        return stub
+
+    async def _call(
+        self,
+        service: str,
+        method: str,
+        request: Any,
+        *,
+        timeout_s: float | None,
+        address: str | None = None,
+    ) -> Any:
+        """One logical call: attempts until success, a non-retryable status, ``retries``
+        retries or the deadline. The request object (with its request_id) is sent unchanged by
+        every attempt."""
+        loop = asyncio.get_running_loop()
+        budget = self._timeout_s if timeout_s is None else timeout_s
+        start = loop.time()
+        deadline = start + budget
+        pinned = address is not None
+        addr = address if address is not None else self._router.current()
+        metadata = self._config.metadata or None
+        attempts = backoffs = redirects = 0
+        last: grpc.aio.AioRpcError | None = None
+        last_addr = addr
+        while True:
+            remaining = deadline - loop.time()
+            if remaining <= 0 or attempts > self._retries:
+                raise self._gave_up(last, last_addr, attempts, loop.time() - start)
+            per_attempt = remaining
+            if self._attempt_timeout_s is not None:
+                per_attempt = min(remaining, self._attempt_timeout_s)
+            rpc = getattr(self._stub(service, addr), method)
+            attempts += 1
+            try:
+                response = await rpc(request, timeout=per_attempt, metadata=metadata)
+            except grpc.aio.AioRpcError as e:
+                last, last_addr = e, addr
+                if e.code() not in _RETRYABLE:
+                    raise self._error(e, addr) from None
+                hint = None if pinned else leader_hint(e)
+                if hint and hint != addr and redirects < MAX_IMMEDIATE_REDIRECTS:
+                    redirects += 1
+                    self._router.follow(hint)
+                    addr = hint
+                    continue
+                if not pinned:
+                    self._router.failed(addr)
+                    addr = self._router.current()
+                redirects = 0
+                delay = self._backoff.delay(backoffs, self._rng)
+                backoffs += 1
+                await asyncio.sleep(max(0.0, min(delay, deadline - loop.time())))
+                continue
+            if not pinned:
+                self._router.succeeded(addr)
+            return response
+
+    @staticmethod
+    def _error(e: grpc.aio.AioRpcError, address: str) -> GnomonError:
+        err = error_for_status(e.code(), e.details() or "", reason=reason_of(e))
+        err.add_note(f"from gnomon node {address}")
+        return err
+
+    @staticmethod
+    def _gave_up(
+        last: grpc.aio.AioRpcError | None, address: str, attempts: int, elapsed: float
+    ) -> GnomonError:
+        if last is None:
+            return DeadlineExceeded(
+                "the call's deadline passed before an attempt was made",
+                code=grpc.StatusCode.DEADLINE_EXCEEDED,
+            )
+        err = error_for_status(last.code(), last.details() or "", reason=reason_of(last))
+        err.add_note(
+            f"gave up after {attempts} attempts in {elapsed:.2f}s; last from gnomon node {address}"
+        )
+        return err
+
+
+class _LoopThread:
+    """An event loop running in a daemon thread, for the blocking facade."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name="gnomon-client", daemon=True)
+        self._thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a blocking gnomon Client cannot be called from its own loop")
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            # KeyboardInterrupt while waiting: do not leave the call running behind the caller.
+            future.cancel()
+            raise
+
+    def stop(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+
+class Client:
+    """Blocking client of a gnomon cluster: the same calls and options as ``AsyncClient``,
+    run on a private event loop thread. Thread-safe; close it (or use ``with``)."""
+
+    def __init__(
+        self,
+        servers: Sequence[str] | str,
+        *,
+        timeout_s: float = 10.0,
+        retries: int = 10,
+        attempt_timeout_s: float | None = 5.0,
+        backoff_initial_s: float = 0.05,
+        backoff_max_s: float = 1.0,
+        credentials: grpc.ChannelCredentials | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        keepalive_time_s: float = 10.0,
+        keepalive_timeout_s: float = 5.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self._async = AsyncClient(
+            servers,
+            timeout_s=timeout_s,
+            retries=retries,
+            attempt_timeout_s=attempt_timeout_s,
+            backoff_initial_s=backoff_initial_s,
+            backoff_max_s=backoff_max_s,
+            credentials=credentials,
+            metadata=metadata,
+            max_message_bytes=max_message_bytes,
+            keepalive_time_s=keepalive_time_s,
+            keepalive_timeout_s=keepalive_timeout_s,
+            channel_options=channel_options,
+        )
+        self._config = self._async._config
+        self._loop = _LoopThread()
+        self._closed = False
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return self._async.servers
+
+    @property
+    def target(self) -> str:
+        return self._async.target
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._loop.run(self._async.close())
+        finally:
+            self._loop.stop()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise RuntimeError("the gnomon client is closed")
+        return self._loop.run(coro)
+
+    def create_job(
+        self, spec: JobSpec, *, request_id: str | None = None, timeout_s: float | None = None
+    ) -> Job:
+        """See ``AsyncClient.create_job``."""
+        return self._run(self._async.create_job(spec, request_id=request_id, timeout_s=timeout_s))
+
+    def get_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> Job:
+        """See ``AsyncClient.get_job``."""
+        return self._run(
+            self._async.get_job(
+                job_id, tenant=tenant, name=name, consistency=consistency, timeout_s=timeout_s
+            )
+        )
+
+    def list_jobs(
+        self,
+        tenant: str | None = None,
+        *,
+        limit: int = 100,
+        after_job_id: str = "",
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[Job]:
+        """See ``AsyncClient.list_jobs``."""
+        return self._run(
+            self._async.list_jobs(
+                tenant, limit=limit, after_job_id=after_job_id, consistency=consistency,
+                timeout_s=timeout_s,
+            )
+        )
+
+    def iter_jobs(
+        self,
+        tenant: str | None = None,
+        *,
+        page_size: int = 100,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> Iterator[Job]:
+        """See ``AsyncClient.iter_jobs``."""
+        after = ""
+        while True:
+            jobs, next_after = self._run(
+                self._async._list_jobs_page(
+                    tenant, limit=page_size, after_job_id=after, consistency=consistency,
+                    timeout_s=timeout_s,
+                )
+            )
+            yield from jobs
+            if not next_after or next_after == after:
+                return
+            after = next_after
+
+    def update_job(
+        self,
+        job_id: str | None,
+        spec: JobSpec,
+        *,
+        expected_version: int = 0,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """See ``AsyncClient.update_job``."""
+        return self._run(
+            self._async.update_job(
+                job_id, spec, expected_version=expected_version, request_id=request_id,
+                timeout_s=timeout_s,
+            )
+        )
+
+    def delete_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        expected_version: int = 0,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> None:
+        """See ``AsyncClient.delete_job``."""
+        self._run(
+            self._async.delete_job(
+                job_id, tenant=tenant, name=name, expected_version=expected_version,
+                request_id=request_id, timeout_s=timeout_s,
+            )
+        )
+
+    def pause_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """See ``AsyncClient.pause_job``."""
+        return self._run(
+            self._async.pause_job(
+                job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
+            )
+        )
+
+    def resume_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """See ``AsyncClient.resume_job``."""
+        return self._run(
+            self._async.resume_job(
+                job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
+            )
+        )
+
+    def trigger_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Run:
+        """See ``AsyncClient.trigger_job``."""
+        return self._run(
+            self._async.trigger_job(
+                job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
+            )
+        )
+
+    def get_run(
+        self,
+        run_id: str,
+        *,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> Run:
+        """See ``AsyncClient.get_run``."""
+        return self._run(
+            self._async.get_run(run_id, consistency=consistency, timeout_s=timeout_s)
+        )
+
+    def list_runs(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        before_ms: int = 0,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[Run]:
+        """See ``AsyncClient.list_runs``."""
+        return self._run(
+            self._async.list_runs(
+                job_id, tenant=tenant, name=name, limit=limit, before_ms=before_ms,
+                consistency=consistency, timeout_s=timeout_s,
+            )
+        )
+
+    def wait_run(
+        self, run_id: str, *, timeout_s: float = 60.0, poll_interval_s: float = 0.5
+    ) -> Run:
+        """See ``AsyncClient.wait_run``."""
+        return self._run(
+            self._async.wait_run(run_id, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
+        )
+
+    def cancel_run(
+        self,
+        run_id: str,
+        *,
+        reason: str = "",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Run:
+        """See ``AsyncClient.cancel_run``."""
+        return self._run(
+            self._async.cancel_run(
+                run_id, reason=reason, request_id=request_id, timeout_s=timeout_s
+            )
+        )
+
+    def list_dead_letters(
+        self,
+        tenant: str | None = None,
+        *,
+        limit: int = 100,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[DeadLetter]:
+        """See ``AsyncClient.list_dead_letters``."""
+        return self._run(
+            self._async.list_dead_letters(
+                tenant, limit=limit, consistency=consistency, timeout_s=timeout_s
+            )
+        )
+
+    def replay_dead_letters(
+        self,
+        tasks: Iterable[TaskRef | tuple[str, str]] | None = None,
+        *,
+        tenant: str | None = None,
+        all: bool = False,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[TaskRef]:
+        """See ``AsyncClient.replay_dead_letters``."""
+        return self._run(
+            self._async.replay_dead_letters(
+                tasks, tenant=tenant, all=all, request_id=request_id, timeout_s=timeout_s
+            )
+        )
+
+    def cluster_status(
+        self, *, server: str | None = None, timeout_s: float | None = None
+    ) -> ClusterStatus:
+        """See ``AsyncClient.cluster_status``."""
+        return self._run(self._async.cluster_status(server=server, timeout_s=timeout_s))

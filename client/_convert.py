@@ -1,0 +1,416 @@
+"""The one place that converts between protobuf messages and the public dataclasses.
+
+Public -> proto -> public is the identity for every model (tested). Proto -> public normalises
+the wire's "empty means default" fields (tenant, queue, timezone, misfire policy), so the reverse
+trip yields the normalised message. Enum values a newer server may send map to ``UNSPECIFIED``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from gnomon.v1 import api_pb2, types_pb2, worker_pb2
+
+from ._context import LeaseState, OutputTail, TaskContext
+from ._errors import InvalidArgument
+from ._models import (
+    DEFAULT_QUEUE,
+    DEFAULT_TENANT,
+    ClusterStatus,
+    Consistency,
+    CronSchedule,
+    DeadLetter,
+    IntervalSchedule,
+    Job,
+    JobSpec,
+    MisfirePolicy,
+    NodeStatus,
+    OnceSchedule,
+    RetryPolicy,
+    Run,
+    RunState,
+    RunTrigger,
+    Schedule,
+    TaskInstance,
+    TaskRef,
+    TaskSpec,
+    TaskState,
+)
+
+_MISFIRE = {
+    MisfirePolicy.RUN_ALL: types_pb2.MISFIRE_POLICY_RUN_ALL,
+    MisfirePolicy.RUN_LATEST: types_pb2.MISFIRE_POLICY_RUN_LATEST,
+    MisfirePolicy.SKIP: types_pb2.MISFIRE_POLICY_SKIP,
+}
+_MISFIRE_BACK = {v: k for k, v in _MISFIRE.items()}
+
+_RUN_STATE = {
+    RunState.UNSPECIFIED: types_pb2.RUN_STATE_UNSPECIFIED,
+    RunState.RUNNING: types_pb2.RUN_STATE_RUNNING,
+    RunState.SUCCEEDED: types_pb2.RUN_STATE_SUCCEEDED,
+    RunState.FAILED: types_pb2.RUN_STATE_FAILED,
+    RunState.CANCELLED: types_pb2.RUN_STATE_CANCELLED,
+    RunState.SKIPPED: types_pb2.RUN_STATE_SKIPPED,
+}
+_RUN_STATE_BACK = {v: k for k, v in _RUN_STATE.items()}
+
+_RUN_TRIGGER = {
+    RunTrigger.UNSPECIFIED: types_pb2.RUN_TRIGGER_UNSPECIFIED,
+    RunTrigger.SCHEDULE: types_pb2.RUN_TRIGGER_SCHEDULE,
+    RunTrigger.MANUAL: types_pb2.RUN_TRIGGER_MANUAL,
+}
+_RUN_TRIGGER_BACK = {v: k for k, v in _RUN_TRIGGER.items()}
+
+_TASK_STATE = {
+    TaskState.UNSPECIFIED: types_pb2.TASK_STATE_UNSPECIFIED,
+    TaskState.PENDING: types_pb2.TASK_STATE_PENDING,
+    TaskState.READY: types_pb2.TASK_STATE_READY,
+    TaskState.LEASED: types_pb2.TASK_STATE_LEASED,
+    TaskState.RETRY_WAIT: types_pb2.TASK_STATE_RETRY_WAIT,
+    TaskState.SUCCEEDED: types_pb2.TASK_STATE_SUCCEEDED,
+    TaskState.DEAD: types_pb2.TASK_STATE_DEAD,
+    TaskState.UPSTREAM_FAILED: types_pb2.TASK_STATE_UPSTREAM_FAILED,
+    TaskState.CANCELLED: types_pb2.TASK_STATE_CANCELLED,
+}
+_TASK_STATE_BACK = {v: k for k, v in _TASK_STATE.items()}
+
+_CONSISTENCY: dict[str, Any] = {
+    "linearizable": api_pb2.CONSISTENCY_LINEARIZABLE,
+    "stale": api_pb2.CONSISTENCY_STALE,
+}
+
+
+# --- schedules and specs -------------------------------------------------------------------
+
+
+def schedule_to_proto(schedule: Schedule) -> types_pb2.Schedule:
+    if isinstance(schedule, CronSchedule):
+        return types_pb2.Schedule(
+            cron=types_pb2.CronSchedule(expression=schedule.expression, timezone=schedule.timezone)
+        )
+    if isinstance(schedule, IntervalSchedule):
+        return types_pb2.Schedule(
+            interval=types_pb2.IntervalSchedule(
+                interval_ms=schedule.interval_ms, anchor_ms=schedule.anchor_ms
+            )
+        )
+    if isinstance(schedule, OnceSchedule):
+        return types_pb2.Schedule(once=types_pb2.OnceSchedule(at_ms=schedule.at_ms))
+    raise TypeError(f"not a schedule: {schedule!r}")
+
+
+def schedule_from_proto(msg: types_pb2.Schedule) -> Schedule:
+    kind = msg.WhichOneof("kind")
+    if kind == "cron":
+        return CronSchedule(expression=msg.cron.expression, timezone=msg.cron.timezone or "UTC")
+    if kind == "interval":
+        return IntervalSchedule(interval_ms=msg.interval.interval_ms, anchor_ms=msg.interval.anchor_ms)
+    if kind == "once":
+        return OnceSchedule(at_ms=msg.once.at_ms)
+    raise ValueError("schedule has no kind set")
+
+
+def retry_to_proto(retry: RetryPolicy) -> types_pb2.RetryPolicy:
+    return types_pb2.RetryPolicy(
+        max_attempts=retry.max_attempts,
+        initial_backoff_ms=retry.initial_backoff_ms,
+        max_backoff_ms=retry.max_backoff_ms,
+        multiplier=retry.multiplier,
+        jitter=retry.jitter,
+    )
+
+
+def retry_from_proto(msg: types_pb2.RetryPolicy) -> RetryPolicy:
+    return RetryPolicy(
+        max_attempts=msg.max_attempts,
+        initial_backoff_ms=msg.initial_backoff_ms,
+        max_backoff_ms=msg.max_backoff_ms,
+        multiplier=msg.multiplier,
+        jitter=msg.jitter,
+    )
+
+
+def task_spec_to_proto(spec: TaskSpec) -> types_pb2.TaskSpec:
+    return types_pb2.TaskSpec(
+        name=spec.name,
+        queue=spec.queue,
+        depends_on=list(spec.depends_on),
+        payload=spec.payload,
+        timeout_ms=spec.timeout_ms,
+        retry=retry_to_proto(spec.retry),
+    )
+
+
+def task_spec_from_proto(msg: types_pb2.TaskSpec) -> TaskSpec:
+    return TaskSpec(
+        name=msg.name,
+        queue=msg.queue,
+        depends_on=tuple(msg.depends_on),
+        payload=msg.payload,
+        timeout_ms=msg.timeout_ms,
+        retry=retry_from_proto(msg.retry),
+    )
+
+
+def job_spec_to_proto(spec: JobSpec) -> types_pb2.JobSpec:
+    return types_pb2.JobSpec(
+        tenant=spec.tenant,
+        name=spec.name,
+        schedule=schedule_to_proto(spec.schedule),
+        tasks=[task_spec_to_proto(t) for t in spec.tasks],
+        priority=spec.priority,
+        misfire_policy=_MISFIRE[spec.misfire_policy],
+        misfire_grace_ms=spec.misfire_grace_ms,
+        paused=spec.paused,
+    )
+
+
+def job_spec_from_proto(msg: types_pb2.JobSpec) -> JobSpec:
+    return JobSpec(
+        tenant=msg.tenant,
+        name=msg.name,
+        schedule=schedule_from_proto(msg.schedule),
+        tasks=tuple(task_spec_from_proto(t) for t in msg.tasks),
+        priority=msg.priority,
+        misfire_policy=_MISFIRE_BACK.get(msg.misfire_policy, MisfirePolicy.RUN_ALL),
+        misfire_grace_ms=msg.misfire_grace_ms,
+        paused=msg.paused,
+    )
+
+
+# --- stored objects ------------------------------------------------------------------------
+
+
+def job_to_proto(job: Job) -> types_pb2.Job:
+    return types_pb2.Job(
+        job_id=job.job_id,
+        spec=job_spec_to_proto(job.spec),
+        version=job.version,
+        next_fire_ms=job.next_fire_ms,
+        paused=job.paused,
+        created_ms=job.created_ms,
+        updated_ms=job.updated_ms,
+    )
+
+
+def job_from_proto(msg: types_pb2.Job) -> Job:
+    return Job(
+        job_id=msg.job_id,
+        spec=job_spec_from_proto(msg.spec),
+        version=msg.version,
+        next_fire_ms=msg.next_fire_ms,
+        paused=msg.paused,
+        created_ms=msg.created_ms,
+        updated_ms=msg.updated_ms,
+    )
+
+
+def task_instance_to_proto(ti: TaskInstance) -> types_pb2.TaskInstance:
+    return types_pb2.TaskInstance(
+        task_name=ti.task_name,
+        state=_TASK_STATE[ti.state],
+        attempt=ti.attempt,
+        fencing_token=ti.fencing_token,
+        worker_id=ti.worker_id,
+        idempotency_key=ti.idempotency_key,
+        ready_ms=ti.ready_ms,
+        started_ms=ti.started_ms,
+        finished_ms=ti.finished_ms,
+        retry_at_ms=ti.retry_at_ms,
+        last_error=ti.last_error,
+        result=ti.result,
+        lease_ttl_ms=ti.lease_ttl_ms,
+    )
+
+
+def task_instance_from_proto(msg: types_pb2.TaskInstance) -> TaskInstance:
+    return TaskInstance(
+        task_name=msg.task_name,
+        state=_TASK_STATE_BACK.get(msg.state, TaskState.UNSPECIFIED),
+        attempt=msg.attempt,
+        fencing_token=msg.fencing_token,
+        worker_id=msg.worker_id,
+        idempotency_key=msg.idempotency_key,
+        ready_ms=msg.ready_ms,
+        started_ms=msg.started_ms,
+        finished_ms=msg.finished_ms,
+        retry_at_ms=msg.retry_at_ms,
+        last_error=msg.last_error,
+        result=msg.result,
+        lease_ttl_ms=msg.lease_ttl_ms,
+    )
+
+
+def run_to_proto(run: Run) -> types_pb2.Run:
+    return types_pb2.Run(
+        run_id=run.run_id,
+        job_id=run.job_id,
+        tenant=run.tenant,
+        scheduled_for_ms=run.scheduled_for_ms,
+        state=_RUN_STATE[run.state],
+        trigger=_RUN_TRIGGER[run.trigger],
+        created_ms=run.created_ms,
+        finished_ms=run.finished_ms,
+        tasks=[task_instance_to_proto(t) for t in run.tasks],
+        job_version=run.job_version,
+    )
+
+
+def run_from_proto(msg: types_pb2.Run) -> Run:
+    return Run(
+        run_id=msg.run_id,
+        job_id=msg.job_id,
+        tenant=msg.tenant or DEFAULT_TENANT,
+        scheduled_for_ms=msg.scheduled_for_ms,
+        state=_RUN_STATE_BACK.get(msg.state, RunState.UNSPECIFIED),
+        trigger=_RUN_TRIGGER_BACK.get(msg.trigger, RunTrigger.UNSPECIFIED),
+        created_ms=msg.created_ms,
+        finished_ms=msg.finished_ms,
+        tasks=tuple(task_instance_from_proto(t) for t in msg.tasks),
+        job_version=msg.job_version,
+    )
+
+
+def dead_letter_to_proto(dl: DeadLetter) -> types_pb2.DeadLetter:
+    return types_pb2.DeadLetter(
+        run_id=dl.run_id,
+        task_name=dl.task_name,
+        job_id=dl.job_id,
+        tenant=dl.tenant,
+        attempts=dl.attempts,
+        last_error=dl.last_error,
+        dead_ms=dl.dead_ms,
+    )
+
+
+def dead_letter_from_proto(msg: types_pb2.DeadLetter) -> DeadLetter:
+    return DeadLetter(
+        run_id=msg.run_id,
+        task_name=msg.task_name,
+        job_id=msg.job_id,
+        tenant=msg.tenant or DEFAULT_TENANT,
+        attempts=msg.attempts,
+        last_error=msg.last_error,
+        dead_ms=msg.dead_ms,
+    )
+
+
+def task_ref_to_proto(ref: TaskRef | tuple[str, str]) -> api_pb2.TaskRef:
+    run_id, task_name = ref
+    return api_pb2.TaskRef(run_id=run_id, task_name=task_name)
+
+
+def task_ref_from_proto(msg: api_pb2.TaskRef) -> TaskRef:
+    return TaskRef(msg.run_id, msg.task_name)
+
+
+def node_status_to_proto(node: NodeStatus) -> api_pb2.NodeStatus:
+    return api_pb2.NodeStatus(
+        node_id=node.node_id,
+        raft_address=node.raft_address,
+        grpc_address=node.grpc_address,
+        role=node.role,
+        match_index=node.match_index,
+        connected=node.connected,
+    )
+
+
+def node_status_from_proto(msg: api_pb2.NodeStatus) -> NodeStatus:
+    return NodeStatus(
+        node_id=msg.node_id,
+        raft_address=msg.raft_address,
+        grpc_address=msg.grpc_address,
+        role=msg.role,
+        match_index=msg.match_index,
+        connected=msg.connected,
+    )
+
+
+def cluster_status_to_proto(status: ClusterStatus) -> api_pb2.GetStatusResponse:
+    return api_pb2.GetStatusResponse(
+        node_id=status.node_id,
+        leader_node_id=status.leader_node_id,
+        leader_grpc_address=status.leader_grpc_address,
+        term=status.term,
+        commit_index=status.commit_index,
+        applied_index=status.applied_index,
+        nodes=[node_status_to_proto(n) for n in status.nodes],
+        clock_ms=status.clock_ms,
+        jobs=status.jobs,
+        active_runs=status.active_runs,
+        dead_letters=status.dead_letters,
+        state_digest=status.state_digest,
+        version=status.version,
+    )
+
+
+def cluster_status_from_proto(msg: api_pb2.GetStatusResponse) -> ClusterStatus:
+    return ClusterStatus(
+        node_id=msg.node_id,
+        leader_node_id=msg.leader_node_id,
+        leader_grpc_address=msg.leader_grpc_address,
+        term=msg.term,
+        commit_index=msg.commit_index,
+        applied_index=msg.applied_index,
+        nodes=tuple(node_status_from_proto(n) for n in msg.nodes),
+        clock_ms=msg.clock_ms,
+        jobs=msg.jobs,
+        active_runs=msg.active_runs,
+        dead_letters=msg.dead_letters,
+        state_digest=msg.state_digest,
+        version=msg.version,
+    )
+
+
+# --- request pieces ------------------------------------------------------------------------
+
+
+def consistency_to_proto(consistency: Consistency) -> Any:
+    try:
+        return _CONSISTENCY[consistency]
+    except KeyError:
+        raise InvalidArgument(
+            f"consistency must be 'linearizable' or 'stale', not {consistency!r}"
+        ) from None
+
+
+def job_ref(job_id: str | None, tenant: str | None, name: str | None) -> api_pb2.JobRef:
+    """A job named by id, or by (tenant, name) with the tenant defaulting to "default"."""
+    if job_id:
+        if name:
+            raise InvalidArgument("name a job by job_id or by name, not both")
+        return api_pb2.JobRef(job_id=job_id)
+    if not name:
+        raise InvalidArgument("name a job by job_id or by name (and tenant)")
+    return api_pb2.JobRef(tenant=tenant or DEFAULT_TENANT, name=name)
+
+
+def lease_ref(run_id: str, task_name: str, fencing_token: int) -> worker_pb2.LeaseRef:
+    return worker_pb2.LeaseRef(run_id=run_id, task_name=task_name, fencing_token=fencing_token)
+
+
+def task_refs_to_proto(refs: Iterable[TaskRef | tuple[str, str]]) -> list[api_pb2.TaskRef]:
+    return [task_ref_to_proto(r) for r in refs]
+
+
+def task_context_from_assign(
+    assign: worker_pb2.Assign, *, worker_id: str, lease: LeaseState, output: OutputTail
+) -> TaskContext:
+    return TaskContext(
+        run_id=assign.lease.run_id,
+        job_id=assign.job_id,
+        tenant=assign.tenant or DEFAULT_TENANT,
+        task_name=assign.lease.task_name,
+        queue=assign.queue or DEFAULT_QUEUE,
+        attempt=assign.attempt,
+        max_attempts=assign.max_attempts,
+        scheduled_for_ms=assign.scheduled_for_ms,
+        idempotency_key=assign.idempotency_key,
+        fencing_token=assign.lease.fencing_token,
+        deadline_ms=assign.deadline_ms,
+        payload=assign.payload,
+        worker_id=worker_id,
+        _lease=lease,
+        _output=output,
+    )

@@ -1,0 +1,157 @@
+"""Channels, leader following and backoff, shared by the client and the worker."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from ._errors import REASON_METADATA_KEY, InvalidArgument
+
+LEADER_METADATA_KEY = "gnomon-leader"
+USER_AGENT = "gnomon-python/0.1.0"
+DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# A follower may point at a node that itself just lost leadership; after this many immediate
+# redirects in a row, fall back to backoff so two confused nodes cannot make us spin.
+MAX_IMMEDIATE_REDIRECTS = 3
+
+
+def parse_servers(servers: Sequence[str] | str) -> tuple[str, ...]:
+    """``"h1:p,h2:p"`` or ``["h1:p", "h2:p"]`` -> unique addresses in order."""
+    items = servers.split(",") if isinstance(servers, str) else list(servers)
+    out: list[str] = []
+    for item in items:
+        addr = item.strip()
+        if addr and addr not in out:
+            out.append(addr)
+    if not out:
+        raise InvalidArgument("no server address given (expected 'host:port[,host:port...]')")
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelConfig:
+    """How channels are dialled; copied by a Worker built from a client."""
+
+    servers: tuple[str, ...]
+    credentials: grpc.ChannelCredentials | None = None
+    metadata: tuple[tuple[str, str], ...] = ()
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    keepalive_time_s: float = 10.0
+    keepalive_timeout_s: float = 5.0
+    extra_options: tuple[tuple[str, Any], ...] = field(default=())
+
+    def options(self) -> list[tuple[str, Any]]:
+        keepalive_ms = int(self.keepalive_time_s * 1000)
+        timeout_ms = int(self.keepalive_timeout_s * 1000)
+        return [
+            # Keepalive alone took a minute to notice a frozen peer; the ping timeout makes it
+            # seconds (DEPENDENCY-NOTES). The server must allow pings this often without data.
+            ("grpc.keepalive_time_ms", keepalive_ms),
+            ("grpc.keepalive_timeout_ms", timeout_ms),
+            ("grpc.http2.ping_timeout_ms", timeout_ms),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            # A restarted node must be redialled within a failover, not after grpc's default
+            # reconnect backoff of up to two minutes.
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", 2000),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.primary_user_agent", USER_AGENT),
+            *self.extra_options,
+        ]
+
+
+class ChannelPool:
+    """One ``grpc.aio`` channel per address, created on first use in the running loop."""
+
+    def __init__(self, config: ChannelConfig) -> None:
+        self.config = config
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._closed = False
+
+    def get(self, address: str) -> grpc.aio.Channel:
+        if self._closed:
+            raise RuntimeError("the gnomon client is closed")
+        channel = self._channels.get(address)
+        if channel is None:
+            options = self.config.options()
+            if self.config.credentials is not None:
+                channel = grpc.aio.secure_channel(address, self.config.credentials, options)
+            else:
+                channel = grpc.aio.insecure_channel(address, options)
+            self._channels[address] = channel
+        return channel
+
+    async def close(self) -> None:
+        self._closed = True
+        channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
+            await channel.close()
+
+
+class Router:
+    """Which node to try next: the last node that answered or was named leader, else the
+    configured servers in turn."""
+
+    def __init__(self, servers: Sequence[str]) -> None:
+        self.servers = tuple(servers)
+        self._preferred: str | None = None
+        self._index = 0
+
+    def current(self) -> str:
+        return self._preferred or self.servers[self._index]
+
+    def follow(self, leader: str) -> None:
+        self._preferred = leader
+
+    def succeeded(self, address: str) -> None:
+        self._preferred = address
+
+    def failed(self, address: str) -> None:
+        """``address`` did not help: move on to the next configured server."""
+        if self._preferred == address:
+            self._preferred = None
+        if address in self.servers:
+            self._index = (self.servers.index(address) + 1) % len(self.servers)
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Jittered exponential backoff: attempt n waits a uniform draw in [d/2, d] with
+    d = min(initial * multiplier**n, maximum), so many clients retrying together spread out."""
+
+    initial_s: float = 0.05
+    maximum_s: float = 2.0
+    multiplier: float = 2.0
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        d = min(self.initial_s * self.multiplier ** min(attempt, 64), self.maximum_s)
+        return (rng or random).uniform(d / 2, d)
+
+
+def metadata_value(metadata: Any, key: str) -> str | None:
+    """The last value of ``key`` in gRPC metadata (any iterable of pairs), as str."""
+    found: str | None = None
+    for item in metadata or ():
+        k, v = item
+        if k == key:
+            found = v.decode() if isinstance(v, bytes) else str(v)
+    return found
+
+
+def leader_hint(error: grpc.aio.AioRpcError) -> str | None:
+    """The leader address a follower named in its UNAVAILABLE answer, if any."""
+    if error.code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    return metadata_value(error.trailing_metadata(), LEADER_METADATA_KEY) or None
+
+
+def reason_of(error: grpc.aio.AioRpcError) -> str | None:
+    return metadata_value(error.trailing_metadata(), REASON_METADATA_KEY) or None

@@ -1,0 +1,296 @@
+"""Conversion between core dataclasses and gnomon.v1 protobuf messages: the only place.
+
+Commands travel through the Raft log as CommandBatch; state travels through snapshots as
+records; jobs and runs travel to clients as the public API messages.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable
+
+from google.protobuf.message import Message
+
+from gnomon.node.core import commands as c
+from gnomon.node.core import results as r
+from gnomon.node.core.errors import Rejected, UnknownCommand
+from gnomon.node.core.model import (
+    DeadLetter,
+    Job,
+    JobSpec,
+    RetryPolicy,
+    Run,
+    Schedule,
+    ScheduleKind,
+    TaskInstance,
+    TaskSpec,
+)
+from gnomon.v1 import raft_pb2, types_pb2
+
+# Command class <-> name of its field in the Command oneof. Append-only, like the proto.
+COMMAND_FIELDS: dict[type, str] = {
+    c.CreateJob: "create_job",
+    c.UpdateJob: "update_job",
+    c.DeleteJob: "delete_job",
+    c.SetPaused: "set_paused",
+    c.Fire: "fire",
+    c.TriggerJob: "trigger_job",
+    c.CancelRun: "cancel_run",
+    c.GrantLeases: "grant_leases",
+    c.CompleteTask: "complete_task",
+    c.FailTask: "fail_task",
+    c.ExpireLeases: "expire_leases",
+    c.ReplayDeadLetters: "replay_dead_letters",
+    c.Barrier: "barrier",
+}
+COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
+# Nested repeated dataclasses inside commands, by field name.
+_NESTED: dict[str, type] = {
+    "grants": c.LeaseGrant,
+    "leases": c.ExpiredLease,
+    "tasks": c.TaskKey,
+}
+
+
+# --- enums: core uses lower-case strings, protos use PREFIX_UPPER ---------------------------
+
+
+def _enum_prefix(enum_type) -> str:
+    return enum_type.values_by_number[0].name[: -len("UNSPECIFIED")]
+
+
+def enum_to_proto(enum_type, value: str) -> int:
+    return enum_type.values_by_name[_enum_prefix(enum_type) + value.upper()].number
+
+
+def enum_from_proto(enum_type, number: int, default: str) -> str:
+    if number == 0:
+        return default
+    return enum_type.values_by_number[number].name[len(_enum_prefix(enum_type)) :].lower()
+
+
+_MISFIRE = types_pb2.MisfirePolicy.DESCRIPTOR
+_RUN_STATE = types_pb2.RunState.DESCRIPTOR
+_RUN_TRIGGER = types_pb2.RunTrigger.DESCRIPTOR
+_TASK_STATE = types_pb2.TaskState.DESCRIPTOR
+
+
+# --- specs ---------------------------------------------------------------------------------
+
+
+def schedule_to_proto(s: Schedule, out: types_pb2.Schedule) -> None:
+    if s.kind == ScheduleKind.CRON:
+        out.cron.expression = s.expression
+        out.cron.timezone = s.timezone
+    elif s.kind == ScheduleKind.INTERVAL:
+        out.interval.interval_ms = s.interval_ms
+        out.interval.anchor_ms = s.anchor_ms
+    elif s.kind == ScheduleKind.ONCE:
+        out.once.at_ms = s.at_ms
+
+
+def schedule_from_proto(m: types_pb2.Schedule) -> Schedule:
+    kind = m.WhichOneof("kind")
+    if kind == "cron":
+        return Schedule(ScheduleKind.CRON, expression=m.cron.expression, timezone=m.cron.timezone)
+    if kind == "interval":
+        return Schedule(
+            ScheduleKind.INTERVAL, interval_ms=m.interval.interval_ms, anchor_ms=m.interval.anchor_ms
+        )
+    if kind == "once":
+        return Schedule(ScheduleKind.ONCE, at_ms=m.once.at_ms)
+    return Schedule(kind="")
+
+
+def _copy_fields(src, out: Message, names: Iterable[str]) -> None:
+    for name in names:
+        setattr(out, name, getattr(src, name))
+
+
+_RETRY_FIELDS = [f.name for f in dataclasses.fields(RetryPolicy)]
+
+
+def spec_to_proto(spec: JobSpec, out: types_pb2.JobSpec | None = None) -> types_pb2.JobSpec:
+    out = types_pb2.JobSpec() if out is None else out
+    out.tenant, out.name, out.priority = spec.tenant, spec.name, spec.priority
+    out.misfire_policy = enum_to_proto(_MISFIRE, spec.misfire_policy)
+    out.misfire_grace_ms, out.paused = spec.misfire_grace_ms, spec.paused
+    schedule_to_proto(spec.schedule, out.schedule)
+    for t in spec.tasks:
+        m = out.tasks.add(name=t.name, queue=t.queue, payload=t.payload, timeout_ms=t.timeout_ms)
+        m.depends_on.extend(t.depends_on)
+        _copy_fields(t.retry, m.retry, _RETRY_FIELDS)
+    return out
+
+
+def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
+    tasks = tuple(
+        TaskSpec(
+            name=t.name,
+            queue=t.queue,
+            depends_on=tuple(t.depends_on),
+            payload=bytes(t.payload),
+            timeout_ms=t.timeout_ms,
+            retry=RetryPolicy(**{n: getattr(t.retry, n) for n in _RETRY_FIELDS}),
+        )
+        for t in m.tasks
+    )
+    return JobSpec(
+        tenant=m.tenant,
+        name=m.name,
+        schedule=schedule_from_proto(m.schedule),
+        tasks=tasks,
+        priority=m.priority,
+        misfire_policy=enum_from_proto(_MISFIRE, m.misfire_policy, "run_all"),
+        misfire_grace_ms=m.misfire_grace_ms,
+        paused=m.paused,
+    )
+
+
+# --- jobs, runs, dead letters ----------------------------------------------------------------
+
+
+def job_to_proto(job: Job, out: types_pb2.Job | None = None) -> types_pb2.Job:
+    out = types_pb2.Job() if out is None else out
+    _copy_fields(job, out, ("job_id", "version", "next_fire_ms", "paused", "created_ms", "updated_ms"))
+    spec_to_proto(job.spec, out.spec)
+    return out
+
+
+def job_from_proto(m: types_pb2.Job) -> Job:
+    return Job(
+        job_id=m.job_id,
+        spec=spec_from_proto(m.spec),
+        version=m.version,
+        next_fire_ms=m.next_fire_ms,
+        paused=m.paused,
+        created_ms=m.created_ms,
+        updated_ms=m.updated_ms,
+    )
+
+
+_INSTANCE_SCALARS = [
+    f.name for f in dataclasses.fields(TaskInstance) if f.name not in ("state", "task_name")
+]
+
+
+def run_to_proto(run: Run, out: types_pb2.Run | None = None) -> types_pb2.Run:
+    out = types_pb2.Run() if out is None else out
+    _copy_fields(run, out, ("run_id", "job_id", "tenant", "scheduled_for_ms", "created_ms"))
+    out.finished_ms, out.job_version = run.finished_ms, run.job_version
+    out.state = enum_to_proto(_RUN_STATE, run.state)
+    out.trigger = enum_to_proto(_RUN_TRIGGER, run.trigger)
+    for inst in run.tasks.values():
+        m = out.tasks.add(task_name=inst.task_name, state=enum_to_proto(_TASK_STATE, inst.state))
+        _copy_fields(inst, m, _INSTANCE_SCALARS)
+    return out
+
+
+def run_from_proto(m: types_pb2.Run, spec: JobSpec) -> Run:
+    tasks = {}
+    for t in m.tasks:
+        inst = TaskInstance(
+            task_name=t.task_name,
+            state=enum_from_proto(_TASK_STATE, t.state, "pending"),
+            idempotency_key=t.idempotency_key,
+        )
+        for name in _INSTANCE_SCALARS:
+            value = getattr(t, name)
+            setattr(inst, name, bytes(value) if isinstance(value, bytes) else value)
+        tasks[t.task_name] = inst
+    return Run(
+        run_id=m.run_id,
+        job_id=m.job_id,
+        tenant=m.tenant,
+        scheduled_for_ms=m.scheduled_for_ms,
+        state=enum_from_proto(_RUN_STATE, m.state, "running"),
+        trigger=enum_from_proto(_RUN_TRIGGER, m.trigger, "schedule"),
+        created_ms=m.created_ms,
+        job_version=m.job_version,
+        spec=spec,
+        tasks=tasks,
+        finished_ms=m.finished_ms,
+    )
+
+
+_DEAD_LETTER_FIELDS = [f.name for f in dataclasses.fields(DeadLetter)]
+
+
+def dead_letter_to_proto(d: DeadLetter, out: types_pb2.DeadLetter | None = None):
+    out = types_pb2.DeadLetter() if out is None else out
+    _copy_fields(d, out, _DEAD_LETTER_FIELDS)
+    return out
+
+
+def dead_letter_from_proto(m: types_pb2.DeadLetter) -> DeadLetter:
+    return DeadLetter(**{n: getattr(m, n) for n in _DEAD_LETTER_FIELDS})
+
+
+# --- commands ----------------------------------------------------------------------------
+
+
+def _command_to_proto(cmd, out: Message) -> None:
+    for f in dataclasses.fields(cmd):
+        value = getattr(cmd, f.name)
+        if isinstance(value, JobSpec):
+            spec_to_proto(value, getattr(out, f.name))
+        elif f.name in _NESTED:
+            repeated = getattr(out, f.name)
+            for item in value:
+                _command_to_proto(item, repeated.add())
+        else:
+            setattr(out, f.name, value)
+
+
+def _command_from_proto(cls: type, m: Message):
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(m, f.name)
+        if f.name == "spec":
+            value = spec_from_proto(value)
+        elif f.name in _NESTED:
+            value = tuple(_command_from_proto(_NESTED[f.name], item) for item in value)
+        elif isinstance(value, bytes):
+            value = bytes(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def batch_to_bytes(batch: c.Batch) -> bytes:
+    out = raft_pb2.CommandBatch(now_ms=batch.now_ms, term=batch.term)
+    for cmd in batch.commands:
+        msg = getattr(out.commands.add(), COMMAND_FIELDS[type(cmd)])
+        msg.SetInParent()  # selects the oneof even for field-less commands (Barrier)
+        _command_to_proto(cmd, msg)
+    return out.SerializeToString()
+
+
+def batch_from_bytes(data: bytes) -> c.Batch:
+    m = raft_pb2.CommandBatch.FromString(data)
+    cmds = []
+    for item in m.commands:
+        which = item.WhichOneof("cmd")
+        if which is None or which not in COMMAND_CLASSES:
+            # Fields unknown to this build land in unknown fields and leave the oneof empty.
+            raise UnknownCommand(f"command {which or '<unknown field>'} in batch at {m.now_ms}")
+        cmds.append(_command_from_proto(COMMAND_CLASSES[which], getattr(item, which)))
+    return c.Batch(now_ms=m.now_ms, commands=tuple(cmds), term=m.term)
+
+
+# --- replies (kept in the dedupe table, hence in snapshots) -------------------------------
+
+_REPLY_CLASSES = {cls.__name__: cls for cls in (r.JobReply, r.RunReply, r.Done, r.Replayed, Rejected)}
+
+
+def reply_to_bytes(reply: object) -> bytes:
+    fields = dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else {}
+    return json.dumps({"type": type(reply).__name__, **fields}, sort_keys=True).encode()
+
+
+def reply_from_bytes(data: bytes) -> object:
+    fields = json.loads(data)
+    cls = _REPLY_CLASSES[fields.pop("type")]
+    if cls is r.Replayed:
+        fields["tasks"] = tuple(tuple(t) for t in fields["tasks"])
+    return cls(**fields)

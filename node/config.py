@@ -1,0 +1,162 @@
+"""Node configuration: defaults < TOML file < GNOMON_* environment < command-line flags.
+
+Every limit the node enforces is a field here (ARCHITECTURE section 7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing or breaks a rule; the message names it."""
+
+
+@dataclass(frozen=True)
+class Member:
+    """One cluster member: its id, its Raft address and its gRPC address."""
+
+    node_id: str
+    raft_addr: str
+    grpc_addr: str
+
+    @classmethod
+    def parse(cls, text: str) -> Member:
+        """`id=raft_host:port,grpc_host:port` (the form of --member and GNOMON_MEMBERS)."""
+        try:
+            node_id, addrs = text.split("=", 1)
+            raft_addr, grpc_addr = (a.strip() for a in addrs.split(","))
+        except ValueError:
+            raise ConfigError(
+                f"member: {text!r} is not 'id=raft_host:port,grpc_host:port'"
+            ) from None
+        return cls(node_id.strip(), raft_addr, grpc_addr)
+
+
+@dataclass(frozen=True)
+class Config:
+    node_id: str = ""
+    members: tuple[Member, ...] = ()
+    data_dir: str = ".gnomon/node"
+    cluster_secret: str = ""
+    metrics_addr: str = ""  # "host:port"; empty disables the metrics endpoint
+    # Raft timing (seconds, pysyncobj's units).
+    raft_min_timeout_s: float = 0.4
+    raft_max_timeout_s: float = 1.2
+    leader_fallback_timeout_s: float = 1.5
+    append_entries_period_s: float = 0.05
+    # Leadership proof: an entry committed at least this often (ARCHITECTURE section 4).
+    proof_interval_ms: int = 300
+    # Leases.
+    lease_ttl_ms: int = 10_000
+    heartbeat_interval_ms: int = 2_000
+    # Trigger loop: how far ahead a fire may be proposed (0: only when due).
+    trigger_tick_ms: int = 50
+    # Proposer.
+    max_batch_commands: int = 1_000
+    max_batch_bytes: int = 1 << 20
+    max_pending_commands: int = 20_000
+    max_inflight_batches: int = 32
+    commit_timeout_ms: int = 5_000
+    # Limits on input.
+    max_payload_bytes: int = 64 << 10
+    max_result_bytes: int = 64 << 10
+    max_tasks_per_job: int = 100
+    max_attempts: int = 100
+    min_interval_ms: int = 100
+    max_jobs_per_tenant: int = 100_000
+    max_worker_credits: int = 1_000
+    # Memory and history.
+    dedupe_capacity: int = 100_000
+    runs_retained_per_job: int = 20
+    history_max_runs_per_job: int = 10_000
+    # Snapshots: compact the log after this many entries or seconds.
+    snapshot_min_entries: int = 20_000
+    snapshot_min_time_s: float = 60.0
+    # Test-only fault switches (see jepsen canaries); never set in production.
+    canaries: tuple[str, ...] = field(default=())
+
+    @property
+    def self_member(self) -> Member:
+        for m in self.members:
+            if m.node_id == self.node_id:
+                return m
+        raise ConfigError(f"node_id: {self.node_id!r} is not one of the members")
+
+    @property
+    def peers(self) -> tuple[Member, ...]:
+        return tuple(m for m in self.members if m.node_id != self.node_id)
+
+    def validate(self) -> Config:
+        if not self.node_id:
+            raise ConfigError("node_id: required (--node-id or GNOMON_NODE_ID)")
+        if not self.members:
+            raise ConfigError("members: at least one --member id=raft_addr,grpc_addr is required")
+        self.self_member  # noqa: B018 - raises when node_id is not a member
+        if len(self.cluster_secret) < 8:
+            raise ConfigError(
+                "cluster_secret: at least 8 characters required: the Raft port speaks pickle "
+                "and must be authenticated and encrypted"
+            )
+        if self.heartbeat_interval_ms * 2 > self.lease_ttl_ms:
+            raise ConfigError("heartbeat_interval_ms: must be at most half of lease_ttl_ms")
+        return self
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Config)}
+
+
+def _coerce(name: str, raw: object) -> object:
+    kind = _FIELDS[name].type
+    if name == "members":
+        items = raw.split(";") if isinstance(raw, str) else raw
+        return tuple(m if isinstance(m, Member) else _member(m) for m in items if m)
+    if name == "canaries":
+        items = raw.split(",") if isinstance(raw, str) else raw
+        return tuple(str(x) for x in items if x)
+    try:
+        if kind == "int":
+            return int(raw)
+        if kind == "float":
+            return float(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{name}: {raw!r} is not a {kind}") from None
+    return str(raw)
+
+
+def _member(item: object) -> Member:
+    if isinstance(item, dict):
+        return Member(str(item["id"]), str(item["raft"]), str(item["grpc"]))
+    return Member.parse(str(item))
+
+
+def load(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Config:
+    """Build the config from flags (argv), GNOMON_* variables and an optional TOML file."""
+    env = dict(os.environ) if env is None else env
+    parser = argparse.ArgumentParser(prog="gnomon-node", description="Run a gnomon scheduler node.")
+    parser.add_argument("--config", help="TOML file (keys as below, [[members]] tables)")
+    for name in _FIELDS:
+        parser.add_argument(
+            "--" + name.replace("_", "-").removesuffix("s" if name == "members" else ""),
+            dest=name,
+            action="append" if name == "members" else "store",
+        )
+    args = parser.parse_args(argv)
+    values: dict[str, object] = {}
+    path = args.config or env.get("GNOMON_CONFIG")
+    if path:
+        with open(path, "rb") as fh:
+            values.update(tomllib.load(fh))
+    for name in _FIELDS:
+        if f"GNOMON_{name.upper()}" in env:
+            values[name] = env[f"GNOMON_{name.upper()}"]
+        if getattr(args, name) is not None:
+            values[name] = getattr(args, name)
+    unknown = sorted(set(values) - set(_FIELDS))
+    if unknown:
+        raise ConfigError(f"{unknown[0]}: unknown configuration key")
+    return Config(**{k: _coerce(k, v) for k, v in values.items()}).validate()

@@ -1,0 +1,616 @@
+"""apply_batch: the replicated state machine's only transition function.
+
+Runs on the Raft tick thread of every node (and again on journal replay). Pure: all
+non-deterministic inputs are fields of the commands; business-rule violations are returned as
+Rejected values and change nothing. One handler per command type, registered in HANDLERS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from gnomon.node.core.commands import (
+    Barrier,
+    Batch,
+    CancelRun,
+    Command,
+    CompleteTask,
+    CreateJob,
+    DeleteJob,
+    ExpireLeases,
+    FailTask,
+    Fire,
+    GrantLeases,
+    LeaseGrant,
+    ReplayDeadLetters,
+    SetPaused,
+    TriggerJob,
+    UpdateJob,
+)
+from gnomon.node.core.dag import graph
+from gnomon.node.core.errors import Code, Rejected, UnknownCommand
+from gnomon.node.core.model import (
+    TERMINAL_RUN_STATES,
+    TERMINAL_TASK_STATES,
+    DeadLetter,
+    Job,
+    JobSpec,
+    Limits,
+    Run,
+    RunState,
+    RunTrigger,
+    State,
+    TaskInstance,
+    TaskState,
+)
+from gnomon.node.core.results import Done, Effects, Granted, JobReply, Replayed, Reply, RunReply
+from gnomon.node.core.retry import backoff_ms, effective_max_attempts
+from gnomon.node.core.validate import validate_spec
+
+# States from which a task can still reach SUCCEEDED without a replay.
+_VIABLE_TASK_STATES = frozenset(
+    {
+        TaskState.PENDING,
+        TaskState.READY,
+        TaskState.LEASED,
+        TaskState.RETRY_WAIT,
+        TaskState.SUCCEEDED,
+    }
+)
+
+
+@dataclass(slots=True)
+class Ctx:
+    """What a handler works on: the state, the limits, this batch's effects and cluster time."""
+
+    state: State
+    limits: Limits
+    effects: Effects
+    now: int
+
+
+Handler = Callable[[Ctx, Any], Reply]
+
+
+def new_state() -> State:
+    """The state of a fresh cluster (before the first log entry)."""
+    return State()
+
+
+def apply_batch(state: State, batch: Batch, limits: Limits) -> tuple[list[Reply], Effects]:
+    """Apply one Raft entry: advance cluster time, then every command in order.
+
+    Raises UnknownCommand for a command type this build does not know (the node must stop).
+    """
+    state.clock_ms = max(state.clock_ms, batch.now_ms)
+    ctx = Ctx(state=state, limits=limits, effects=Effects(), now=state.clock_ms)
+    replies = [apply_command(ctx, command) for command in batch.commands]
+    return replies, ctx.effects
+
+
+def apply_command(ctx: Ctx, command: Command) -> Reply:
+    """One command, with request-id dedupe for the commands that carry one."""
+    handler = HANDLERS.get(type(command))
+    if handler is None:
+        raise UnknownCommand(f"no handler for command type {type(command).__name__}")
+    request_id: str = getattr(command, "request_id", "")
+    if not request_id:
+        return handler(ctx, command)
+    dedupe = ctx.state.dedupe
+    if request_id in dedupe:
+        return cast(Reply, dedupe[request_id])
+    reply = handler(ctx, command)
+    dedupe[request_id] = reply
+    while len(dedupe) > max(ctx.limits.dedupe_capacity, 0):
+        dedupe.popitem(last=False)
+    return reply
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+
+def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
+    state, spec = ctx.state, cmd.spec
+    rejected = (
+        validate_spec(spec)
+        or _check_name_free(state, spec)
+        or _check_job_quota(state, spec.tenant, cmd.max_jobs_per_tenant)
+    )
+    if rejected:
+        return rejected
+    state.job_seq += 1
+    job_id = f"j{state.job_seq}"
+    state.jobs[job_id] = Job(
+        job_id=job_id,
+        spec=spec,
+        version=1,
+        next_fire_ms=cmd.next_fire_ms,
+        paused=spec.paused,
+        created_ms=ctx.now,
+        updated_ms=ctx.now,
+    )
+    state.job_names[(spec.tenant, spec.name)] = job_id
+    ctx.effects.jobs.append(job_id)
+    return JobReply(job_id=job_id, version=1)
+
+
+def _update_job(ctx: Ctx, cmd: UpdateJob) -> Reply:
+    job = _find_job(ctx.state, cmd.job_id)
+    if isinstance(job, Rejected):
+        return job
+    rejected = (
+        _check_version(job, cmd.expected_version)
+        or _check_same_identity(job, cmd.spec)
+        or validate_spec(cmd.spec)
+    )
+    if rejected:
+        return rejected
+    # An unchanged schedule keeps its slot: an already-due fire must not be lost.
+    if cmd.spec.schedule != job.spec.schedule:
+        job.next_fire_ms = cmd.next_fire_ms
+    job.spec = cmd.spec
+    _bump_version(ctx, job)
+    return JobReply(job_id=job.job_id, version=job.version)
+
+
+def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
+    state = ctx.state
+    job = _find_job(state, cmd.job_id)
+    if isinstance(job, Rejected):
+        return job
+    rejected = _check_version(job, cmd.expected_version)
+    if rejected:
+        return rejected
+    del state.jobs[job.job_id]
+    del state.job_names[(job.spec.tenant, job.spec.name)]
+    ctx.effects.jobs.append(job.job_id)
+    # Runs in flight finish normally; terminal ones go to the history store now.
+    _enforce_retention(ctx, job.job_id)
+    return Done()
+
+
+def _set_paused(ctx: Ctx, cmd: SetPaused) -> Reply:
+    job = _find_job(ctx.state, cmd.job_id)
+    if isinstance(job, Rejected):
+        return job
+    if job.paused == cmd.paused:
+        return JobReply(job_id=job.job_id, version=job.version)
+    job.paused = cmd.paused
+    if not cmd.paused:
+        # No catch-up of the paused period: resume at the leader's next slot after now.
+        job.next_fire_ms = cmd.next_fire_ms
+    _bump_version(ctx, job)
+    return JobReply(job_id=job.job_id, version=job.version)
+
+
+def _find_job(state: State, job_id: str) -> Job | Rejected:
+    job = state.jobs.get(job_id)
+    if job is None:
+        return Rejected(Code.NOT_FOUND, f"job_id: no job {job_id!r}")
+    return job
+
+
+def _check_version(job: Job, expected: int) -> Rejected | None:
+    if expected != 0 and expected != job.version:
+        return Rejected(
+            Code.FAILED_PRECONDITION,
+            f"expected_version: job {job.job_id!r} is at version {job.version}, not {expected}",
+        )
+    return None
+
+
+def _check_same_identity(job: Job, spec: JobSpec) -> Rejected | None:
+    if spec.tenant != job.spec.tenant:
+        return Rejected(
+            Code.INVALID_ARGUMENT,
+            f"spec.tenant: job {job.job_id!r} belongs to tenant {job.spec.tenant!r}, "
+            f"not {spec.tenant!r} (a job cannot change tenant)",
+        )
+    if spec.name != job.spec.name:
+        return Rejected(
+            Code.INVALID_ARGUMENT,
+            f"spec.name: job {job.job_id!r} is named {job.spec.name!r}, not {spec.name!r} "
+            "(a job cannot be renamed)",
+        )
+    return None
+
+
+def _check_name_free(state: State, spec: JobSpec) -> Rejected | None:
+    if (spec.tenant, spec.name) in state.job_names:
+        return Rejected(
+            Code.ALREADY_EXISTS,
+            f"spec.name: tenant {spec.tenant!r} already has a job named {spec.name!r}",
+        )
+    return None
+
+
+def _check_job_quota(state: State, tenant: str, limit: int) -> Rejected | None:
+    if limit <= 0:
+        return None
+    count = sum(1 for owner, _ in state.job_names if owner == tenant)
+    if count >= limit:
+        return Rejected(
+            Code.RESOURCE_EXHAUSTED,
+            f"spec.tenant: tenant {tenant!r} already has {count} jobs, the limit is {limit}",
+        )
+    return None
+
+
+def _bump_version(ctx: Ctx, job: Job) -> None:
+    job.version += 1
+    job.updated_ms = ctx.now
+    ctx.effects.jobs.append(job.job_id)
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def _fire(ctx: Ctx, cmd: Fire) -> Reply:
+    job = ctx.state.jobs.get(cmd.job_id)
+    # Compare-and-set on the slot: a duplicate or stale Fire (deposed leader) is a no-op.
+    if (
+        job is None
+        or job.paused
+        or cmd.scheduled_for_ms == 0
+        or job.next_fire_ms != cmd.scheduled_for_ms
+    ):
+        return RunReply(run_id="")
+    job.next_fire_ms = cmd.next_fire_ms
+    ctx.effects.jobs.append(job.job_id)
+    run_id = f"{job.job_id}@{cmd.scheduled_for_ms}"
+    if run_id in ctx.state.runs:
+        return RunReply(run_id="")
+    if cmd.skip:
+        _record_skipped_run(ctx, job, run_id, cmd.scheduled_for_ms)
+    else:
+        _start_run(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE)
+    return RunReply(run_id=run_id)
+
+
+def _trigger_job(ctx: Ctx, cmd: TriggerJob) -> Reply:
+    state = ctx.state
+    job = _find_job(state, cmd.job_id)
+    if isinstance(job, Rejected):
+        return job
+    state.manual_seq += 1
+    run_id = f"{job.job_id}@manual-{state.manual_seq}"
+    _start_run(ctx, job, run_id, ctx.now, RunTrigger.MANUAL)
+    return RunReply(run_id=run_id)
+
+
+def _cancel_run(ctx: Ctx, cmd: CancelRun) -> Reply:
+    run = ctx.state.runs.get(cmd.run_id)
+    if run is None:
+        return Rejected(Code.NOT_FOUND, f"run_id: no run {cmd.run_id!r}")
+    if run.state in TERMINAL_RUN_STATES:
+        return Rejected(
+            Code.FAILED_PRECONDITION, f"run_id: run {run.run_id!r} is already {run.state}"
+        )
+    reason = cmd.reason or "run cancelled"
+    for inst in run.tasks.values():
+        if inst.state in TERMINAL_TASK_STATES:
+            continue
+        if inst.state == TaskState.LEASED:
+            _end_lease(ctx, run, inst)
+            ctx.effects.cancelled.append(
+                (run.run_id, inst.task_name, inst.fencing_token, reason)
+            )
+        inst.state = TaskState.CANCELLED
+        inst.finished_ms = ctx.now
+    run.state = RunState.CANCELLED
+    run.finished_ms = ctx.now
+    _enforce_retention(ctx, run.job_id)
+    return RunReply(run_id=run.run_id)
+
+
+def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str) -> Run:
+    run = Run(
+        run_id=run_id,
+        job_id=job.job_id,
+        tenant=job.spec.tenant,
+        scheduled_for_ms=scheduled_for_ms,
+        state=RunState.RUNNING,
+        trigger=trigger,
+        created_ms=ctx.now,
+        job_version=job.version,
+        spec=job.spec,
+        tasks={},
+    )
+    ctx.state.runs[run_id] = run
+    ctx.state.runs_by_job.setdefault(job.job_id, []).append(run_id)
+    return run
+
+
+def _start_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str) -> None:
+    run = _new_run(ctx, job, run_id, scheduled_for_ms, trigger)
+    for task in run.spec.tasks:
+        inst = TaskInstance(
+            task_name=task.name, state=TaskState.PENDING, idempotency_key=f"{run_id}:{task.name}"
+        )
+        run.tasks[task.name] = inst
+        if not task.depends_on:
+            _make_ready(ctx, run, inst)
+    _finish_if_done(ctx, run)
+
+
+def _record_skipped_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int) -> None:
+    run = _new_run(ctx, job, run_id, scheduled_for_ms, RunTrigger.SCHEDULE)
+    run.state = RunState.SKIPPED
+    run.finished_ms = ctx.now
+    _enforce_retention(ctx, job.job_id)
+
+
+# --- leases and task outcomes --------------------------------------------------------------
+
+
+def _grant_leases(ctx: Ctx, cmd: GrantLeases) -> Reply:
+    return Granted(tokens=tuple(_grant_one(ctx, grant) for grant in cmd.grants))
+
+
+def _grant_one(ctx: Ctx, grant: LeaseGrant) -> int | Rejected:
+    state = ctx.state
+    found = _find_task(state, grant.run_id, grant.task_name, Code.FAILED_PRECONDITION)
+    if isinstance(found, Rejected):
+        return found
+    run, inst = found
+    rejected = _check_grantable(run, inst, ctx.now)
+    if rejected:
+        return rejected
+    state.last_token += 1
+    inst.state = TaskState.LEASED
+    inst.fencing_token = state.last_token
+    inst.worker_id = grant.worker_id
+    inst.lease_ttl_ms = grant.lease_ttl_ms
+    inst.attempt += 1
+    inst.started_ms = ctx.now
+    ctx.effects.leased.append((run.run_id, inst.task_name, inst.fencing_token))
+    return inst.fencing_token
+
+
+def _check_grantable(run: Run, inst: TaskInstance, now: int) -> Rejected | None:
+    where = f"task {inst.task_name!r} of run {run.run_id!r}"
+    if inst.state == TaskState.READY:
+        return None
+    if inst.state == TaskState.RETRY_WAIT:
+        if inst.retry_at_ms <= now:
+            return None
+        return Rejected(
+            Code.FAILED_PRECONDITION,
+            f"task_name: {where} waits to retry until {inst.retry_at_ms}, it is {now}",
+        )
+    return Rejected(Code.FAILED_PRECONDITION, f"task_name: {where} is {inst.state}, not ready")
+
+
+def _complete_task(ctx: Ctx, cmd: CompleteTask) -> Reply:
+    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token)
+    if isinstance(found, Rejected):
+        return found
+    run, inst = found
+    _end_lease(ctx, run, inst)
+    inst.state = TaskState.SUCCEEDED
+    inst.finished_ms = ctx.now
+    inst.result = cmd.result
+    _promote_dependents(ctx, run, inst.task_name)
+    _finish_if_done(ctx, run)
+    return Done()
+
+
+def _fail_task(ctx: Ctx, cmd: FailTask) -> Reply:
+    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token)
+    if isinstance(found, Rejected):
+        return found
+    run, inst = found
+    _end_lease(ctx, run, inst)
+    _fail_attempt(ctx, run, inst, cmd.error, cmd.retryable, cmd.jitter_draw)
+    return Done()
+
+
+def _expire_leases(ctx: Ctx, cmd: ExpireLeases) -> Reply:
+    for lease in cmd.leases:
+        found = _find_leased(ctx.state, lease.run_id, lease.task_name, lease.fencing_token)
+        if isinstance(found, Rejected):
+            continue  # stale expiry: the lease already ended or was re-granted
+        run, inst = found
+        _end_lease(ctx, run, inst)
+        # A timed-out or vanished worker counts as a retryable failure.
+        _fail_attempt(ctx, run, inst, lease.reason, True, lease.jitter_draw)
+    return Done()
+
+
+def _find_task(
+    state: State, run_id: str, task_name: str, code: str
+) -> tuple[Run, TaskInstance] | Rejected:
+    run = state.runs.get(run_id)
+    if run is None:
+        return Rejected(code, f"run_id: no run {run_id!r}")
+    inst = run.tasks.get(task_name)
+    if inst is None:
+        return Rejected(code, f"task_name: run {run_id!r} has no task {task_name!r}")
+    return run, inst
+
+
+def _find_leased(
+    state: State, run_id: str, task_name: str, token: int
+) -> tuple[Run, TaskInstance] | Rejected:
+    found = _find_task(state, run_id, task_name, Code.NOT_FOUND)
+    if isinstance(found, Rejected):
+        return found
+    _, inst = found
+    if token != inst.fencing_token:
+        return Rejected(
+            Code.FAILED_PRECONDITION,
+            f"fencing_token: stale fencing token {token}, current is {inst.fencing_token}",
+        )
+    if inst.state != TaskState.LEASED:
+        return Rejected(
+            Code.FAILED_PRECONDITION,
+            f"fencing_token: task {task_name!r} of run {run_id!r} is {inst.state}, not leased",
+        )
+    return found
+
+
+def _end_lease(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
+    ctx.effects.lease_ended.append((run.run_id, inst.task_name, inst.fencing_token))
+
+
+def _fail_attempt(
+    ctx: Ctx, run: Run, inst: TaskInstance, error: str, retryable: bool, jitter_draw: float
+) -> None:
+    policy = graph(run.spec).tasks[inst.task_name].retry
+    inst.last_error = error
+    if retryable and inst.attempt < effective_max_attempts(policy):
+        inst.state = TaskState.RETRY_WAIT
+        inst.retry_at_ms = ctx.now + backoff_ms(inst.attempt, policy, jitter_draw)
+        ctx.effects.dispatchable.append((run.run_id, inst.task_name))
+        return
+    _dead_letter(ctx, run, inst)
+
+
+def _dead_letter(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
+    inst.state = TaskState.DEAD
+    inst.finished_ms = ctx.now
+    ctx.state.dead_letters[(run.run_id, inst.task_name)] = DeadLetter(
+        run_id=run.run_id,
+        task_name=inst.task_name,
+        job_id=run.job_id,
+        tenant=run.tenant,
+        attempts=inst.attempt,
+        last_error=inst.last_error,
+        dead_ms=ctx.now,
+    )
+    for name in graph(run.spec).descendants(inst.task_name):
+        downstream = run.tasks[name]
+        if downstream.state == TaskState.PENDING:
+            downstream.state = TaskState.UPSTREAM_FAILED
+            downstream.finished_ms = ctx.now
+    _finish_if_done(ctx, run)
+
+
+def _make_ready(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
+    inst.state = TaskState.READY
+    inst.ready_ms = ctx.now
+    ctx.effects.dispatchable.append((run.run_id, inst.task_name))
+
+
+def _promote_dependents(ctx: Ctx, run: Run, task_name: str) -> None:
+    dag = graph(run.spec)
+    for name in dag.dependents[task_name]:
+        inst = run.tasks[name]
+        if inst.state == TaskState.PENDING and all(
+            run.tasks[dep].state == TaskState.SUCCEEDED for dep in dag.deps[name]
+        ):
+            _make_ready(ctx, run, inst)
+
+
+# --- dead letters --------------------------------------------------------------------------
+
+
+def _replay_dead_letters(ctx: Ctx, cmd: ReplayDeadLetters) -> Reply:
+    dead_letters = ctx.state.dead_letters
+    for index, key in enumerate(cmd.tasks):
+        if (key.run_id, key.task_name) not in dead_letters:
+            return Rejected(
+                Code.NOT_FOUND,
+                f"tasks[{index}]: no dead letter for task {key.task_name!r} "
+                f"of run {key.run_id!r}",
+            )
+    keys = tuple(dict.fromkeys((key.run_id, key.task_name) for key in cmd.tasks))
+    for run_id, task_name in keys:
+        _replay_one(ctx, run_id, task_name)
+    return Replayed(tasks=keys)
+
+
+def _replay_one(ctx: Ctx, run_id: str, task_name: str) -> None:
+    del ctx.state.dead_letters[(run_id, task_name)]
+    # Runs with dead-lettered tasks are never evicted, so the run is in memory.
+    run = ctx.state.runs[run_id]
+    inst = run.tasks[task_name]
+    inst.attempt = 0  # a fresh series of attempts; last_error is kept for the record
+    inst.retry_at_ms = 0
+    inst.finished_ms = 0
+    _make_ready(ctx, run, inst)
+    dag = graph(run.spec)
+    # Topological order: a revived task's own dependencies are settled before it is looked at.
+    for name in dag.descendants(task_name):
+        downstream = run.tasks[name]
+        if downstream.state == TaskState.UPSTREAM_FAILED and all(
+            run.tasks[dep].state in _VIABLE_TASK_STATES for dep in dag.deps[name]
+        ):
+            downstream.state = TaskState.PENDING
+            downstream.finished_ms = 0
+    run.state = RunState.RUNNING
+    run.finished_ms = 0
+
+
+def _barrier(ctx: Ctx, cmd: Barrier) -> Reply:
+    return Done()
+
+
+# --- run completion and retention ----------------------------------------------------------
+
+
+def _finish_if_done(ctx: Ctx, run: Run) -> None:
+    if run.state != RunState.RUNNING:
+        return
+    if any(inst.state not in TERMINAL_TASK_STATES for inst in run.tasks.values()):
+        return
+    run.state = _final_run_state(run)
+    run.finished_ms = ctx.now
+    _enforce_retention(ctx, run.job_id)
+
+
+def _final_run_state(run: Run) -> str:
+    states = [inst.state for inst in run.tasks.values()]
+    if TaskState.CANCELLED in states:
+        return RunState.CANCELLED
+    if all(state == TaskState.SUCCEEDED for state in states):
+        return RunState.SUCCEEDED
+    return RunState.FAILED
+
+
+def _enforce_retention(ctx: Ctx, job_id: str) -> None:
+    """Evict the oldest terminal runs of `job_id` beyond the retention bound.
+
+    A deleted job retains nothing. Active runs and runs with dead letters stay in memory.
+    """
+    state = ctx.state
+    run_ids = state.runs_by_job.get(job_id)
+    if run_ids is None:
+        return
+    keep = max(ctx.limits.runs_retained_per_job, 0) if job_id in state.jobs else 0
+    terminal = [rid for rid in run_ids if state.runs[rid].state in TERMINAL_RUN_STATES]
+    excess = len(terminal) - keep
+    evicted: dict[str, None] = {}
+    for run_id in terminal:
+        if len(evicted) >= excess:
+            break
+        if not _has_dead_letters(state, state.runs[run_id]):
+            evicted[run_id] = None
+            ctx.effects.evicted_runs.append(state.runs.pop(run_id))
+    if evicted:
+        run_ids[:] = [rid for rid in run_ids if rid not in evicted]
+    if not run_ids and job_id not in state.jobs:
+        del state.runs_by_job[job_id]
+
+
+def _has_dead_letters(state: State, run: Run) -> bool:
+    return any((run.run_id, name) in state.dead_letters for name in run.tasks)
+
+
+HANDLERS: dict[type, Handler] = {
+    CreateJob: _create_job,
+    UpdateJob: _update_job,
+    DeleteJob: _delete_job,
+    SetPaused: _set_paused,
+    Fire: _fire,
+    TriggerJob: _trigger_job,
+    CancelRun: _cancel_run,
+    GrantLeases: _grant_leases,
+    CompleteTask: _complete_task,
+    FailTask: _fail_task,
+    ExpireLeases: _expire_leases,
+    ReplayDeadLetters: _replay_dead_letters,
+    Barrier: _barrier,
+}

@@ -1,0 +1,101 @@
+"""Shape rules of a JobSpec's task DAG that the state machine relies on.
+
+Name syntax, sizes and schedule expressions are the leader's job (before proposing); this
+module only checks what apply() needs to stay total: tasks exist, names are unique, every
+dependency names a task of the job, and the graph is acyclic.
+"""
+
+from __future__ import annotations
+
+from gnomon.node.core.errors import Code, Rejected
+from gnomon.node.core.model import JobSpec
+
+
+def validate_spec(spec: JobSpec) -> Rejected | None:
+    """None if the DAG of `spec` is usable, else INVALID_ARGUMENT naming the field and rule."""
+    return (
+        _check_not_empty(spec)
+        or _check_unique_names(spec)
+        or _check_dependencies(spec)
+        or _check_acyclic(spec)
+    )
+
+
+def _invalid(detail: str) -> Rejected:
+    return Rejected(Code.INVALID_ARGUMENT, detail)
+
+
+def _check_not_empty(spec: JobSpec) -> Rejected | None:
+    if not spec.tasks:
+        return _invalid("spec.tasks: a job needs at least one task")
+    return None
+
+
+def _check_unique_names(spec: JobSpec) -> Rejected | None:
+    seen: dict[str, int] = {}
+    for index, task in enumerate(spec.tasks):
+        if task.name in seen:
+            return _invalid(
+                f"spec.tasks[{index}].name: task name {task.name!r} is already used by "
+                f"spec.tasks[{seen[task.name]}]"
+            )
+        seen[task.name] = index
+    return None
+
+
+def _check_dependencies(spec: JobSpec) -> Rejected | None:
+    names = {task.name for task in spec.tasks}
+    for index, task in enumerate(spec.tasks):
+        field = f"spec.tasks[{index}].depends_on"
+        listed: dict[str, None] = {}
+        for dep in task.depends_on:
+            if dep == task.name:
+                return _invalid(f"{field}: task {task.name!r} depends on itself")
+            if dep not in names:
+                return _invalid(f"{field}: task {task.name!r} depends on unknown task {dep!r}")
+            if dep in listed:
+                return _invalid(f"{field}: task {task.name!r} lists {dep!r} twice")
+            listed[dep] = None
+    return None
+
+
+def _check_acyclic(spec: JobSpec) -> Rejected | None:
+    cycle = find_cycle({task.name: task.depends_on for task in spec.tasks})
+    if cycle:
+        path = " -> ".join(cycle)
+        return _invalid(f"spec.tasks: dependency cycle {path} (a -> b: a depends on b)")
+    return None
+
+
+def find_cycle(deps: dict[str, tuple[str, ...]]) -> list[str]:
+    """A cycle of the 'depends on' relation as a closed path [a, b, ..., a], or [].
+
+    Iterative DFS (DAGs may be deep), visiting tasks and edges in spec order so the
+    reported path is deterministic.
+    """
+    done: dict[str, None] = {}
+    for root in deps:
+        if root in done:
+            continue
+        path: list[str] = [root]
+        on_path: dict[str, int] = {root: 0}
+        cursors: list[int] = [0]
+        while path:
+            current = path[-1]
+            edges = deps.get(current, ())
+            if cursors[-1] == len(edges):
+                done[current] = None
+                del on_path[current]
+                path.pop()
+                cursors.pop()
+                continue
+            nxt = edges[cursors[-1]]
+            cursors[-1] += 1
+            if nxt in on_path:
+                return path[on_path[nxt]:] + [nxt]
+            if nxt in done or nxt not in deps:
+                continue
+            on_path[nxt] = len(path)
+            path.append(nxt)
+            cursors.append(0)
+    return []

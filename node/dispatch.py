@@ -1,0 +1,252 @@
+"""Leader-local dispatch: which ready task goes to which connected worker.
+
+Ready tasks wait in one heap per queue, ordered by job priority (higher first), then by the
+time they became ready. Workers announce credits (free slots); each round matches credits
+with heads of the queues the worker serves, commits ONE GrantLeases command for the round
+(the worker choice is in the command) and then pushes Assign on the workers' streams.
+Retry-wait tasks sit in a time heap until their retry_at_ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from gnomon.node import metrics
+from gnomon.node.clock import wall_ms
+from gnomon.node.core.commands import GrantLeases, LeaseGrant
+from gnomon.node.core.errors import Rejected
+from gnomon.node.core.model import DEFAULT_MAX_ATTEMPTS, TaskState
+from gnomon.node.leases import LeaseTable
+from gnomon.node.raft import NotCommitted, Overloaded, Proposer
+from gnomon.node.replica import Replica
+from gnomon.v1 import worker_pb2
+
+log = logging.getLogger(__name__)
+
+MAX_GRANTS_PER_ROUND = 2_000
+
+
+@dataclass(eq=False)
+class WorkerSession:
+    """One connected worker stream (leader side)."""
+
+    worker_id: str
+    queues: tuple[str, ...]
+    credits: int = 0
+    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    closed: bool = False
+
+    def send(self, msg: worker_pb2.ServerMessage) -> None:
+        if not self.closed:
+            self.outbox.put_nowait(msg)
+
+
+class Dispatcher:
+    def __init__(self, replica: Replica, proposer: Proposer, leases: LeaseTable, *,
+                 lease_ttl_ms: int, max_credits: int):
+        self._replica = replica
+        self._proposer = proposer
+        self._leases = leases
+        self._ttl_ms = lease_ttl_ms
+        self._max_credits = max_credits
+        self.sessions: dict[str, WorkerSession] = {}
+        self._order: deque[str] = deque()
+        self._ready: dict[str, list[tuple[int, int, int, str, str]]] = {}
+        self._waiting: list[tuple[int, str, str]] = []
+        self._granting: set[tuple[str, str]] = set()
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task | None = None
+
+    # -- sessions (called by the worker servicer) -------------------------------------------
+
+    def attach(self, session: WorkerSession) -> None:
+        old = self.sessions.get(session.worker_id)
+        if old is not None:
+            old.closed = True
+            old.outbox.put_nowait(None)
+        else:
+            self._order.append(session.worker_id)
+        self.sessions[session.worker_id] = session
+        metrics.WORKERS.set(len(self.sessions))
+
+    def detach(self, session: WorkerSession) -> None:
+        session.closed = True
+        if self.sessions.get(session.worker_id) is session:
+            del self.sessions[session.worker_id]
+            self._order.remove(session.worker_id)
+        metrics.WORKERS.set(len(self.sessions))
+
+    def add_credits(self, session: WorkerSession, credits: int) -> None:
+        session.credits = max(0, min(self._max_credits, session.credits + credits))
+        self._wake.set()
+
+    def close_all(self) -> None:
+        for s in list(self.sessions.values()):
+            s.closed = True
+            s.outbox.put_nowait(None)
+
+    # -- leader session ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._ready.clear()
+        self._waiting.clear()
+        self._granting.clear()
+        with self._replica.lock:
+            for run in self._replica.state.runs.values():
+                for inst in run.tasks.values():
+                    self._index(run, inst)
+        self._task = asyncio.create_task(self._run(), name="dispatch")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self.close_all()
+
+    def dispatchable(self, keys: list[tuple[str, str]]) -> None:
+        """Effects hook: these tasks became READY or RETRY_WAIT."""
+        if self._task is None:
+            return
+        with self._replica.lock:
+            runs = self._replica.state.runs
+            for run_id, task_name in keys:
+                run = runs.get(run_id)
+                if run is not None and task_name in run.tasks:
+                    self._index(run, run.tasks[task_name])
+        self._wake.set()
+
+    def cancelled(self, items: list[tuple[str, str, int, str]]) -> None:
+        """Effects hook: runs cancelled with these leases outstanding: push Cancel."""
+        for run_id, task_name, token, reason in items:
+            holder = self._leases.holder(token)
+            session = self.sessions.get(holder.worker_id) if holder else None
+            if session is not None:
+                lease = worker_pb2.LeaseRef(run_id=run_id, task_name=task_name, fencing_token=token)
+                session.send(worker_pb2.ServerMessage(cancel=worker_pb2.Cancel(lease=lease,
+                                                                                 reason=reason)))
+
+    def _index(self, run, inst) -> None:
+        if inst.state == TaskState.READY:
+            queue = run.spec.task(inst.task_name).queue or "default"
+            heapq.heappush(self._ready.setdefault(queue, []),
+                           (-run.spec.priority, inst.ready_ms, next(self._seq), run.run_id,
+                            inst.task_name))
+        elif inst.state == TaskState.RETRY_WAIT:
+            heapq.heappush(self._waiting, (inst.retry_at_ms, run.run_id, inst.task_name))
+
+    # -- matching -------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            delay = 0.5
+            if self._waiting:
+                delay = min(delay, max(0.0, (self._waiting[0][0] - wall_ms()) / 1000))
+            try:
+                await asyncio.wait_for(self._wake.wait(), delay)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            self._release_waiting(wall_ms())
+            grants = self._match()
+            metrics.READY_TASKS.set(sum(len(h) for h in self._ready.values()))
+            if grants:
+                asyncio.create_task(self._grant(grants))
+
+    def _release_waiting(self, now_ms: int) -> None:
+        if not self._waiting or self._waiting[0][0] > now_ms:
+            return
+        with self._replica.lock:
+            runs = self._replica.state.runs
+            while self._waiting and self._waiting[0][0] <= now_ms:
+                _, run_id, task_name = heapq.heappop(self._waiting)
+                run = runs.get(run_id)
+                inst = run.tasks.get(task_name) if run else None
+                if inst is not None and inst.state == TaskState.RETRY_WAIT:
+                    queue = run.spec.task(task_name).queue or "default"
+                    heapq.heappush(self._ready.setdefault(queue, []),
+                                   (-run.spec.priority, inst.retry_at_ms, next(self._seq), run_id,
+                                    task_name))
+
+    def _match(self) -> list[tuple[WorkerSession, LeaseGrant]]:
+        grants: list[tuple[WorkerSession, LeaseGrant]] = []
+        with self._replica.lock:
+            runs = self._replica.state.runs
+            progress = True
+            while progress and len(grants) < MAX_GRANTS_PER_ROUND:
+                progress = False
+                # Round robin over workers: one task each per pass.
+                for worker_id in list(self._order):
+                    session = self.sessions[worker_id]
+                    if session.credits <= 0 or session.closed:
+                        continue
+                    key = self._pop_best(session.queues, runs)
+                    if key is None:
+                        continue
+                    session.credits -= 1
+                    self._granting.add(key)
+                    grants.append((session, LeaseGrant(key[0], key[1], worker_id, self._ttl_ms)))
+                    progress = True
+        return grants
+
+    def _pop_best(self, queues: tuple[str, ...], runs) -> tuple[str, str] | None:
+        while True:
+            best = None
+            for q in queues:
+                heap = self._ready.get(q)
+                if heap and (best is None or heap[0] < self._ready[best][0]):
+                    best = q
+            if best is None:
+                return None
+            _, _, _, run_id, task_name = heapq.heappop(self._ready[best])
+            run = runs.get(run_id)
+            inst = run.tasks.get(task_name) if run else None
+            if (inst is not None and inst.state in (TaskState.READY, TaskState.RETRY_WAIT)
+                    and (run_id, task_name) not in self._granting):
+                return run_id, task_name
+
+    async def _grant(self, grants: list[tuple[WorkerSession, LeaseGrant]]) -> None:
+        try:
+            reply = await self._proposer.propose(GrantLeases(tuple(g for _, g in grants)))
+            tokens = reply.tokens
+        except (NotCommitted, Overloaded) as exc:
+            log.warning("grants not committed (%s)", exc)
+            tokens = [Rejected("UNAVAILABLE", str(exc))] * len(grants)
+        for (session, grant), token in zip(grants, tokens, strict=True):
+            key = (grant.run_id, grant.task_name)
+            self._granting.discard(key)
+            if isinstance(token, Rejected):
+                session.credits += 1
+                self.dispatchable([key])  # re-index if it is still ready
+                continue
+            metrics.LEASES_GRANTED.inc()
+            if session.closed:
+                self._leases.expire_now(token)
+                continue
+            assign = self._assign(grant, token)
+            if assign is not None:
+                session.send(worker_pb2.ServerMessage(assign=assign))
+        self._wake.set()
+
+    def _assign(self, grant: LeaseGrant, token: int) -> worker_pb2.Assign | None:
+        with self._replica.lock:
+            run = self._replica.state.runs.get(grant.run_id)
+            inst = run.tasks.get(grant.task_name) if run else None
+            if inst is None or inst.fencing_token != token:
+                return None  # already cancelled or expired by a later entry
+            spec = run.spec.task(grant.task_name)
+            return worker_pb2.Assign(
+                lease=worker_pb2.LeaseRef(run_id=run.run_id, task_name=inst.task_name,
+                                          fencing_token=token),
+                job_id=run.job_id, tenant=run.tenant, queue=spec.queue or "default",
+                attempt=inst.attempt, idempotency_key=inst.idempotency_key, payload=spec.payload,
+                scheduled_for_ms=run.scheduled_for_ms, lease_ttl_ms=inst.lease_ttl_ms,
+                deadline_ms=inst.started_ms + spec.timeout_ms if spec.timeout_ms else 0,
+                max_attempts=spec.retry.max_attempts or DEFAULT_MAX_ATTEMPTS,
+            )

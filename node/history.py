@@ -1,0 +1,147 @@
+"""Per-node LMDB store of terminal runs evicted from the replicated state (run history).
+
+Databases in one directory environment:
+- `runs`:   run_id -> job_id length (u16 BE) + job_id + scheduled_for_ms (u64 BE) + encoded run
+- `by_job`: job_id length (u16 BE) + job_id + scheduled_for_ms (u64 BE) + run_id -> run_id
+- `counts`: job_id -> number of runs kept for it (u64 BE), to enforce the per-job cap cheaply
+
+Thread rule: every method opens its own LMDB transaction, so methods may be called from any
+thread. LMDB serialises write transactions (a second writer blocks until the first commits) and
+read transactions see a consistent snapshot while a write is in progress. Intended use: writes
+from one thread (apply / history writer), reads from the gRPC thread. `close()` only after all
+other threads stopped using the store; one HistoryStore per path per process.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+
+import lmdb
+
+_U16 = struct.Struct(">H")
+_U64 = struct.Struct(">Q")
+_MAX_JOB_ID = 0xFFFF
+
+
+class HistoryStore:
+    def __init__(
+        self, path: str, *, map_size: int = 8 << 30, max_runs_per_job: int = 10_000
+    ) -> None:
+        if max_runs_per_job < 1:
+            raise ValueError("max_runs_per_job must be at least 1")
+        self._max = max_runs_per_job
+        self._env = lmdb.open(
+            path, map_size=map_size, max_dbs=3, sync=True, writemap=False, subdir=True
+        )
+        self._runs = self._env.open_db(b"runs")
+        self._by_job = self._env.open_db(b"by_job")
+        self._counts = self._env.open_db(b"counts")
+
+    def put_runs(self, records: Iterable[tuple[str, int, str, bytes]]) -> None:
+        """Store (job_id, scheduled_for_ms, run_id, encoded_run) records in one synced txn.
+
+        Idempotent: re-putting a run replaces it. Beyond `max_runs_per_job` runs of a job, the
+        oldest (by scheduled_for_ms, then run_id) are dropped.
+        """
+        with self._env.begin(write=True) as txn:
+            for job_id, scheduled_for_ms, run_id, data in records:
+                self._put(txn, job_id, scheduled_for_ms, run_id, data)
+
+    def get_run(self, run_id: str) -> bytes | None:
+        with self._env.begin() as txn:
+            value = txn.get(run_id.encode(), db=self._runs)
+        return None if value is None else _decode_value(value)[2]
+
+    def list_runs(self, job_id: str, *, before_ms: int = 0, limit: int = 50) -> list[bytes]:
+        """Encoded runs of a job, newest first; only scheduled_for_ms < before_ms if before_ms."""
+        prefix = _job_prefix(job_id)
+        end = prefix + _U64.pack(before_ms) if before_ms > 0 else _next_prefix(prefix)
+        out: list[bytes] = []
+        with self._env.begin() as txn, txn.cursor(self._by_job) as cur:
+            # Position on the last key < end: step back from the first key >= end, if any.
+            found = cur.prev() if cur.set_range(end) else cur.last()
+            while found and len(out) < limit and cur.key().startswith(prefix):
+                value = txn.get(cur.value(), db=self._runs)
+                out.append(_decode_value(value)[2])
+                found = cur.prev()
+        return out
+
+    def iter_all(self) -> Iterator[tuple[str, int, str, bytes]]:
+        """Every stored run as (job_id, scheduled_for_ms, run_id, encoded_run), by run_id.
+
+        Reads one consistent LMDB snapshot (a read transaction held until exhausted or closed).
+        """
+        with self._env.begin() as txn, txn.cursor(self._runs) as cur:
+            for key, value in cur:
+                job_id, scheduled_for_ms, data = _decode_value(value)
+                yield job_id, scheduled_for_ms, key.decode(), data
+
+    def close(self) -> None:
+        self._env.close()
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def _put(
+        self, txn: lmdb.Transaction, job_id: str, scheduled_for_ms: int, run_id: str, data: bytes
+    ) -> None:
+        if scheduled_for_ms < 0:
+            raise ValueError(f"{run_id}: scheduled_for_ms must be >= 0")
+        rid = run_id.encode()
+        old = txn.get(rid, db=self._runs)
+        if old is not None:
+            old_job, old_ms, _ = _decode_value(old)
+            txn.delete(_index_key(old_job, old_ms, rid), db=self._by_job)
+            self._add_count(txn, old_job, -1)
+        txn.put(rid, _encode_value(job_id, scheduled_for_ms, data), db=self._runs)
+        txn.put(_index_key(job_id, scheduled_for_ms, rid), rid, db=self._by_job)
+        if self._add_count(txn, job_id, 1) > self._max:
+            self._drop_oldest(txn, job_id)
+
+    def _add_count(self, txn: lmdb.Transaction, job_id: str, delta: int) -> int:
+        key = job_id.encode()
+        raw = txn.get(key, db=self._counts)
+        count = (_U64.unpack(raw)[0] if raw else 0) + delta
+        if count:
+            txn.put(key, _U64.pack(count), db=self._counts)
+        else:
+            txn.delete(key, db=self._counts)
+        return count
+
+    def _drop_oldest(self, txn: lmdb.Transaction, job_id: str) -> None:
+        prefix = _job_prefix(job_id)
+        with txn.cursor(self._by_job) as cur:
+            if not cur.set_range(prefix) or not cur.key().startswith(prefix):
+                return
+            txn.delete(cur.value(), db=self._runs)
+            cur.delete()
+        self._add_count(txn, job_id, -1)
+
+
+def _job_prefix(job_id: str) -> bytes:
+    encoded = job_id.encode()
+    if len(encoded) > _MAX_JOB_ID:
+        raise ValueError("job_id too long")
+    # Length-prefixed so that one job's keys never share a prefix with another job's.
+    return _U16.pack(len(encoded)) + encoded
+
+
+def _next_prefix(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with `prefix`."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _index_key(job_id: str, scheduled_for_ms: int, run_id: bytes) -> bytes:
+    return _job_prefix(job_id) + _U64.pack(scheduled_for_ms) + run_id
+
+
+def _encode_value(job_id: str, scheduled_for_ms: int, data: bytes) -> bytes:
+    return _job_prefix(job_id) + _U64.pack(scheduled_for_ms) + data
+
+
+def _decode_value(value: bytes) -> tuple[str, int, bytes]:
+    (n,) = _U16.unpack_from(value)
+    job_id = value[2 : 2 + n].decode()
+    (scheduled_for_ms,) = _U64.unpack_from(value, 2 + n)
+    return job_id, scheduled_for_ms, value[10 + n :]

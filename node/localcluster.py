@@ -1,0 +1,169 @@
+"""A local cluster of real gnomon-node processes on 127.0.0.1 (tests, bench, `gnomon dev`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from gnomon.v1 import api_pb2, api_pb2_grpc, worker_pb2_grpc
+
+T = TypeVar("T")
+
+SECRET = "local-cluster-secret"
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_for(predicate: Callable[[], T], *, timeout_s: float, what: str,
+             interval_s: float = 0.05) -> T:
+    """Poll until predicate returns a truthy value, or fail naming `what`."""
+    deadline = time.monotonic() + timeout_s
+    last_exc: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except grpc.RpcError as exc:
+            last_exc = exc
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last error: {last_exc})")
+
+
+@dataclass
+class NodeProc:
+    node_id: str
+    raft_addr: str
+    grpc_addr: str
+    data_dir: Path
+    log_path: Path
+    proc: subprocess.Popen | None = None
+    channel: grpc.Channel | None = None
+
+    @property
+    def member(self) -> str:
+        return f"{self.node_id}={self.raft_addr},{self.grpc_addr}"
+
+    def jobs(self) -> api_pb2_grpc.JobServiceStub:
+        return api_pb2_grpc.JobServiceStub(self._channel())
+
+    def cluster(self) -> api_pb2_grpc.ClusterServiceStub:
+        return api_pb2_grpc.ClusterServiceStub(self._channel())
+
+    def workers(self) -> worker_pb2_grpc.WorkerServiceStub:
+        return worker_pb2_grpc.WorkerServiceStub(self._channel())
+
+    def _channel(self) -> grpc.Channel:
+        if self.channel is None:
+            self.channel = grpc.insecure_channel(self.grpc_addr)
+        return self.channel
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    size: int = 3
+    overrides: dict[str, str] = field(default_factory=dict)
+    nodes: list[NodeProc] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        ports = free_ports(2 * self.size)
+        for i in range(self.size):
+            node_id = f"n{i + 1}"
+            self.nodes.append(NodeProc(
+                node_id, f"127.0.0.1:{ports[2 * i]}", f"127.0.0.1:{ports[2 * i + 1]}",
+                self.root / node_id, self.root / f"{node_id}.log",
+            ))
+
+    def start(self) -> LocalCluster:
+        for node in self.nodes:
+            self.start_node(node.node_id)
+        return self
+
+    def node(self, node_id: str) -> NodeProc:
+        return next(n for n in self.nodes if n.node_id == node_id)
+
+    def start_node(self, node_id: str) -> None:
+        node = self.node(node_id)
+        args = [sys.executable, "-m", "gnomon.node.cli", "--node-id", node.node_id,
+                "--data-dir", str(node.data_dir), "--cluster-secret", SECRET]
+        for n in self.nodes:
+            args += ["--member", n.member]
+        for key, value in self.overrides.items():
+            args += ["--" + key.replace("_", "-"), str(value)]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GNOMON_")}
+        node.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the child
+        node.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+
+    def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
+        node = self.node(node_id)
+        if node.alive():
+            node.proc.send_signal(sig)
+            node.proc.wait(timeout=30)
+        if node.channel is not None:
+            node.channel.close()
+            node.channel = None
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.alive():
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            if node.proc is not None:
+                try:
+                    node.proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    node.proc.kill()
+                    node.proc.wait()
+            if node.channel is not None:
+                node.channel.close()
+                node.channel = None
+
+    def status(self, node: NodeProc) -> api_pb2.GetStatusResponse:
+        return node.cluster().GetStatus(api_pb2.GetStatusRequest(), timeout=2)
+
+    def leader(self, timeout_s: float = 30.0, exclude: set[str] = frozenset()) -> NodeProc:
+        """The node that leads and accepts writes (its barrier committed)."""
+
+        def probe() -> NodeProc | None:
+            for node in self.nodes:
+                if not node.alive() or node.node_id in exclude:
+                    continue
+                try:
+                    node.jobs().ListJobs(api_pb2.ListJobsRequest(limit=1), timeout=2)
+                    return node
+                except grpc.RpcError:
+                    continue
+            return None
+
+        return wait_for(probe, timeout_s=timeout_s, what="a leader accepting writes")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {n.node_id} ---\n" + n.log_path.read_text(errors="replace")[-4000:]
+                         for n in self.nodes if n.log_path.exists())
+

@@ -1,0 +1,236 @@
+"""Fire instants of schedules and the misfire decision. Leader only: never imported by core.
+
+The leader computes every fire instant here and puts the UTC result in the command, because
+croniter and tzdata versions may differ between nodes (core must stay deterministic).
+
+Cron semantics (croniter 7.0, IANA timezones via `zoneinfo`):
+
+- 5 fields `minute hour day-of-month month day-of-week`, or 6 with the seconds LAST
+  (`0 0 * * * 30` is 00:00:30 every day). Names (`mon`, `jan`), `L`, `W`, `#` and `?` are
+  croniter's. Day-of-month and day-of-week both restricted means either matches (Vixie cron).
+- Aliases @hourly @daily @midnight @weekly @monthly @yearly @annually keep their usual meaning;
+  they are expanded here, never hashed.
+- `H` picks a per-job value from `hash_id` (crc32, the same in every process); `R` (random)
+  is rejected because it would change on every evaluation.
+- DST (checked with America/New_York, 2026): a local time that does not exist fires at the
+  first existing minute after it (`30 2 * * *` fires at 03:00 EDT on 2026-03-08); a local time
+  that occurs twice fires twice, once per UTC instant (`30 1 * * *` fires at 05:30Z and 06:30Z
+  on 2026-11-01).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadDateError, CroniterError, croniter
+
+from gnomon.node.core.model import (
+    DEFAULT_MISFIRE_GRACE_MS,
+    JobSpec,
+    MisfirePolicy,
+    Schedule,
+    ScheduleKind,
+)
+
+__all__ = [
+    "ScheduleError",
+    "check_schedule",
+    "decide_fire",
+    "first_fire_ms",
+    "job_hash_id",
+    "next_fire_after",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+_ALIASES = {
+    "@hourly": "0 * * * *",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@weekly": "0 0 * * 0",
+    "@monthly": "0 0 1 * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+}
+# croniter's own token grammar for H/R (month and weekday names never start with h or r).
+_HASH_TOKEN = re.compile(r"h(\(\d+-\d+\))?(/\d+)?", re.ASCII | re.IGNORECASE)
+_RANDOM_TOKEN = re.compile(r"r(\(\d+-\d+\))?(/\d+)?", re.ASCII | re.IGNORECASE)
+# Without a year field every calendar pattern recurs within 28 years; croniter searches 50.
+_EXISTENCE_PROBE_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
+# Used by check_schedule when the caller has no job identity to hash.
+_PLACEHOLDER_HASH_ID = "gnomon"
+_CRON_LOCK = threading.Lock()
+_MAX_EXPRESSION_LEN = 256
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot be used; the message is `"<field>: <rule>"`."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
+def job_hash_id(tenant: str, name: str) -> str:
+    """The `hash_id` of a job for `H`: stable for the job's lifetime, distinct between jobs."""
+    return f"{tenant}/{name}"
+
+
+def next_fire_after(schedule: Schedule, after_ms: int, *, hash_id: str = "") -> int:
+    """First fire instant strictly after `after_ms` (UTC ms), or 0 when there is none."""
+    kind = schedule.kind
+    if kind == ScheduleKind.ONCE:
+        return schedule.at_ms if schedule.at_ms > after_ms else 0
+    if kind == ScheduleKind.INTERVAL:
+        interval = schedule.interval_ms
+        if interval <= 0:
+            raise ScheduleError("spec.schedule.interval.interval_ms", "must be > 0")
+        # Floor division keeps this right for anchors before and after `after_ms`.
+        k = (after_ms - schedule.anchor_ms) // interval + 1
+        return schedule.anchor_ms + k * interval
+    if kind == ScheduleKind.CRON:
+        return _cron_next(schedule.expression, schedule.timezone, after_ms, hash_id)
+    raise ScheduleError("spec.schedule", f"unknown schedule kind {kind!r}")
+
+
+def first_fire_ms(schedule: Schedule, now_ms: int, *, hash_id: str = "") -> int:
+    """The slot a new or resumed job starts at; a one-shot in the past fires as soon as possible."""
+    if schedule.kind == ScheduleKind.ONCE:
+        return schedule.at_ms
+    return next_fire_after(schedule, now_ms, hash_id=hash_id)
+
+
+def decide_fire(spec: JobSpec, slot_ms: int, now_ms: int, next_slot_ms: int) -> bool:
+    """Whether slot `slot_ms` is recorded as SKIPPED (True) rather than run.
+
+    `next_slot_ms` is the slot after this one (0 if none). A slot is on time while
+    `now_ms - slot_ms <= grace`; late slots follow the job's misfire policy.
+    """
+    grace = spec.misfire_grace_ms if spec.misfire_grace_ms > 0 else DEFAULT_MISFIRE_GRACE_MS
+    if now_ms - slot_ms <= grace:
+        return False
+    policy = spec.misfire_policy
+    if policy == MisfirePolicy.SKIP:
+        return True
+    if policy == MisfirePolicy.RUN_LATEST:
+        latest_due = next_slot_ms == 0 or next_slot_ms > now_ms
+        return not latest_due
+    return False  # RUN_ALL, and unspecified which means RUN_ALL
+
+
+def check_schedule(
+    schedule: Schedule, *, min_interval_ms: int, field: str = "spec.schedule", hash_id: str = ""
+) -> None:
+    """Raise ScheduleError naming the field and the rule when `schedule` is unusable.
+
+    Pass the job's `hash_id` (`job_hash_id`) for `H` expressions: whether e.g. `0 0 H 2 *` can
+    ever fire depends on it. Without one, `H` is checked with a placeholder id.
+    """
+    kind = schedule.kind
+    if kind == ScheduleKind.CRON:
+        tz_field = f"{field}.cron.timezone"
+        expr_field = f"{field}.cron.expression"
+        zone = _zone(schedule.timezone, tz_field)
+        expr, uses_hash = _normalise(schedule.expression, expr_field)
+        key = hash_id or _PLACEHOLDER_HASH_ID
+        template = _parse(expr, key if uses_hash else None, expr_field)
+        try:
+            _next_with(template, zone, _EXISTENCE_PROBE_MS)
+        except (CroniterBadDateError, ValueError, OverflowError):
+            raise ScheduleError(
+                expr_field, f"{schedule.expression!r} never fires (no matching date exists)"
+            ) from None
+    elif kind == ScheduleKind.INTERVAL:
+        interval = schedule.interval_ms
+        interval_field = f"{field}.interval.interval_ms"
+        if interval <= 0:
+            raise ScheduleError(interval_field, f"must be > 0, got {interval}")
+        if interval < min_interval_ms:
+            raise ScheduleError(
+                interval_field, f"{interval} is below min_interval_ms {min_interval_ms}"
+            )
+    elif kind == ScheduleKind.ONCE:
+        if schedule.at_ms <= 0:
+            raise ScheduleError(
+                f"{field}.once.at_ms", f"must be > 0 (ms since the epoch), got {schedule.at_ms}"
+            )
+    elif not kind:
+        raise ScheduleError(field, "exactly one of cron, interval, once must be set")
+    else:
+        raise ScheduleError(field, f"unknown schedule kind {kind!r}")
+
+
+def _cron_next(expression: str, timezone: str, after_ms: int, hash_id: str) -> int:
+    field = "spec.schedule.cron.expression"
+    zone = _zone(timezone, "spec.schedule.cron.timezone")
+    expr, uses_hash = _normalise(expression, field)
+    if uses_hash and not hash_id:
+        raise ScheduleError(field, "H needs a hash_id (the job's tenant/name)")
+    template = _parse(expr, hash_id if uses_hash else None, field)
+    try:
+        return _next_with(template, zone, after_ms)
+    except (CroniterBadDateError, ValueError, OverflowError):
+        # No match within croniter's 50-year search, or past datetime's year 9999.
+        return 0
+
+
+def _next_with(template: croniter, zone: ZoneInfo, after_ms: int) -> int:
+    # Exact: no float round trip of after_ms before croniter sees it.
+    start = (_EPOCH + after_ms * _MS).astimezone(zone)
+    # Cached croniter objects are shared: they carry the current position, and `#` expressions
+    # update their parsed fields in place on the first use.
+    with _CRON_LOCK:
+        fire = template.get_next(datetime, start_time=start)
+    return (fire - _EPOCH) // _MS
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(expr: str, hash_id: str | None) -> croniter:
+    return croniter(expr, _EPOCH, ret_type=datetime, hash_id=hash_id, max_years_between_matches=50)
+
+
+def _parse(expr: str, hash_id: str | None, field: str) -> croniter:
+    try:
+        return _parse_cached(expr, hash_id)
+    except (CroniterError, ValueError) as exc:
+        raise ScheduleError(field, f"invalid cron expression: {exc}") from None
+
+
+def _normalise(expression: str, field: str) -> tuple[str, bool]:
+    """The 5- or 6-field form of `expression` (aliases expanded) and whether it uses `H`."""
+    if len(expression) > _MAX_EXPRESSION_LEN:
+        raise ScheduleError(field, f"longer than {_MAX_EXPRESSION_LEN} characters")
+    text = expression.strip()
+    if text.startswith("@"):
+        alias = _ALIASES.get(text.lower())
+        if alias is None:
+            raise ScheduleError(
+                field, f"unknown alias {text!r}; known: {', '.join(sorted(_ALIASES))}"
+            )
+        return alias, False
+    fields = text.split()
+    if len(fields) not in (5, 6):
+        raise ScheduleError(
+            field,
+            f"{expression!r} has {len(fields)} fields; expected 5 (minute hour day-of-month "
+            "month day-of-week) or 6 (the same, then seconds)",
+        )
+    tokens = [tok for f in fields for tok in f.split(",")]
+    if any(_RANDOM_TOKEN.fullmatch(tok) for tok in tokens):
+        raise ScheduleError(field, "R (random) is not supported; use H for a stable spread")
+    return " ".join(fields), any(_HASH_TOKEN.fullmatch(tok) for tok in tokens)
+
+
+def _zone(name: str, field: str) -> ZoneInfo:
+    if not name:
+        return ZoneInfo("UTC")
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise ScheduleError(field, f"unknown IANA timezone {name!r}") from None

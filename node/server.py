@@ -1,0 +1,180 @@
+"""Composition root: config -> replica -> raft -> proposer -> leader loops -> gRPC + metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import signal
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from gnomon.node import metrics
+from gnomon.node.config import Config
+from gnomon.node.core.commands import Batch
+from gnomon.node.core.model import Limits
+from gnomon.node.core.results import Effects
+from gnomon.node.dispatch import Dispatcher
+from gnomon.node.history import HistoryStore
+from gnomon.node.leadership import Leadership
+from gnomon.node.leases import LeaseTable
+from gnomon.node.raft import Proposer, RaftNode
+from gnomon.node.replica import HistorySink, Replica, crash_process
+from gnomon.node.servicers.cluster import ClusterServicer
+from gnomon.node.servicers.jobs import JobServicer
+from gnomon.node.servicers.worker import WorkerServicer
+from gnomon.node.trigger import TriggerLoop
+from gnomon.node.validate import SpecLimits
+from gnomon.v1 import api_pb2_grpc, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+GRPC_OPTIONS = [
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.max_receive_message_length", 16 << 20),
+    ("grpc.max_send_message_length", 16 << 20),
+]
+
+
+class Node:
+    """One scheduler node. Construct and `run()` on the main thread."""
+
+    def __init__(self, config: Config):
+        self.config = config
+        self.rng = random.Random()
+        self.spec_limits = SpecLimits(
+            max_payload_bytes=config.max_payload_bytes,
+            max_tasks_per_job=config.max_tasks_per_job,
+            max_attempts=config.max_attempts,
+            min_interval_ms=config.min_interval_ms,
+        )
+        os.makedirs(config.data_dir, exist_ok=True)
+        history = HistorySink(HistoryStore(os.path.join(config.data_dir, "history"),
+                                           max_runs_per_job=config.history_max_runs_per_job))
+        self.replica = Replica(
+            Limits(dedupe_capacity=config.dedupe_capacity,
+                   runs_retained_per_job=config.runs_retained_per_job),
+            history, crash=crash_process,
+        )
+        self.raft: RaftNode | None = None
+        self.proposer: Proposer | None = None
+        self._stopping = asyncio.Event()
+
+    def leader_grpc_addr(self) -> str | None:
+        leader = self.raft.leader() if self.raft else None
+        if leader is None or leader.node_id == self.config.node_id:
+            return None
+        return leader.grpc_addr
+
+    # -- effects from the tick thread -> loop thread ------------------------------------------
+
+    def _on_applied(self, batch: Batch, replies: list, effects: Effects) -> None:
+        metrics.APPLIED_ENTRIES.inc()
+        if self.leadership.ready and _has_work(effects):
+            self._to_loop(self._route_effects, effects)
+
+    def _route_effects(self, effects: Effects) -> None:
+        if effects.jobs:
+            self.trigger.jobs_changed(effects.jobs)
+        if effects.leased:
+            self.leases.leased(effects.leased)
+        if effects.lease_ended:
+            self.leases.ended(effects.lease_ended)
+        if effects.cancelled:
+            self.dispatcher.cancelled(effects.cancelled)
+        if effects.dispatchable:
+            self.dispatcher.dispatchable(effects.dispatchable)
+
+    async def _start_leading(self, session: int) -> None:
+        self.leases.start()
+        self.trigger.start()
+        self.dispatcher.start()
+
+    async def _stop_leading(self) -> None:
+        await self.trigger.stop()
+        await self.dispatcher.stop()
+        await self.leases.stop()
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        cfg = self.config
+        self.leadership = Leadership(
+            lambda: self.raft, lambda: self.proposer, proof_interval_ms=cfg.proof_interval_ms,
+            on_start=self._start_leading, on_stop=self._stop_leading,
+        )
+        self.replica.add_listener(self._on_applied)
+        self.raft = RaftNode(cfg, self.replica, self._on_role)
+        self.proposer = Proposer(self.raft, cfg, self.leadership.committed)
+        self.leases = LeaseTable(self.replica, self.proposer,
+                                 election_timeout_ms=int(cfg.raft_max_timeout_s * 1000),
+                                 rng=self.rng)
+        self.trigger = TriggerLoop(self.replica, self.proposer, tick_ms=cfg.trigger_tick_ms)
+        self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
+                                     lease_ttl_ms=cfg.lease_ttl_ms,
+                                     max_credits=cfg.max_worker_credits)
+        self.proposer.start()
+        self.leadership.start()
+        server = await self._start_grpc()
+        if cfg.metrics_addr:
+            metrics.serve(cfg.metrics_addr)
+        self._install_signals()
+        log.info("node %s serving gRPC on %s, Raft on %s", cfg.node_id,
+                 cfg.self_member.grpc_addr, cfg.self_member.raft_addr)
+        await self._stopping.wait()
+        await self._shutdown(server)
+
+    def _on_role(self, old: int, new: int) -> None:  # tick thread
+        self._to_loop(self.leadership.role_changed, old, new)
+
+    def _to_loop(self, fn, *args) -> None:
+        """Hand work from the tick thread to the loop (dropped once the loop has closed)."""
+        if not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(fn, *args)
+            except RuntimeError:  # closed between the check and the call: shutting down
+                pass
+
+    async def _start_grpc(self) -> grpc.aio.Server:
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
+        api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self), server)
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(
+            WorkerServicer(self, self.dispatcher, self.leases), server)
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        if server.add_insecure_port(self.config.self_member.grpc_addr) == 0:
+            raise SystemExit(f"grpc_addr: cannot bind {self.config.self_member.grpc_addr}")
+        await server.start()
+        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        return server
+
+    def _install_signals(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(sig, self._stopping.set)
+
+    def stop(self) -> None:
+        self._stopping.set()
+
+    async def _shutdown(self, server: grpc.aio.Server) -> None:
+        log.info("shutting down")
+        await self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.leadership.ready:
+            self.raft.transfer_leadership()
+        await self.leadership.stop()
+        await server.stop(grace=2.0)
+        await self.proposer.stop()
+        self.raft.destroy()
+        self.replica.history.close()
+        log.info("stopped")
+
+
+def _has_work(effects: Effects) -> bool:
+    return bool(effects.jobs or effects.leased or effects.lease_ended or effects.cancelled
+                or effects.dispatchable)

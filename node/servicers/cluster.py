@@ -1,0 +1,56 @@
+"""ClusterService: status of this node and, as far as it knows, of the cluster."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from gnomon.node.core import digest
+from gnomon.node.core.model import TERMINAL_RUN_STATES
+from gnomon.node.raft import ROLE_NAMES
+from gnomon.node.servicers.base import ServicerBase, translated
+from gnomon.v1 import api_pb2, api_pb2_grpc
+
+try:
+    VERSION = version("gnomon")
+except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    VERSION = "0+unknown"
+
+
+class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
+    @translated
+    async def GetStatus(self, request, context):  # noqa: N802
+        node = self.node
+        raw = node.raft.status()
+        me = node.config.self_member
+        leader = node.raft.leader()
+        out = api_pb2.GetStatusResponse(
+            node_id=me.node_id,
+            leader_node_id=leader.node_id if leader else "",
+            leader_grpc_address=leader.grpc_addr if leader else "",
+            term=int(raw.get("raft_term", 0)),
+            commit_index=int(raw.get("commit_idx", 0)),
+            applied_index=int(raw.get("last_applied", 0)),
+            version=VERSION,
+        )
+        role = ROLE_NAMES.get(raw.get("state"), "unknown")
+        for m in node.config.members:
+            if m.node_id == me.node_id:
+                out.nodes.add(node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,
+                              role=role, match_index=out.applied_index, connected=True)
+                continue
+            connected = raw.get(f"partner_node_status_server_{m.raft_addr}", 0) == 2
+            out.nodes.add(
+                node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,
+                role=("leader" if leader and leader.node_id == m.node_id
+                      else "follower" if connected else "unreachable"),
+                match_index=int(raw.get(f"match_idx_server_{m.raft_addr}", 0)),
+                connected=connected,
+            )
+        with self.lock:
+            st = node.replica.state
+            out.clock_ms = st.clock_ms
+            out.jobs = len(st.jobs)
+            out.active_runs = sum(1 for r in st.runs.values() if r.state not in TERMINAL_RUN_STATES)
+            out.dead_letters = len(st.dead_letters)
+            out.state_digest = digest(st)
+        return out

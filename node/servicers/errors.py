@@ -1,0 +1,74 @@
+"""One table from domain errors to gRPC status codes; servicers only translate."""
+
+from __future__ import annotations
+
+import grpc
+
+from gnomon.node.core.errors import Code, Rejected
+from gnomon.node.raft import NotCommitted, Overloaded
+from gnomon.node.schedules import ScheduleError
+from gnomon.node.validate import ValidationError
+
+LEADER_METADATA_KEY = "gnomon-leader"
+
+REJECTED_CODES: dict[str, grpc.StatusCode] = {
+    Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    Code.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Code.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Code.FAILED_PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    Code.RESOURCE_EXHAUSTED: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+class NotLeader(Exception):
+    """This node does not lead (or its term is not committed yet)."""
+
+    def __init__(self, leader_grpc_addr: str | None):
+        super().__init__(
+            f"not the leader; the leader is {leader_grpc_addr}" if leader_grpc_addr
+            else "no leader elected yet; retry shortly"
+        )
+        self.leader_grpc_addr = leader_grpc_addr
+
+
+class ServiceError(Exception):
+    """A request-level error raised by servicers (code + message)."""
+
+    def __init__(self, code: grpc.StatusCode, detail: str):
+        super().__init__(detail)
+        self.code = code
+
+
+EXCEPTION_CODES: dict[type, grpc.StatusCode] = {
+    ValidationError: grpc.StatusCode.INVALID_ARGUMENT,
+    ScheduleError: grpc.StatusCode.INVALID_ARGUMENT,
+    Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    NotCommitted: grpc.StatusCode.UNAVAILABLE,
+    NotLeader: grpc.StatusCode.UNAVAILABLE,
+}
+
+
+def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
+    if isinstance(exc, ServiceError):
+        return exc.code, str(exc)
+    for cls, code in EXCEPTION_CODES.items():
+        if isinstance(exc, cls):
+            return code, str(exc)
+    return None
+
+
+async def abort(context: grpc.aio.ServicerContext, exc: BaseException):
+    """End the call with the status of `exc` (re-raise anything unexpected)."""
+    mapped = status_of(exc)
+    if mapped is None:
+        raise exc
+    if isinstance(exc, NotLeader) and exc.leader_grpc_addr:
+        context.set_trailing_metadata(((LEADER_METADATA_KEY, exc.leader_grpc_addr),))
+    await context.abort(*mapped)
+
+
+def check(reply: object) -> object:
+    """Raise ServiceError for a Rejected reply; return any other reply."""
+    if isinstance(reply, Rejected):
+        raise ServiceError(REJECTED_CODES[reply.code], reply.detail)
+    return reply

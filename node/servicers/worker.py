@@ -1,0 +1,111 @@
+"""WorkerService.Connect: one bidirectional stream per worker, served by the leader.
+
+Reader task: Hello, Credits, Heartbeat, Complete, Fail from the worker. The handler itself
+writes whatever the dispatcher and the reader put in the session's outbox. A follower (or a
+leader whose session ends) aborts with UNAVAILABLE + `gnomon-leader` metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import grpc
+
+from gnomon.node.core import commands as c
+from gnomon.node.core.errors import Rejected
+from gnomon.node.dispatch import Dispatcher, WorkerSession
+from gnomon.node.leases import LeaseTable
+from gnomon.node.raft import NotCommitted, Overloaded
+from gnomon.node.servicers.base import NodeApi
+from gnomon.node.servicers.errors import NotLeader, abort
+from gnomon.node.validate import ValidationError, validate_worker_id
+from gnomon.v1 import worker_pb2, worker_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+
+class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
+    def __init__(self, node: NodeApi, dispatcher: Dispatcher, leases: LeaseTable):
+        self.node = node
+        self.dispatcher = dispatcher
+        self.leases = leases
+
+    async def Connect(self, request_iterator, context):  # noqa: N802
+        if not self.node.leadership.ready:
+            await abort(context, NotLeader(self.node.leader_grpc_addr()))
+        first = await anext(request_iterator.__aiter__(), None)
+        if first is None or first.WhichOneof("msg") != "hello":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "hello: the first message")
+        hello = first.hello
+        try:
+            validate_worker_id(hello.worker_id)
+        except ValidationError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        session = WorkerSession(hello.worker_id, tuple(hello.queues) or ("default",))
+        valid, _revoked = self.leases.renew(hello.worker_id, [h.fencing_token for h in hello.held])
+        self.dispatcher.attach(session)
+        cfg = self.node.config
+        await context.write(worker_pb2.ServerMessage(welcome=worker_pb2.Welcome(
+            node_id=cfg.node_id, heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+            lease_ttl_ms=cfg.lease_ttl_ms, resumed_tokens=valid)))
+        reader = asyncio.create_task(self._read(request_iterator, session))
+        try:
+            while True:
+                msg = await session.outbox.get()
+                if msg is None:
+                    break
+                await context.write(msg)
+        finally:
+            reader.cancel()
+            self.dispatcher.detach(session)
+        if not self.node.leadership.ready:
+            await abort(context, NotLeader(self.node.leader_grpc_addr()))
+
+    async def _read(self, request_iterator, session: WorkerSession) -> None:
+        try:
+            async for msg in request_iterator:
+                kind = msg.WhichOneof("msg")
+                if kind == "credits":
+                    self.dispatcher.add_credits(session, msg.credits.credits)
+                elif kind == "heartbeat":
+                    self._heartbeat(session, msg.heartbeat)
+                elif kind in ("complete", "fail"):
+                    asyncio.create_task(self._report(session, kind, getattr(msg, kind)))
+        except Exception as exc:  # noqa: BLE001 - the stream broke: end the session
+            log.info("worker %s stream ended: %r", session.worker_id, exc)
+        finally:
+            session.closed = True
+            session.outbox.put_nowait(None)
+
+    def _heartbeat(self, session: WorkerSession, hb: worker_pb2.Heartbeat) -> None:
+        if not self.node.leadership.fresh():
+            return  # cannot prove leadership now: no ack, the worker's self-fencing decides
+        valid, revoked = self.leases.renew(session.worker_id,
+                                           [lease.fencing_token for lease in hb.leases])
+        session.send(worker_pb2.ServerMessage(heartbeat_ack=worker_pb2.HeartbeatAck(
+            valid_tokens=valid, revoked_tokens=revoked)))
+
+    async def _report(self, session: WorkerSession, kind: str, msg) -> None:
+        lease = msg.lease
+        max_result = self.node.config.max_result_bytes
+        if kind == "complete":
+            if len(msg.result) > max_result:
+                cmd = c.FailTask(lease.run_id, lease.task_name, lease.fencing_token,
+                                 f"result: {len(msg.result)} bytes exceeds max_result_bytes "
+                                 f"{max_result}", False, 0.5)
+            else:
+                cmd = c.CompleteTask(lease.run_id, lease.task_name, lease.fencing_token,
+                                     bytes(msg.result))
+        else:
+            cmd = c.FailTask(lease.run_id, lease.task_name, lease.fencing_token,
+                             msg.error[:4096], msg.retryable, self.node.rng.random())
+        try:
+            reply = await self.node.proposer.propose(cmd)
+            accepted = not isinstance(reply, Rejected)
+            detail = reply.detail if isinstance(reply, Rejected) else ""
+        except (NotCommitted, Overloaded) as exc:
+            accepted, detail = False, f"not committed: {exc}; report again"
+        session.send(worker_pb2.ServerMessage(report_ack=worker_pb2.ReportAck(
+            lease=lease, accepted=accepted, detail=detail)))
+        self.dispatcher.add_credits(session, 0)

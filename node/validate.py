@@ -1,0 +1,221 @@
+"""Leader-side validation of user input before a command is proposed.
+
+Every rule raises ValidationError whose message is `"<field>: <rule>"`, with proto field paths
+such as `spec.tasks[1].depends_on`, so the servicer can return it as INVALID_ARGUMENT verbatim.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+from gnomon.node.core.model import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_MULTIPLIER,
+    DEFAULT_QUEUE,
+    DEFAULT_TENANT,
+    JobSpec,
+    MisfirePolicy,
+    RetryPolicy,
+    TaskSpec,
+)
+from gnomon.node.core.validate import find_cycle
+from gnomon.node.schedules import ScheduleError, check_schedule, job_hash_id
+
+__all__ = [
+    "SpecLimits",
+    "ValidationError",
+    "validate_request_id",
+    "validate_spec",
+    "validate_worker_id",
+]
+
+_TENANT = re.compile(r"[a-z0-9_-]{1,64}")
+_QUEUE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+_NAME_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
+_WORKER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
+MAX_REQUEST_ID_BYTES = 128
+MIN_PRIORITY = -100
+MAX_PRIORITY = 100
+_MISFIRE_POLICIES = (MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST, MisfirePolicy.SKIP)
+
+
+@dataclass(frozen=True, slots=True)
+class SpecLimits:
+    """Bounds on user input, from node config."""
+
+    max_payload_bytes: int = 64 * 1024
+    max_tasks_per_job: int = 100
+    max_attempts: int = 100
+    min_interval_ms: int = 100
+    max_timeout_ms: int = 7 * 24 * 3600 * 1000
+    max_name_len: int = 128
+    max_task_name_len: int = 64
+
+
+class ValidationError(ValueError):
+    """Bad user input; the message is `"<field>: <rule>"`."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field}: {rule}")
+        self.field = field
+        self.rule = rule
+
+
+def validate_spec(spec: JobSpec, limits: SpecLimits) -> JobSpec:
+    """Check every rule of `spec`; return it normalised (empty tenant and queues -> "default")."""
+    tenant = spec.tenant or DEFAULT_TENANT
+    if not _TENANT.fullmatch(tenant):
+        raise ValidationError("spec.tenant", f"must match [a-z0-9_-]{{1,64}}, got {_show(tenant)}")
+    _check_name("spec.name", spec.name, limits.max_name_len)
+    try:
+        check_schedule(
+            spec.schedule,
+            min_interval_ms=limits.min_interval_ms,
+            hash_id=job_hash_id(tenant, spec.name),
+        )
+    except ScheduleError as exc:
+        raise ValidationError(exc.field, exc.rule) from None
+    tasks = _check_tasks(spec.tasks, limits)
+    if not MIN_PRIORITY <= spec.priority <= MAX_PRIORITY:
+        raise ValidationError(
+            "spec.priority", f"must be in {MIN_PRIORITY}..{MAX_PRIORITY}, got {spec.priority}"
+        )
+    policy = spec.misfire_policy or MisfirePolicy.RUN_ALL
+    if policy not in _MISFIRE_POLICIES:
+        raise ValidationError(
+            "spec.misfire_policy",
+            f"must be one of {', '.join(_MISFIRE_POLICIES)}, got {_show(policy)}",
+        )
+    if spec.misfire_grace_ms < 0:
+        raise ValidationError(
+            "spec.misfire_grace_ms",
+            f"must be >= 0 (0 means the default), got {spec.misfire_grace_ms}",
+        )
+    return replace(spec, tenant=tenant, tasks=tasks, misfire_policy=policy)
+
+
+def validate_request_id(request_id: str) -> None:
+    """At most 128 bytes of UTF-8, printable characters only; empty means no dedupe."""
+    if not request_id.isprintable():
+        raise ValidationError(
+            "request_id", f"must be printable characters, got {_show(request_id)}"
+        )
+    size = len(request_id.encode("utf-8"))
+    if size > MAX_REQUEST_ID_BYTES:
+        raise ValidationError(
+            "request_id", f"{size} bytes exceeds the maximum of {MAX_REQUEST_ID_BYTES}"
+        )
+
+
+def validate_worker_id(worker_id: str) -> None:
+    """`[A-Za-z0-9_.:-]{1,128}`."""
+    if not _WORKER_ID.fullmatch(worker_id):
+        raise ValidationError(
+            "worker_id", f"must match [A-Za-z0-9_.:-]{{1,128}}, got {_show(worker_id)}"
+        )
+
+
+def _check_tasks(tasks: tuple[TaskSpec, ...], limits: SpecLimits) -> tuple[TaskSpec, ...]:
+    if not tasks:
+        raise ValidationError("spec.tasks", "at least one task is required")
+    if len(tasks) > limits.max_tasks_per_job:
+        raise ValidationError(
+            "spec.tasks",
+            f"{len(tasks)} tasks exceeds max_tasks_per_job {limits.max_tasks_per_job}",
+        )
+    index: dict[str, int] = {}
+    for i, task in enumerate(tasks):
+        _check_name(f"spec.tasks[{i}].name", task.name, limits.max_task_name_len)
+        if task.name in index:
+            raise ValidationError(
+                f"spec.tasks[{i}].name",
+                f"duplicate task name {_show(task.name)} (also spec.tasks[{index[task.name]}])",
+            )
+        index[task.name] = i
+
+    normalised = []
+    for i, task in enumerate(tasks):
+        at = f"spec.tasks[{i}]"
+        queue = task.queue or DEFAULT_QUEUE
+        if not _QUEUE.fullmatch(queue):
+            raise ValidationError(
+                f"{at}.queue", f"must match [A-Za-z0-9_.-]{{1,64}}, got {_show(queue)}"
+            )
+        seen: set[str] = set()
+        for dep in task.depends_on:
+            if dep == task.name:
+                raise ValidationError(f"{at}.depends_on", f"task {_show(dep)} depends on itself")
+            if dep not in index:
+                raise ValidationError(f"{at}.depends_on", f"unknown task {_show(dep)}")
+            if dep in seen:
+                raise ValidationError(f"{at}.depends_on", f"{_show(dep)} is listed twice")
+            seen.add(dep)
+        if len(task.payload) > limits.max_payload_bytes:
+            raise ValidationError(
+                f"{at}.payload",
+                f"{len(task.payload)} bytes exceeds max_payload_bytes {limits.max_payload_bytes}",
+            )
+        if task.timeout_ms < 0:
+            raise ValidationError(
+                f"{at}.timeout_ms", f"must be >= 0 (0 means no limit), got {task.timeout_ms}"
+            )
+        if task.timeout_ms > limits.max_timeout_ms:
+            raise ValidationError(
+                f"{at}.timeout_ms",
+                f"{task.timeout_ms} exceeds max_timeout_ms {limits.max_timeout_ms}",
+            )
+        _check_retry(f"{at}.retry", task.retry, limits)
+        normalised.append(task if task.queue == queue else replace(task, queue=queue))
+
+    cycle = find_cycle({task.name: task.depends_on for task in tasks})
+    if cycle:
+        raise ValidationError(
+            "spec.tasks", f"dependency cycle {' -> '.join(cycle)} (a -> b: a depends on b)"
+        )
+    return tuple(normalised)
+
+
+def _check_retry(at: str, retry: RetryPolicy, limits: SpecLimits) -> None:
+    if retry.max_attempts < 0:
+        raise ValidationError(
+            f"{at}.max_attempts",
+            f"must be >= 0 (0 means the default {DEFAULT_MAX_ATTEMPTS}), got {retry.max_attempts}",
+        )
+    if retry.max_attempts > limits.max_attempts:
+        raise ValidationError(
+            f"{at}.max_attempts",
+            f"{retry.max_attempts} exceeds max_attempts {limits.max_attempts}",
+        )
+    for name in ("initial_backoff_ms", "max_backoff_ms"):
+        value = getattr(retry, name)
+        if value < 0:
+            raise ValidationError(
+                f"{at}.{name}", f"must be >= 0 (0 means the default), got {value}"
+            )
+    # RetryPolicy lets negatives mean the default, but the proto contract is stricter: >= 1.
+    multiplier = retry.multiplier
+    if not math.isfinite(multiplier) or (multiplier != 0 and multiplier < 1):
+        raise ValidationError(
+            f"{at}.multiplier",
+            f"must be >= 1 (0 means the default {DEFAULT_MULTIPLIER}), got {multiplier}",
+        )
+    # Written so that NaN fails too; negative means no jitter.
+    if not retry.jitter <= 1:
+        raise ValidationError(
+            f"{at}.jitter",
+            f"must be at most 1 (a fraction; negative means none), got {retry.jitter}",
+        )
+
+
+def _check_name(field: str, name: str, max_len: int) -> None:
+    if not (1 <= len(name) <= max_len and _NAME_CHARS.fullmatch(name)):
+        raise ValidationError(field, f"must match [A-Za-z0-9_.-]{{1,{max_len}}}, got {_show(name)}")
+
+
+def _show(value: str, limit: int = 80) -> str:
+    """A bounded repr for messages: user input may be long."""
+    if len(value) <= limit:
+        return repr(value)
+    return repr(value[:limit]) + f"... ({len(value)} characters)"

@@ -1,0 +1,71 @@
+"""Integration-test helpers over gnomon.node.localcluster."""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+
+from gnomon.node.localcluster import LocalCluster, NodeProc, wait_for
+
+__all__ = ["LocalCluster", "NodeProc", "RawWorker", "wait_for"]
+
+
+class RawWorker:
+    """A worker speaking the stream protocol by hand (to test the node, not the SDK)."""
+
+    def __init__(self, node: NodeProc, worker_id: str, queues: tuple[str, ...] = ("default",)):
+        import queue as queue_mod
+        import threading
+
+        from gnomon.v1 import worker_pb2
+
+        self.pb = worker_pb2
+        self._out: queue_mod.Queue = queue_mod.Queue()
+        self.inbox: queue_mod.Queue = queue_mod.Queue()
+        self._out.put(worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=worker_id,
+                                                                       queues=list(queues))))
+        self._call = node.workers().Connect(iter(self._out.get, None))
+        self._thread = threading.Thread(target=self._pump, daemon=True)
+        self._thread.start()
+        self.welcome = self.next("welcome")
+
+    def _pump(self) -> None:
+        try:
+            for msg in self._call:
+                self.inbox.put(msg)
+        except grpc.RpcError as exc:
+            self.inbox.put(exc)
+
+    def next(self, kind: str, timeout_s: float = 30.0):
+        """The next server message of `kind` (others are dropped)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"no {kind} within {timeout_s}s")
+            try:
+                msg = self.inbox.get(timeout=remaining)
+            except Exception:  # noqa: BLE001 - queue.Empty
+                raise AssertionError(f"no {kind} within {timeout_s}s") from None
+            if isinstance(msg, grpc.RpcError):
+                raise AssertionError(f"stream ended while waiting for {kind}: {msg}")
+            if msg.WhichOneof("msg") == kind:
+                return getattr(msg, kind)
+
+    def credits(self, n: int) -> None:
+        self._out.put(self.pb.WorkerMessage(credits=self.pb.Credits(credits=n)))
+
+    def heartbeat(self, leases) -> None:
+        self._out.put(self.pb.WorkerMessage(heartbeat=self.pb.Heartbeat(leases=list(leases))))
+
+    def complete(self, lease, result: bytes = b"ok") -> None:
+        self._out.put(self.pb.WorkerMessage(complete=self.pb.Complete(lease=lease, result=result)))
+
+    def fail(self, lease, error: str, retryable: bool) -> None:
+        self._out.put(self.pb.WorkerMessage(fail=self.pb.Fail(lease=lease, error=error,
+                                                               retryable=retryable)))
+
+    def close(self) -> None:
+        self._out.put(None)
+        self._call.cancel()

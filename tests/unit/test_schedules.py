@@ -1,0 +1,377 @@
+"""Fire instants (cron, interval, once), schedule checks and the misfire decision."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gnomon.node import schedules
+from gnomon.node.core.model import (
+    DEFAULT_MISFIRE_GRACE_MS,
+    JobSpec,
+    MisfirePolicy,
+    Schedule,
+    ScheduleKind,
+    TaskSpec,
+)
+from gnomon.node.schedules import (
+    ScheduleError,
+    check_schedule,
+    decide_fire,
+    first_fire_ms,
+    job_hash_id,
+    next_fire_after,
+)
+
+NY = "America/New_York"
+
+
+def ms(iso: str) -> int:
+    """UTC ms of an ISO-8601 instant; a naive one is read as UTC."""
+    dt = datetime.fromisoformat(iso)
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return round(dt.timestamp() * 1000)
+
+
+def cron(expression: str, timezone: str = "") -> Schedule:
+    return Schedule(kind=ScheduleKind.CRON, expression=expression, timezone=timezone)
+
+
+def fires(schedule: Schedule, after: str, n: int, hash_id: str = "") -> list[int]:
+    out, t = [], ms(after)
+    for _ in range(n):
+        t = next_fire_after(schedule, t, hash_id=hash_id)
+        out.append(t)
+    return out
+
+
+# --- cron -----------------------------------------------------------------------------------
+
+
+def test_cron_five_fields_strictly_after() -> None:
+    s = cron("*/15 * * * *")
+    assert next_fire_after(s, ms("2026-01-01T12:07:00")) == ms("2026-01-01T12:15:00")
+    assert next_fire_after(s, ms("2026-01-01T12:15:00")) == ms("2026-01-01T12:30:00")
+    assert next_fire_after(s, ms("2026-01-01T12:14:59.999")) == ms("2026-01-01T12:15:00")
+    assert next_fire_after(s, ms("2026-01-01T12:15:00.001")) == ms("2026-01-01T12:30:00")
+
+
+def test_cron_six_fields_has_seconds_last() -> None:
+    assert fires(cron("0 0 * * * 30"), "2026-01-01T00:00:00", 2) == [
+        ms("2026-01-01T00:00:30"),
+        ms("2026-01-02T00:00:30"),
+    ]
+    assert fires(cron("* * * * * */20"), "2026-01-01T00:00:00.500", 3) == [
+        ms("2026-01-01T00:00:20"),
+        ms("2026-01-01T00:00:40"),
+        ms("2026-01-01T00:01:00"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("alias", "expected"),
+    [
+        ("@hourly", "2026-01-01T01:00:00"),
+        ("@daily", "2026-01-02T00:00:00"),
+        ("@midnight", "2026-01-02T00:00:00"),
+        ("@weekly", "2026-01-04T00:00:00"),  # the first Sunday
+        ("@monthly", "2026-02-01T00:00:00"),
+        ("@yearly", "2027-01-01T00:00:00"),
+        ("@annually", "2027-01-01T00:00:00"),
+        ("@DAILY", "2026-01-02T00:00:00"),
+    ],
+)
+def test_cron_aliases(alias: str, expected: str) -> None:
+    after = ms("2026-01-01T00:00:00")
+    assert next_fire_after(cron(alias), after) == ms(expected)
+    # A hash_id must not turn aliases into hashed expressions (croniter would).
+    assert next_fire_after(cron(alias), after, hash_id="acme/report") == ms(expected)
+
+
+def test_cron_timezone() -> None:
+    s = cron("0 9 * * *", "Europe/Berlin")
+    assert next_fire_after(s, ms("2026-01-15T00:00:00")) == ms("2026-01-15T08:00:00")  # CET
+    assert next_fire_after(s, ms("2026-07-15T00:00:00")) == ms("2026-07-15T07:00:00")  # CEST
+    assert next_fire_after(cron("0 9 * * *"), ms("2026-07-15T00:00:00")) == ms(
+        "2026-07-15T09:00:00"
+    )
+    assert next_fire_after(cron("0 9 * * *", "UTC"), ms("2026-07-15T00:00:00")) == ms(
+        "2026-07-15T09:00:00"
+    )
+
+
+def test_dst_spring_forward_fires_at_next_existing_instant() -> None:
+    # 2026-03-08 02:00 EST -> 03:00 EDT: 02:30 does not exist and fires at 03:00 EDT.
+    assert fires(cron("30 2 * * *", NY), "2026-03-07T12:00:00", 3) == [
+        ms("2026-03-08T03:00:00-04:00"),
+        ms("2026-03-09T02:30:00-04:00"),
+        ms("2026-03-10T02:30:00-04:00"),
+    ]
+    # Every 30 minutes: 01:30 EST is followed by 03:00 EDT, 30 real minutes later.
+    assert fires(cron("*/30 * * * *", NY), "2026-03-08T01:00:00-05:00", 3) == [
+        ms("2026-03-08T01:30:00-05:00"),
+        ms("2026-03-08T03:00:00-04:00"),
+        ms("2026-03-08T03:30:00-04:00"),
+    ]
+
+
+def test_dst_fall_back_fires_twice() -> None:
+    # 2026-11-01 02:00 EDT -> 01:00 EST: 01:30 occurs twice and fires at both UTC instants.
+    assert fires(cron("30 1 * * *", NY), "2026-10-31T12:00:00", 3) == [
+        ms("2026-11-01T01:30:00-04:00"),
+        ms("2026-11-01T01:30:00-05:00"),
+        ms("2026-11-02T01:30:00-05:00"),
+    ]
+    # From between the two occurrences, only the second one is left.
+    assert next_fire_after(cron("30 1 * * *", NY), ms("2026-11-01T01:45:00-04:00")) == ms(
+        "2026-11-01T01:30:00-05:00"
+    )
+    assert fires(cron("0 * * * *", NY), "2026-11-01T00:30:00-04:00", 3) == [
+        ms("2026-11-01T01:00:00-04:00"),
+        ms("2026-11-01T01:00:00-05:00"),
+        ms("2026-11-01T02:00:00-05:00"),
+    ]
+
+
+def test_hash_is_deterministic_per_hash_id() -> None:
+    s = cron("H H * * *")
+    after = ms("2026-01-01T00:00:00")
+    first = next_fire_after(s, after, hash_id="t/job")
+    schedules._parse_cached.cache_clear()
+    assert next_fire_after(s, after, hash_id="t/job") == first
+    # crc32 of the id: the same value in every process (pinned for this croniter version).
+    assert first == ms("2026-01-01T16:32:00")
+    others = {next_fire_after(s, after, hash_id=f"t/job{i}") for i in range(10)}
+    assert len(others) > 1
+
+
+def test_hash_without_hash_id_is_an_error() -> None:
+    with pytest.raises(ScheduleError, match="H needs a hash_id"):
+        next_fire_after(cron("H * * * *"), ms("2026-01-01T00:00:00"))
+
+
+def test_job_hash_id() -> None:
+    assert job_hash_id("acme", "nightly") == "acme/nightly"
+
+
+def test_cron_without_a_next_fire_returns_zero() -> None:
+    # Past croniter's search horizon / datetime's range: nothing left to fire.
+    assert next_fire_after(cron("0 0 1 1 *"), ms("9999-12-31T12:00:00")) == 0
+
+
+# --- interval and once ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("interval", "anchor", "after", "expected"),
+    [
+        (60_000, 0, 0, 60_000),
+        (60_000, 0, 59_999, 60_000),
+        (60_000, 0, 60_000, 120_000),
+        (60_000, 5, 1_000_000, 1_020_005),  # past anchor
+        (60_000, 10_000_000, 1_000_000, 1_060_000),  # future anchor: k is negative
+        (60_000, 10_000_000, 9_999_999, 10_000_000),
+        (60_000, 10_000_000, 10_000_000, 10_060_000),
+        (7, -3, -3, 4),
+    ],
+)
+def test_interval(interval: int, anchor: int, after: int, expected: int) -> None:
+    s = Schedule(kind=ScheduleKind.INTERVAL, interval_ms=interval, anchor_ms=anchor)
+    assert next_fire_after(s, after) == expected
+
+
+def test_interval_not_positive_raises() -> None:
+    with pytest.raises(ScheduleError):
+        next_fire_after(Schedule(kind=ScheduleKind.INTERVAL, interval_ms=0), 1)
+
+
+def test_once() -> None:
+    s = Schedule(kind=ScheduleKind.ONCE, at_ms=5_000)
+    assert next_fire_after(s, 4_999) == 5_000
+    assert next_fire_after(s, 5_000) == 0
+    assert next_fire_after(s, 6_000) == 0
+
+
+def test_first_fire() -> None:
+    once = Schedule(kind=ScheduleKind.ONCE, at_ms=5_000)
+    assert first_fire_ms(once, 1_000) == 5_000
+    assert first_fire_ms(once, 9_000) == 5_000  # in the past: fires as soon as possible
+    every = Schedule(kind=ScheduleKind.INTERVAL, interval_ms=1_000, anchor_ms=0)
+    assert first_fire_ms(every, 9_000) == 10_000
+    assert first_fire_ms(cron("0 * * * *"), ms("2026-01-01T00:00:00")) == ms("2026-01-01T01:00:00")
+
+
+# --- check_schedule -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "0 0 29 2 *",
+        "0 0 30 2 mon",
+        "0 0 * 2 5#5",
+        "0 0 L 2 *",
+        "@weekly",
+        "H H * * *",
+        "0 9 ? * 1-5",
+    ],
+)
+def test_check_accepts(expression: str) -> None:
+    check_schedule(cron(expression, NY), min_interval_ms=100)
+
+
+@pytest.mark.parametrize("expression", ["0 0 30 2 *", "0 0 31 2 *", "0 0 31 4,6,9,11 *"])
+def test_check_rejects_impossible(expression: str) -> None:
+    with pytest.raises(ScheduleError, match="never fires") as err:
+        check_schedule(cron(expression), min_interval_ms=100)
+    assert err.value.field == "spec.schedule.cron.expression"
+    assert str(err.value).startswith("spec.schedule.cron.expression: ")
+
+
+@pytest.mark.parametrize(
+    ("expression", "rule"),
+    [
+        ("", "0 fields"),
+        ("* * * *", "4 fields"),
+        ("* * * * * * *", "7 fields"),
+        ("61 * * * *", "out of range"),
+        ("*/0 * * * *", "invalid cron expression"),
+        ("foo bar baz qux quux", "invalid cron expression"),
+        ("0 0 * * funday", "invalid cron expression"),
+        ("@reboot", "unknown alias"),
+        ("R * * * *", "R \\(random\\) is not supported"),
+        ("0 " * 200, "longer than 256"),
+    ],
+)
+def test_check_rejects_malformed(expression: str, rule: str) -> None:
+    with pytest.raises(ScheduleError, match=rule) as err:
+        check_schedule(cron(expression), min_interval_ms=100)
+    assert err.value.field == "spec.schedule.cron.expression"
+
+
+@pytest.mark.parametrize("tz", ["Mars/Base", "America", "../etc/passwd", "/etc/localtime", "utc"])
+def test_check_rejects_unknown_timezone(tz: str) -> None:
+    with pytest.raises(ScheduleError) as err:
+        check_schedule(cron("* * * * *", tz), min_interval_ms=100)
+    assert str(err.value) == f"spec.schedule.cron.timezone: unknown IANA timezone {tz!r}"
+    assert err.value.field == "spec.schedule.cron.timezone"
+
+
+def test_check_hash_depends_on_hash_id() -> None:
+    # crc32 picks day 31 for "default/job11" and day 24 for "default/job1".
+    with pytest.raises(ScheduleError, match="never fires"):
+        check_schedule(cron("0 0 H 2 *"), min_interval_ms=100, hash_id="default/job11")
+    check_schedule(cron("0 0 H 2 *"), min_interval_ms=100, hash_id="default/job1")
+
+
+@pytest.mark.parametrize(
+    ("schedule", "field", "rule"),
+    [
+        (Schedule(kind=ScheduleKind.INTERVAL, interval_ms=99), "interval.interval_ms", "below"),
+        (Schedule(kind=ScheduleKind.INTERVAL, interval_ms=0), "interval.interval_ms", "> 0"),
+        (Schedule(kind=ScheduleKind.INTERVAL, interval_ms=-5), "interval.interval_ms", "> 0"),
+        (Schedule(kind=ScheduleKind.ONCE, at_ms=0), "once.at_ms", "> 0"),
+        (Schedule(kind=ScheduleKind.ONCE, at_ms=-1), "once.at_ms", "> 0"),
+    ],
+)
+def test_check_rejects_interval_and_once(schedule: Schedule, field: str, rule: str) -> None:
+    with pytest.raises(ScheduleError, match=rule) as err:
+        check_schedule(schedule, min_interval_ms=100, field="job.schedule")
+    assert err.value.field == f"job.schedule.{field}"
+
+
+def test_check_accepts_interval_and_once() -> None:
+    check_schedule(Schedule(kind=ScheduleKind.INTERVAL, interval_ms=100), min_interval_ms=100)
+    check_schedule(Schedule(kind=ScheduleKind.ONCE, at_ms=1), min_interval_ms=100)
+
+
+@pytest.mark.parametrize("kind", ["", "weekly"])
+def test_check_rejects_kind(kind: str) -> None:
+    with pytest.raises(ScheduleError) as err:
+        check_schedule(Schedule(kind=kind), min_interval_ms=100)
+    assert err.value.field == "spec.schedule"
+
+
+# --- misfire --------------------------------------------------------------------------------
+
+
+def spec_with(policy: str, grace_ms: int = 0) -> JobSpec:
+    return JobSpec(
+        tenant="t",
+        name="j",
+        schedule=Schedule(kind=ScheduleKind.INTERVAL, interval_ms=1_000),
+        tasks=(TaskSpec(name="a"),),
+        misfire_policy=policy,
+        misfire_grace_ms=grace_ms,
+    )
+
+
+G = DEFAULT_MISFIRE_GRACE_MS
+ALL, LATEST, SKIP = MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST, MisfirePolicy.SKIP
+
+
+@pytest.mark.parametrize(
+    ("policy", "grace", "slot", "now", "next_slot", "skip"),
+    [
+        # On time (lateness <= grace): every policy runs.
+        (SKIP, 0, 1_000, 1_000, 2_000, False),
+        (SKIP, 0, 1_000, 1_000 + G, 2_000, False),
+        (LATEST, 0, 1_000, 1_000 + G, 2_000, False),
+        (SKIP, 500, 1_000, 1_500, 2_000, False),
+        # Late.
+        (SKIP, 0, 1_000, 1_001 + G, 0, True),
+        (SKIP, 500, 1_000, 1_501, 99_999, True),
+        (ALL, 0, 1_000, 1_001 + G, 2_000, False),
+        (ALL, 500, 1_000, 10_000_000, 2_000, False),
+        ("", 0, 1_000, 10_000_000, 2_000, False),  # unspecified means RUN_ALL
+        (LATEST, 500, 1_000, 5_000, 2_000, True),  # a later slot is due too
+        (LATEST, 500, 1_000, 5_000, 5_000, True),  # next slot due exactly now
+        (LATEST, 500, 1_000, 5_000, 5_001, False),  # the latest due slot
+        (LATEST, 500, 1_000, 5_000, 0, False),  # no next slot
+    ],
+)
+def test_decide_fire(
+    policy: str, grace: int, slot: int, now: int, next_slot: int, skip: bool
+) -> None:
+    assert decide_fire(spec_with(policy, grace), slot, now, next_slot) is skip
+
+
+# --- properties -----------------------------------------------------------------------------
+
+EXPRESSIONS = [
+    "* * * * *",
+    "*/7 * * * *",
+    "30 2 * * *",
+    "30 1 * * *",
+    "0 0 * * 0",
+    "15,45 0-3 * * mon-fri",
+    "0 0 29 2 *",
+    "59 23 L * *",
+    "*/20 * * * * */15",
+    "@monthly",
+    "H H * * *",
+]
+ZONES = ["", "UTC", NY, "Europe/Berlin", "Australia/Lord_Howe", "Europe/Dublin", "Asia/Kolkata"]
+
+schedules_st = st.one_of(
+    st.builds(cron, st.sampled_from(EXPRESSIONS), st.sampled_from(ZONES)),
+    st.builds(
+        lambda i, a: Schedule(kind=ScheduleKind.INTERVAL, interval_ms=i, anchor_ms=a),
+        st.integers(1, 10**10),
+        st.integers(-(10**13), 10**13),
+    ),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(schedule=schedules_st, after=st.integers(0, ms("2090-01-01T00:00:00")))
+def test_next_fire_strictly_increases(schedule: Schedule, after: int) -> None:
+    t = after
+    for _ in range(6):
+        nxt = next_fire_after(schedule, t, hash_id="acme/prop")
+        assert nxt > t
+        t = nxt
