@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -104,7 +103,3 @@ def encode_result(value: Any) -> bytes:
         raise TypeError(
             f"task result of type {type(value).__name__} is not bytes, str or JSON: {e}"
         ) from e
-
-
-def decode_json(data: bytes) -> Any:
-    return json.loads(data) if data else None

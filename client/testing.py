@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -73,12 +72,28 @@ def _as_definition(task: TaskDefinition | Callable[[TaskContext], Any]) -> TaskD
 
 
 def run_task(
-    task: TaskDefinition | Callable[[TaskContext], Any], **context: Any
+    task: TaskDefinition | Callable[[TaskContext], Any],
+    *,
+    payload: Any = b"",
+    attempt: int = 1,
+    max_attempts: int = 3,
+    run_id: str = "job@0",
+    task_name: str | None = None,
+    queue: str | None = None,
+    tenant: str = DEFAULT_TENANT,
+    fencing_token: int = 1,
+    deadline_ms: int = 0,
+    lease_valid: bool = True,
+    cancelled: bool = False,
 ) -> Any:
-    """Run a sync or async task once and return its result. Keyword arguments are those of
-    ``make_context``. Inside a running event loop, use ``await run_task_async(...)``."""
+    """Run a sync or async task once and return its result; options as for ``make_context``.
+    Inside a running event loop, use ``await run_task_async(...)``."""
     definition = _as_definition(task)
-    ctx = make_context(definition, **context)
+    ctx = make_context(
+        definition, payload=payload, attempt=attempt, max_attempts=max_attempts, run_id=run_id,
+        task_name=task_name, queue=queue, tenant=tenant, fencing_token=fencing_token,
+        deadline_ms=deadline_ms, lease_valid=lease_valid, cancelled=cancelled,
+    )
     if not definition.is_async:
         return definition.fn(ctx)
     try:
@@ -89,14 +104,27 @@ def run_task(
 
 
 async def run_task_async(
-    task: TaskDefinition | Callable[[TaskContext], Any], **context: Any
+    task: TaskDefinition | Callable[[TaskContext], Any],
+    *,
+    payload: Any = b"",
+    attempt: int = 1,
+    max_attempts: int = 3,
+    run_id: str = "job@0",
+    task_name: str | None = None,
+    queue: str | None = None,
+    tenant: str = DEFAULT_TENANT,
+    fencing_token: int = 1,
+    deadline_ms: int = 0,
+    lease_valid: bool = True,
+    cancelled: bool = False,
 ) -> Any:
-    """Like ``run_task``, from async code; sync tasks run in a thread."""
+    """Like ``run_task``, from async code; a sync task runs in a thread."""
     definition = _as_definition(task)
-    ctx = make_context(definition, **context)
+    ctx = make_context(
+        definition, payload=payload, attempt=attempt, max_attempts=max_attempts, run_id=run_id,
+        task_name=task_name, queue=queue, tenant=tenant, fencing_token=fencing_token,
+        deadline_ms=deadline_ms, lease_valid=lease_valid, cancelled=cancelled,
+    )
     if definition.is_async:
         return await definition.fn(ctx)
-    result = await asyncio.to_thread(definition.fn, ctx)
-    if inspect.isawaitable(result):
-        return await result
-    return result
+    return await asyncio.to_thread(definition.fn, ctx)
