@@ -62,9 +62,11 @@ async def abort(context: grpc.aio.ServicerContext, exc: BaseException):
     mapped = status_of(exc)
     if mapped is None:
         raise exc
+    trailing: tuple = ()
     if isinstance(exc, NotLeader) and exc.leader_grpc_addr:
-        context.set_trailing_metadata(((LEADER_METADATA_KEY, exc.leader_grpc_addr),))
-    await context.abort(*mapped)
+        trailing = ((LEADER_METADATA_KEY, exc.leader_grpc_addr),)
+    # abort() replaces trailing metadata set earlier: pass it here.
+    await context.abort(*mapped, trailing_metadata=trailing)
 
 
 def check(reply: object) -> object:
