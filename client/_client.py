@@ -168,7 +168,10 @@ class AsyncClient:
         """One page of jobs (every tenant if ``tenant`` is None), by job id; pass the last
         job's id as ``after_job_id`` for the next page, or use ``iter_jobs``."""
         jobs, _ = await self._list_jobs_page(
-            tenant, limit=limit, after_job_id=after_job_id, consistency=consistency,
+            tenant,
+            limit=limit,
+            after_job_id=after_job_id,
+            consistency=consistency,
             timeout_s=timeout_s,
         )
         return jobs
@@ -185,7 +188,10 @@ class AsyncClient:
         after = ""
         while True:
             jobs, next_after = await self._list_jobs_page(
-                tenant, limit=page_size, after_job_id=after, consistency=consistency,
+                tenant,
+                limit=page_size,
+                after_job_id=after,
+                consistency=consistency,
                 timeout_s=timeout_s,
             )
             for job in jobs:
@@ -392,14 +398,13 @@ class AsyncClient:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> list[TaskRef]:
-        """Start a fresh attempt series (same idempotency key) for the named dead-lettered
-        tasks, or with ``all=True`` for every one of ``tenant`` (every tenant if None).
-        Returns the tasks replayed."""
+        """Start a fresh attempt series (same idempotency key) for dead-lettered tasks: the
+        named ``tasks``, or every one of ``tenant``, or with ``all=True`` every one of every
+        tenant. Returns the tasks replayed."""
         refs = cv.task_refs_to_proto(tasks or ())
-        if not refs and not all:
-            raise InvalidArgument("name the tasks to replay, or pass all=True")
-        if refs and all:
-            raise InvalidArgument("pass either tasks or all=True, not both")
+        chosen = sum((bool(refs), tenant is not None, all))
+        if chosen != 1:
+            raise InvalidArgument("name the tasks to replay, or a tenant, or pass all=True (one)")
         req = api_pb2.ReplayDeadLettersRequest(
             request_id=request_id or _new_request_id(), tasks=refs, tenant=tenant or "", all=all
         )
@@ -642,7 +647,10 @@ class Client:
         """See ``AsyncClient.list_jobs``."""
         return self._run(
             self._async.list_jobs(
-                tenant, limit=limit, after_job_id=after_job_id, consistency=consistency,
+                tenant,
+                limit=limit,
+                after_job_id=after_job_id,
+                consistency=consistency,
                 timeout_s=timeout_s,
             )
         )
@@ -660,7 +668,10 @@ class Client:
         while True:
             jobs, next_after = self._run(
                 self._async._list_jobs_page(
-                    tenant, limit=page_size, after_job_id=after, consistency=consistency,
+                    tenant,
+                    limit=page_size,
+                    after_job_id=after,
+                    consistency=consistency,
                     timeout_s=timeout_s,
                 )
             )
@@ -681,7 +692,10 @@ class Client:
         """See ``AsyncClient.update_job``."""
         return self._run(
             self._async.update_job(
-                job_id, spec, expected_version=expected_version, request_id=request_id,
+                job_id,
+                spec,
+                expected_version=expected_version,
+                request_id=request_id,
                 timeout_s=timeout_s,
             )
         )
@@ -699,8 +713,12 @@ class Client:
         """See ``AsyncClient.delete_job``."""
         self._run(
             self._async.delete_job(
-                job_id, tenant=tenant, name=name, expected_version=expected_version,
-                request_id=request_id, timeout_s=timeout_s,
+                job_id,
+                tenant=tenant,
+                name=name,
+                expected_version=expected_version,
+                request_id=request_id,
+                timeout_s=timeout_s,
             )
         )
 
@@ -760,9 +778,7 @@ class Client:
         timeout_s: float | None = None,
     ) -> Run:
         """See ``AsyncClient.get_run``."""
-        return self._run(
-            self._async.get_run(run_id, consistency=consistency, timeout_s=timeout_s)
-        )
+        return self._run(self._async.get_run(run_id, consistency=consistency, timeout_s=timeout_s))
 
     def list_runs(
         self,
@@ -778,8 +794,13 @@ class Client:
         """See ``AsyncClient.list_runs``."""
         return self._run(
             self._async.list_runs(
-                job_id, tenant=tenant, name=name, limit=limit, before_ms=before_ms,
-                consistency=consistency, timeout_s=timeout_s,
+                job_id,
+                tenant=tenant,
+                name=name,
+                limit=limit,
+                before_ms=before_ms,
+                consistency=consistency,
+                timeout_s=timeout_s,
             )
         )
 

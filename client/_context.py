@@ -1,4 +1,4 @@
-"""What a task function receives: ``TaskContext``, and the lease state the worker keeps behind it."""
+"""What a task function receives (``TaskContext``) and the lease state behind it."""
 
 from __future__ import annotations
 

@@ -105,7 +105,9 @@ def schedule_from_proto(msg: types_pb2.Schedule) -> Schedule:
     if kind == "cron":
         return CronSchedule(expression=msg.cron.expression, timezone=msg.cron.timezone or "UTC")
     if kind == "interval":
-        return IntervalSchedule(interval_ms=msg.interval.interval_ms, anchor_ms=msg.interval.anchor_ms)
+        return IntervalSchedule(
+            interval_ms=msg.interval.interval_ms, anchor_ms=msg.interval.anchor_ms
+        )
     if kind == "once":
         return OnceSchedule(at_ms=msg.once.at_ms)
     raise ValueError("schedule has no kind set")

@@ -14,7 +14,7 @@ trailer, if any::
      +-- Unavailable              UNAVAILABLE: no leader or no node reachable before the deadline
      +-- ResourceExhausted        RESOURCE_EXHAUSTED: a limit or admission control; retry later
      +-- Unauthenticated          UNAUTHENTICATED / PERMISSION_DENIED
-     +-- DeadlineExceeded         DEADLINE_EXCEEDED: the call's deadline passed (also a TimeoutError)
+     +-- DeadlineExceeded         DEADLINE_EXCEEDED: the deadline passed (also a TimeoutError)
      +-- Cancelled                CANCELLED
 
 Any other status code raises ``GnomonError`` itself.
@@ -45,9 +45,11 @@ __all__ = [
 ]
 
 REASON_METADATA_KEY = "gnomon-reason"
-# The `gnomon-reason` value with which the server marks a FAILED_PRECONDITION caused by a stale
-# `expected_version`: the status code alone cannot tell it from "wrong state".
+# A FAILED_PRECONDITION is a Conflict when the server marks it with this `gnomon-reason`, or
+# when its message names the `expected_version` field (messages start with the field they are
+# about): the status code alone cannot tell a stale version from a wrong state.
 STALE_VERSION_REASON = "stale-version"
+_STALE_VERSION_FIELD = "expected_version"
 
 
 class GnomonError(Exception):
@@ -134,6 +136,8 @@ def error_for_status(
 ) -> GnomonError:
     """The typed error for a failed call's status code, message and ``gnomon-reason``."""
     cls = STATUS_ERRORS.get(code, GnomonError)
-    if cls is FailedPrecondition and reason == STALE_VERSION_REASON:
+    if cls is FailedPrecondition and (
+        reason == STALE_VERSION_REASON or message.startswith(_STALE_VERSION_FIELD)
+    ):
         cls = Conflict
     return cls(message, code=code, reason=reason)

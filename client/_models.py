@@ -372,4 +372,3 @@ class ClusterStatus:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
-

@@ -60,6 +60,9 @@ _FATAL = frozenset(
 )
 _DEFAULT_LEASE_TTL_S = 30.0
 _MAX_ERROR_CHARS = 4096
+# A report the leader could not commit ("report again") is sent again this many times at most.
+_MAX_REPORT_ATTEMPTS = 5
+_REPORT_BACKOFF = Backoff(initial_s=0.1, maximum_s=2.0)
 # After shutdown cancels the remaining tasks: how long their Fail reports and the server's
 # acknowledgements may take before the stream is closed regardless.
 _CLOSE_WAIT_S = 2.0
@@ -89,6 +92,7 @@ class _Execution:
     cancel_reason: str | None = None
     report: worker_pb2.WorkerMessage | None = None
     report_sent: bool = False
+    report_attempts: int = 0
     slot_released: bool = True
     deadline_handle: asyncio.TimerHandle | None = None
 
@@ -263,7 +267,10 @@ class Worker:
                 failures += 1
                 log.info(
                     "worker %s: stream to %s ended (%s); reconnecting in %.2fs",
-                    self.worker_id, address, end.detail or "closed", delay,
+                    self.worker_id,
+                    address,
+                    end.detail or "closed",
+                    delay,
                 )
                 address = router.current()
                 try:
@@ -272,8 +279,15 @@ class Worker:
                     pass
         finally:
             watchdog.cancel()
+            running = [
+                ex.task for ex in self._executions.values() if ex.task and not ex.task.done()
+            ]
             for ex in list(self._executions.values()):
                 self._drop(ex, _SHUTDOWN)
+            if running:
+                await asyncio.wait(running, timeout=_CLOSE_WAIT_S)
+            for t in list(self._background):
+                t.cancel()
             self._executor.shutdown(wait=False, cancel_futures=True)
             await pool.close()
             self._done.set()
@@ -287,6 +301,7 @@ class Worker:
 
     async def _shutdown(self) -> None:
         if not self._started:
+            self._closing = True
             self._executor.shutdown(wait=False, cancel_futures=True)
             return
         assert self._idle is not None and self._stop_now is not None and self._done is not None
@@ -298,7 +313,8 @@ class Worker:
             left = [ex for ex in self._executions.values() if ex.awaiting_fn]
             log.warning(
                 "worker %s: cancelling %d task(s) still running after the grace period",
-                self.worker_id, len(left),
+                self.worker_id,
+                len(left),
             )
             tasks = [ex.task for ex in left if ex.task is not None]
             for ex in left:
@@ -348,7 +364,17 @@ class Worker:
             )
             hello_at = time.monotonic()
             await call.write(worker_pb2.WorkerMessage(hello=hello))
-            first = await asyncio.wait_for(call.read(), self._hello_timeout_s)
+            read = asyncio.create_task(call.read())
+            stop = asyncio.create_task(self._stop_now.wait())
+            await asyncio.wait(
+                {read, stop}, timeout=self._hello_timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+            stop.cancel()
+            if not read.done():
+                read.cancel()
+                end.detail = "stopping" if stop.done() else "no Welcome within hello_timeout_s"
+                return end
+            first = read.result()
             if first is grpc.aio.EOF:
                 end.detail = "server closed the stream before Welcome"
                 return end
@@ -359,7 +385,10 @@ class Worker:
             self._on_welcome(first.welcome, held, hello_at)
             log.info(
                 "worker %s: connected to %s (node %s), queues %s, %d lease(s) resumed",
-                self.worker_id, address, first.welcome.node_id, list(self.queues),
+                self.worker_id,
+                address,
+                first.welcome.node_id,
+                list(self.queues),
                 len(first.welcome.resumed_tokens),
             )
             self._hb_sent.clear()
@@ -384,8 +413,6 @@ class Worker:
             end.detail = f"{e.code().name}: {e.details()}"
         except _StreamStalled as e:
             end.detail = str(e)
-        except TimeoutError:
-            end.detail = "no Welcome within hello_timeout_s"
         except (asyncio.InvalidStateError, grpc.aio.UsageError) as e:
             end.detail = f"stream failed: {e!r}"
         finally:
@@ -411,19 +438,24 @@ class Worker:
             elif kind == "cancel":
                 ex = self._executions.get(msg.cancel.lease.fencing_token)
                 if ex is not None:
-                    log.info("task %s cancelled by the cluster: %s", ex.describe(), msg.cancel.reason)
+                    log.info(
+                        "task %s cancelled by the cluster: %s", ex.describe(), msg.cancel.reason
+                    )
                     self._drop(ex, "cancelled")
             else:
                 log.warning("worker %s: unexpected %s message ignored", self.worker_id, kind)
 
     async def _heartbeat_loop(self) -> None:
-        # One Heartbeat carries every held lease; acks come back in order, so each ack is
-        # attributed to the oldest unacknowledged send (never to a later one: conservative).
-        ack_timeout = max(self._ttl_s, 3 * self._hb_interval_s)
+        # One Heartbeat carries every held lease. Acks come back in order but carry no sequence
+        # number, and a leader that cannot prove its leadership sends none: each ack is
+        # attributed to the oldest unacknowledged send, which is conservative but lags by one
+        # interval per skipped ack. Before that lag could self-fence a healthy lease, reopen the
+        # stream: the Welcome re-arms (or reports lost) every held lease and resets the queue.
+        stall_after = max(2 * self._hb_interval_s, (self._ttl_s - self._margin_s) / 2)
         while True:
             await asyncio.sleep(self._hb_interval_s)
             now = time.monotonic()
-            if self._hb_sent and now - self._hb_sent[0] > ack_timeout:
+            if self._hb_sent and now - self._hb_sent[0] > stall_after:
                 raise _StreamStalled(f"no heartbeat acknowledged for {now - self._hb_sent[0]:.1f}s")
             refs = [ex.ref for ex in self._executions.values() if not ex.lease.fenced]
             self._hb_sent.append(now)
@@ -443,7 +475,9 @@ class Worker:
     def _on_welcome(
         self, welcome: worker_pb2.Welcome, held: list[_Execution], hello_at: float
     ) -> None:
-        self._ttl_s = welcome.lease_ttl_ms / 1000 if welcome.lease_ttl_ms > 0 else _DEFAULT_LEASE_TTL_S
+        self._ttl_s = (
+            welcome.lease_ttl_ms / 1000 if welcome.lease_ttl_ms > 0 else _DEFAULT_LEASE_TTL_S
+        )
         server_hb = welcome.heartbeat_interval_ms / 1000
         self._hb_interval_s = self._hb_override_s or server_hb or self._ttl_s / 3
         self._margin_s = self._margin_for(self._ttl_s)
@@ -453,20 +487,25 @@ class Worker:
                 # The server re-arms a resumed lease when it reads Hello, after we sent it.
                 ex.lease.renew(hello_at + ex.ttl_s - ex.margin_s)
             else:
-                log.warning("lease %s was not resumed after reconnecting; stopping it", ex.describe())
+                log.warning(
+                    "lease %s was not resumed after reconnecting; stopping it", ex.describe()
+                )
                 self._drop(ex, "lost")
 
     def _on_assign(self, assign: worker_pb2.Assign) -> None:
         token = assign.lease.fencing_token
         self._outstanding_credits = max(0, self._outstanding_credits - 1)
         if token in self._executions:
+            self._top_up_credits()
             return
         ttl_s = assign.lease_ttl_ms / 1000 if assign.lease_ttl_ms > 0 else self._ttl_s
         margin_s = self._margin_for(ttl_s)
         # The lease started at grant, before we received it: the safety margin covers that.
         lease = LeaseState(valid_until=time.monotonic() + ttl_s - margin_s)
         output = OutputTail(self._output_tail_bytes)
-        ctx = cv.task_context_from_assign(assign, worker_id=self.worker_id, lease=lease, output=output)
+        ctx = cv.task_context_from_assign(
+            assign, worker_id=self.worker_id, lease=lease, output=output
+        )
         definition = self._definitions.get((ctx.queue, ctx.task_name))
         ex = _Execution(definition, ctx, lease, ttl_s, margin_s, output)
         self._executions[token] = ex
@@ -482,6 +521,8 @@ class Worker:
             )
             log.error("%s", error)
             self._report_soon(ex, self._fail(ex, error, retryable=True))
+            # It took a credit but no slot.
+            self._top_up_credits()
             return
         if self._busy >= self.max_concurrency:
             log.warning("worker %s: assigned more tasks than credited", self.worker_id)
@@ -514,6 +555,21 @@ class Worker:
         if ex is None or not ex.report_sent:
             return
         if not ack.accepted:
+            ex.report_sent = False
+            ex.report_attempts += 1
+            # The leader may not have committed it (overload, leader change): send it again
+            # while the lease holds. A report for a stale token is rejected again, harmlessly,
+            # and the next heartbeat ack revokes the lease.
+            if ex.report_attempts < _MAX_REPORT_ATTEMPTS and ex.lease.valid():
+                delay = _REPORT_BACKOFF.delay(ex.report_attempts - 1, self._rng)
+                log.info(
+                    "report for %s not accepted (%s); sending it again in %.2fs",
+                    ex.describe(),
+                    ack.detail,
+                    delay,
+                )
+                asyncio.get_running_loop().call_later(delay, self._resend_report, ex)
+                return
             log.warning("report for %s rejected: %s", ex.describe(), ack.detail)
         self._forget(ex)
 
@@ -564,12 +620,20 @@ class Worker:
                 ex.deadline_handle.cancel()
             if thread is not None and not thread.done():
                 # A thread cannot be interrupted: its slot stays taken until it returns.
-                loop = asyncio.get_running_loop()
-                thread.add_done_callback(
-                    lambda _: loop.call_soon_threadsafe(self._release_slot, ex)
-                )
+                thread.add_done_callback(self._release_from_thread(ex))
             else:
                 self._release_slot(ex)
+
+    def _release_from_thread(self, ex: _Execution) -> Any:
+        loop = asyncio.get_running_loop()
+
+        def release(_: object) -> None:
+            try:
+                loop.call_soon_threadsafe(self._release_slot, ex)
+            except RuntimeError:
+                pass  # the worker's loop is gone: nothing left to credit
+
+        return release
 
     def _cancel_report(self, ex: _Execution) -> worker_pb2.WorkerMessage | None:
         if ex.cancel_reason == _DEADLINE:
@@ -596,7 +660,8 @@ class Worker:
             log.warning(
                 "not reporting %s of %s: the lease is no longer valid (self-fenced, revoked or "
                 "lost); the cluster will retry the task",
-                report.WhichOneof("msg"), ex.describe(),
+                report.WhichOneof("msg"),
+                ex.describe(),
             )
             self._forget(ex)
             return
@@ -606,8 +671,19 @@ class Worker:
     async def _send_report(self, ex: _Execution) -> None:
         # Unsent reports stay with the lease: after a reconnect they are sent if the lease
         # was resumed, else dropped.
-        if ex.report is not None and await self._write(ex.report):
-            ex.report_sent = True
+        if ex.report is None or self._call is None or self._executions.get(ex.token) is not ex:
+            return
+        # Marked before the write returns: the ReportAck can overtake the write's completion.
+        ex.report_sent = True
+        if not await self._write(ex.report):
+            ex.report_sent = False
+
+    def _resend_report(self, ex: _Execution) -> None:
+        if ex.lease.valid():
+            self._spawn(self._send_report(ex))
+        else:
+            log.warning("not reporting %s again: the lease is no longer valid", ex.describe())
+            self._forget(ex)
 
     def _report_soon(self, ex: _Execution, report: worker_pb2.WorkerMessage) -> None:
         ex.report = report
@@ -667,7 +743,9 @@ class Worker:
         want = self.max_concurrency - self._busy - self._outstanding_credits
         if want > 0:
             self._outstanding_credits += want
-            self._spawn(self._write(worker_pb2.WorkerMessage(credits=worker_pb2.Credits(credits=want))))
+            self._spawn(
+                self._write(worker_pb2.WorkerMessage(credits=worker_pb2.Credits(credits=want)))
+            )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -687,4 +765,3 @@ class Worker:
                 log.debug("worker %s: write failed: %r", self.worker_id, e)
                 return False
         return True
-

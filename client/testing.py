@@ -68,7 +68,10 @@ def make_context(
 def _as_definition(task: TaskDefinition | Callable[[TaskContext], Any]) -> TaskDefinition:
     if isinstance(task, TaskDefinition):
         return task
-    return TaskDefinition(name=getattr(task, "__name__", "main"), queue=DEFAULT_QUEUE, fn=task)
+    name = getattr(task, "__name__", "")
+    return TaskDefinition(
+        name=name if name.isidentifier() else "main", queue=DEFAULT_QUEUE, fn=task
+    )
 
 
 def run_task(
@@ -90,9 +93,18 @@ def run_task(
     Inside a running event loop, use ``await run_task_async(...)``."""
     definition = _as_definition(task)
     ctx = make_context(
-        definition, payload=payload, attempt=attempt, max_attempts=max_attempts, run_id=run_id,
-        task_name=task_name, queue=queue, tenant=tenant, fencing_token=fencing_token,
-        deadline_ms=deadline_ms, lease_valid=lease_valid, cancelled=cancelled,
+        definition,
+        payload=payload,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        run_id=run_id,
+        task_name=task_name,
+        queue=queue,
+        tenant=tenant,
+        fencing_token=fencing_token,
+        deadline_ms=deadline_ms,
+        lease_valid=lease_valid,
+        cancelled=cancelled,
     )
     if not definition.is_async:
         return definition.fn(ctx)
@@ -121,9 +133,18 @@ async def run_task_async(
     """Like ``run_task``, from async code; a sync task runs in a thread."""
     definition = _as_definition(task)
     ctx = make_context(
-        definition, payload=payload, attempt=attempt, max_attempts=max_attempts, run_id=run_id,
-        task_name=task_name, queue=queue, tenant=tenant, fencing_token=fencing_token,
-        deadline_ms=deadline_ms, lease_valid=lease_valid, cancelled=cancelled,
+        definition,
+        payload=payload,
+        attempt=attempt,
+        max_attempts=max_attempts,
+        run_id=run_id,
+        task_name=task_name,
+        queue=queue,
+        tenant=tenant,
+        fencing_token=fencing_token,
+        deadline_ms=deadline_ms,
+        lease_valid=lease_valid,
+        cancelled=cancelled,
     )
     if definition.is_async:
         return await definition.fn(ctx)

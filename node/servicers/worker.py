@@ -32,7 +32,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.leases = leases
 
     async def Connect(self, request_iterator, context):  # noqa: N802
-        if not self.node.leadership.ready:
+        if not self.node.leadership.fresh():
+            # Welcome renews held leases: only a leader that can prove it leads may do that.
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or first.WhichOneof("msg") != "hello":
@@ -79,10 +80,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             session.outbox.put_nowait(None)
 
     def _heartbeat(self, session: WorkerSession, hb: worker_pb2.Heartbeat) -> None:
-        if not self.node.leadership.fresh():
-            return  # cannot prove leadership now: no ack, the worker's self-fencing decides
-        valid, revoked = self.leases.renew(session.worker_id,
-                                           [lease.fencing_token for lease in hb.leases])
+        if self.node.leadership.fresh():
+            valid, revoked = self.leases.renew(session.worker_id,
+                                               [lease.fencing_token for lease in hb.leases])
+        else:
+            # Cannot prove leadership now: an ack that vouches for nothing (one ack per
+            # heartbeat keeps the worker's matching exact); its self-fencing decides.
+            valid, revoked = [], []
         session.send(worker_pb2.ServerMessage(heartbeat_ack=worker_pb2.HeartbeatAck(
             valid_tokens=valid, revoked_tokens=revoked)))
 

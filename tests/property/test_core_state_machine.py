@@ -57,7 +57,7 @@ from gnomon.node.core.model import (
 )
 from gnomon.node.core.results import RunReply
 
-LIMITS = Limits(dedupe_capacity=8, runs_retained_per_job=2)
+LIMITS = Limits(dedupe_capacity=8, runs_retained_per_job=1)
 T0 = 1_700_000_000_000
 
 DAGS: list[dict[str, tuple[str, ...]]] = [
@@ -66,6 +66,7 @@ DAGS: list[dict[str, tuple[str, ...]]] = [
     {"a": (), "b": ("a",), "c": ("a",), "d": ("b", "c")},
     {"x": ("y",), "y": (), "z": ()},
     {"a": (), "b": (), "c": ("a", "b"), "d": ("c",)},
+    {"a": (), "b": (), "x": ("b",), "c": ("a", "x")},
 ]
 POLICIES = [
     RetryPolicy(max_attempts=1),
@@ -254,9 +255,8 @@ class CoreMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.fires)
     @rule(i=index)
     def deposed_leader_refires(self, i):
-        stale = pick(self.fires, i)
-        if stale is None:
-            return
+        live = [fire for fire in self.fires if fire.job_id in self.primary.jobs]
+        stale = pick(live or self.fires, i)
         job = self.primary.jobs.get(stale.job_id)
         was_due = job is not None and not job.paused and job.next_fire_ms == stale.scheduled_for_ms
         replies = self.propose(stale)

@@ -229,7 +229,9 @@ def test_wire_defaults_are_normalised():
 
 
 def test_unknown_enum_values_from_a_newer_server_map_to_unspecified():
-    run = types_pb2.Run(run_id="j1@0", state=99, trigger=42, tasks=[types_pb2.TaskInstance(state=77)])
+    run = types_pb2.Run(
+        run_id="j1@0", state=99, trigger=42, tasks=[types_pb2.TaskInstance(state=77)]
+    )
     converted = cv.run_from_proto(run)
     assert converted.state is RunState.UNSPECIFIED
     assert converted.trigger is RunTrigger.UNSPECIFIED
@@ -288,7 +290,9 @@ def test_task_context_from_assign():
         deadline_ms=5000,
         max_attempts=3,
     )
-    ctx = cv.task_context_from_assign(assign, worker_id="w1", lease=LeaseState(), output=OutputTail())
+    ctx = cv.task_context_from_assign(
+        assign, worker_id="w1", lease=LeaseState(), output=OutputTail()
+    )
     assert (ctx.run_id, ctx.task_name, ctx.fencing_token) == ("j1@1000", "extract", 42)
     assert (ctx.tenant, ctx.queue) == ("default", "default")
     assert (ctx.attempt, ctx.max_attempts, ctx.deadline_ms) == (2, 3, 5000)

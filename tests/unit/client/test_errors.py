@@ -71,6 +71,14 @@ def test_stale_version_reason_is_a_conflict():
     assert type(other) is FailedPrecondition
 
 
+def test_stale_version_message_is_a_conflict():
+    # The node's messages start with the field they are about.
+    err = error_for_status(
+        grpc.StatusCode.FAILED_PRECONDITION, "expected_version: job 'j1' is at version 4, not 3"
+    )
+    assert type(err) is Conflict
+
+
 def test_builtin_bases():
     assert issubclass(InvalidArgument, ValueError)
     assert issubclass(DeadlineExceeded, TimeoutError)

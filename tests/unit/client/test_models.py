@@ -28,7 +28,10 @@ from gnomon.client import (
 
 def test_single_task_job():
     spec = JobSpec.single(
-        "nightly", CronSchedule("0 3 * * *", "Europe/Berlin"), queue="reports", payload={"b": 1, "a": 2}
+        "nightly",
+        CronSchedule("0 3 * * *", "Europe/Berlin"),
+        queue="reports",
+        payload={"b": 1, "a": 2},
     )
     assert spec.tenant == "default"
     assert spec.misfire_policy is MisfirePolicy.RUN_ALL
