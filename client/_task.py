@@ -11,9 +11,13 @@ from typing import Any, overload
 from ._context import TaskContext
 from ._models import DEFAULT_QUEUE, RetryPolicy, TaskSpec, json_payload
 
-__all__ = ["TaskDefinition", "task"]
+__all__ = ["ANY_TASK", "TaskDefinition", "task"]
 
 TaskFunction = Callable[[TaskContext], Any]
+
+ANY_TASK = "*"
+"""The task name of a catch-all definition: it serves every task of its queue that no other
+definition of the worker names (the ready-made shell and HTTP workers use it)."""
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -28,7 +32,7 @@ class TaskDefinition:
     fn: TaskFunction
 
     def __post_init__(self) -> None:
-        if not _NAME.fullmatch(self.name):
+        if self.name != ANY_TASK and not _NAME.fullmatch(self.name):
             raise ValueError(f"task name {self.name!r} must match [A-Za-z0-9_.-]{{1,64}}")
         if not self.queue:
             object.__setattr__(self, "queue", DEFAULT_QUEUE)
@@ -80,7 +84,8 @@ def task(
     be sync (run in the worker's thread pool) or async. Its return value is the result:
     ``None`` -> empty, ``bytes`` as is, ``str`` as UTF-8, anything else as JSON. Raising
     ``NonRetryableError`` dead-letters the task; any other exception is retried. ``name``
-    defaults to the function's name.
+    defaults to the function's name; ``name="*"`` serves every task of ``queue`` that no other
+    task of the worker names.
     """
 
     def wrap(f: TaskFunction) -> TaskDefinition:

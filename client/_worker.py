@@ -33,7 +33,7 @@ from . import _convert as cv
 from ._client import AsyncClient, Client
 from ._context import DEFAULT_OUTPUT_TAIL_BYTES, LeaseState, OutputTail, TaskContext
 from ._errors import NonRetryableError, error_for_status
-from ._task import TaskDefinition, encode_result
+from ._task import ANY_TASK, TaskDefinition, encode_result
 from ._transport import (
     MAX_IMMEDIATE_REDIRECTS,
     Backoff,
@@ -506,7 +506,9 @@ class Worker:
         ctx = cv.task_context_from_assign(
             assign, worker_id=self.worker_id, lease=lease, output=output
         )
-        definition = self._definitions.get((ctx.queue, ctx.task_name))
+        definition = self._definitions.get((ctx.queue, ctx.task_name)) or self._definitions.get(
+            (ctx.queue, ANY_TASK)
+        )
         ex = _Execution(definition, ctx, lease, ttl_s, margin_s, output)
         self._executions[token] = ex
         self._set_idle()

@@ -153,7 +153,8 @@ def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
 
 def job_to_proto(job: Job, out: types_pb2.Job | None = None) -> types_pb2.Job:
     out = types_pb2.Job() if out is None else out
-    _copy_fields(job, out, ("job_id", "version", "next_fire_ms", "paused", "created_ms", "updated_ms"))
+    _copy_fields(job, out, ("job_id", "version", "next_fire_ms", "paused", "created_ms",
+                            "updated_ms", "last_fired_ms"))
     spec_to_proto(job.spec, out.spec)
     return out
 
@@ -167,6 +168,7 @@ def job_from_proto(m: types_pb2.Job) -> Job:
         paused=m.paused,
         created_ms=m.created_ms,
         updated_ms=m.updated_ms,
+        last_fired_ms=m.last_fired_ms,
     )
 
 

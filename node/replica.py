@@ -219,6 +219,7 @@ class Replica:
             job = codec.job_from_proto(types_pb2.Job.FromString(v))
             st.jobs[job.job_id] = job
             st.job_names[(job.spec.tenant, job.spec.name)] = job.job_id
+            st.jobs_per_tenant[job.spec.tenant] = st.jobs_per_tenant.get(job.spec.tenant, 0) + 1
         for _, v in snap.iter_table("runs"):
             run = decode_run(v)
             st.runs[run.run_id] = run

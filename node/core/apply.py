@@ -132,6 +132,7 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
         updated_ms=ctx.now,
     )
     state.job_names[(spec.tenant, spec.name)] = job_id
+    state.jobs_per_tenant[spec.tenant] = state.jobs_per_tenant.get(spec.tenant, 0) + 1
     ctx.effects.jobs.append(job_id)
     return JobReply(job_id=job_id, version=1)
 
@@ -165,6 +166,9 @@ def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
         return rejected
     del state.jobs[job.job_id]
     del state.job_names[(job.spec.tenant, job.spec.name)]
+    state.jobs_per_tenant[job.spec.tenant] -= 1
+    if not state.jobs_per_tenant[job.spec.tenant]:
+        del state.jobs_per_tenant[job.spec.tenant]
     ctx.effects.jobs.append(job.job_id)
     # Runs in flight finish normally; terminal ones go to the history store now.
     _enforce_retention(ctx, job.job_id)
@@ -229,7 +233,7 @@ def _check_name_free(state: State, spec: JobSpec) -> Rejected | None:
 def _check_job_quota(state: State, tenant: str, limit: int) -> Rejected | None:
     if limit <= 0:
         return None
-    count = sum(1 for owner, _ in state.job_names if owner == tenant)
+    count = state.jobs_per_tenant.get(tenant, 0)
     if count >= limit:
         return Rejected(
             Code.RESOURCE_EXHAUSTED,
@@ -260,8 +264,9 @@ def _fire(ctx: Ctx, cmd: Fire) -> Reply:
     job.next_fire_ms = cmd.next_fire_ms
     ctx.effects.jobs.append(job.job_id)
     run_id = f"{job.job_id}@{cmd.scheduled_for_ms}"
-    if run_id in ctx.state.runs:
+    if cmd.scheduled_for_ms <= job.last_fired_ms or run_id in ctx.state.runs:
         return RunReply(run_id="")
+    job.last_fired_ms = cmd.scheduled_for_ms
     if cmd.skip:
         _record_skipped_run(ctx, job, run_id, cmd.scheduled_for_ms)
     else:
@@ -384,7 +389,8 @@ def _check_grantable(run: Run, inst: TaskInstance, now: int) -> Rejected | None:
 
 
 def _complete_task(ctx: Ctx, cmd: CompleteTask) -> Reply:
-    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token)
+    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token,
+                         ctx.limits.canary_skip_token_check)
     if isinstance(found, Rejected):
         return found
     run, inst = found
@@ -398,7 +404,8 @@ def _complete_task(ctx: Ctx, cmd: CompleteTask) -> Reply:
 
 
 def _fail_task(ctx: Ctx, cmd: FailTask) -> Reply:
-    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token)
+    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token,
+                         ctx.limits.canary_skip_token_check)
     if isinstance(found, Rejected):
         return found
     run, inst = found
@@ -432,13 +439,13 @@ def _find_task(
 
 
 def _find_leased(
-    state: State, run_id: str, task_name: str, token: int
+    state: State, run_id: str, task_name: str, token: int, skip_token_check: bool = False
 ) -> tuple[Run, TaskInstance] | Rejected:
     found = _find_task(state, run_id, task_name, Code.NOT_FOUND)
     if isinstance(found, Rejected):
         return found
     _, inst = found
-    if token != inst.fencing_token:
+    if token != inst.fencing_token and not skip_token_check:
         return Rejected(
             Code.FAILED_PRECONDITION,
             f"fencing_token: stale fencing token {token}, current is {inst.fencing_token}",

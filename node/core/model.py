@@ -121,6 +121,9 @@ class Job:
     paused: bool
     created_ms: int
     updated_ms: int
+    # Highest slot ever fired (run or skipped): a Fire at or below it is a no-op, so no
+    # schedule change can fire a slot twice, even after its run left memory.
+    last_fired_ms: int = 0
 
 
 @dataclass(slots=True)
@@ -178,6 +181,8 @@ class State:
     jobs: dict[str, Job] = field(default_factory=dict)
     # (tenant, name) -> job_id
     job_names: dict[tuple[str, str], str] = field(default_factory=dict)
+    # tenant -> number of jobs (derived from jobs; kept for the O(1) quota check)
+    jobs_per_tenant: dict[str, int] = field(default_factory=dict)
     # Every run still in memory (active and the most recent terminal ones).
     runs: dict[str, Run] = field(default_factory=dict)
     # job_id -> run ids in creation order (terminal ones are evicted beyond retention).
@@ -196,3 +201,5 @@ class Limits:
     dedupe_capacity: int = 100_000
     # Terminal runs kept in memory per job; older ones are evicted to the history store.
     runs_retained_per_job: int = 20
+    # Test-only canary (jepsen): accept completions and failures whatever their token.
+    canary_skip_token_check: bool = False

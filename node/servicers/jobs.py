@@ -61,6 +61,11 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
         return codec.run_to_proto(decode_run(data))
 
+    def _now_ms(self) -> int:
+        """Never before cluster time: a slot computed from it is after every fired slot."""
+        with self.lock:
+            return max(wall_ms(), self.node.replica.state.clock_ms)
+
     def _spec(self, msg: types_pb2.JobSpec):
         return validate_spec(codec.spec_from_proto(msg), self.node.spec_limits)
 
@@ -74,7 +79,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     async def CreateJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         spec = self._spec(request.spec)
-        first = first_fire_ms(spec.schedule, wall_ms(), hash_id=f"{spec.tenant}/{spec.name}")
+        first = first_fire_ms(spec.schedule, self._now_ms(), hash_id=f"{spec.tenant}/{spec.name}")
         reply = await self._propose(c.CreateJob(request.request_id, spec, first,
                                                 self.node.config.max_jobs_per_tenant))
         return api_pb2.CreateJobResponse(job=self._job_proto(reply.job_id))
@@ -108,7 +113,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_request_id(request.request_id)
         job_id = self._job_id(request.job)
         spec = self._spec(request.spec)
-        nxt = first_fire_ms(spec.schedule, wall_ms(), hash_id=f"{spec.tenant}/{spec.name}")
+        nxt = first_fire_ms(spec.schedule, self._now_ms(), hash_id=f"{spec.tenant}/{spec.name}")
         reply = await self._propose(
             c.UpdateJob(request.request_id, job_id, spec, request.expected_version, nxt))
         return api_pb2.UpdateJobResponse(job=self._job_proto(reply.job_id))
@@ -131,11 +136,12 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     async def ResumeJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         job_id = self._job_id(request.job)
+        now = self._now_ms()
         with self.lock:
             job = self.node.replica.state.jobs[job_id]
             nxt = job.next_fire_ms
             if nxt and job.spec.schedule.kind != ScheduleKind.ONCE:
-                nxt = next_fire_after(job.spec.schedule, wall_ms(), hash_id=hash_id(job))
+                nxt = next_fire_after(job.spec.schedule, now, hash_id=hash_id(job))
         reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt))
         return api_pb2.ResumeJobResponse(job=self._job_proto(reply.job_id))
 

@@ -456,7 +456,7 @@ def check_run(run) -> None:
 
 
 CoreMachine.TestCase.settings = settings(
-    max_examples=100,
+    max_examples=200,
     stateful_step_count=50,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

@@ -146,7 +146,7 @@ class JobSpec(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms")
+    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -154,6 +154,7 @@ class Job(_message.Message):
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIRED_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     version: int
@@ -161,7 +162,8 @@ class Job(_message.Message):
     paused: bool
     created_ms: int
     updated_ms: int
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ...) -> None: ...
+    last_fired_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ...) -> None: ...
 
 class TaskInstance(_message.Message):
     __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms")

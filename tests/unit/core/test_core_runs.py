@@ -85,6 +85,19 @@ class TestFire:
         assert effects.dispatchable == []
         assert h.state.jobs[job_id].next_fire_ms == h.T0 + 100
 
+    def test_slot_at_or_below_the_high_water_mark_never_fires_again(self, h):
+        # Even after the run left memory (retention), a schedule change back to an old slot
+        # must not fire it a second time.
+        job_id = h.create(next_fire_ms=h.T0)
+        run_id = h.fire(job_id)
+        del h.state.runs[run_id]
+        h.one(UpdateJob("", job_id, h.spec(interval_ms=1), 0, next_fire_ms=h.T0))
+        reply, _ = h.one(Fire(job_id, h.T0, h.T0 + 1))
+        assert reply == RunReply("")
+        assert run_id not in h.state.runs
+        assert h.state.jobs[job_id].next_fire_ms == h.T0 + 1
+        assert h.state.jobs[job_id].last_fired_ms == h.T0
+
     def test_run_keeps_spec_it_was_fired_with(self, h):
         job_id = h.create(next_fire_ms=h.T0)
         run_id = h.fire(job_id)

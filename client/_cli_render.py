@@ -1,0 +1,416 @@
+"""What the ``gnomon`` CLI prints: aligned tables and key/value blocks for people, plain JSON
+objects for ``--json``.
+
+Times print as ``2026-11-30 10:41:02Z`` (UTC), durations as ``350ms``, ``4.2s``, ``2m03s``,
+``1h02m``, ``3d04h``. In JSON, times and durations stay integer milliseconds, enums are their
+lower-case names, and bytes (payloads, results) follow ``_cli_spec.bytes_to_data``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from ._cli_spec import bytes_to_data, spec_to_data
+from ._models import (
+    ClusterStatus,
+    CronSchedule,
+    DeadLetter,
+    IntervalSchedule,
+    Job,
+    Run,
+    Schedule,
+    TaskInstance,
+    TaskRef,
+    TaskState,
+)
+
+__all__ = [
+    "cluster_json",
+    "dead_letter_json",
+    "fmt_duration",
+    "fmt_schedule",
+    "fmt_time",
+    "job_json",
+    "job_state",
+    "kv",
+    "render_cluster",
+    "render_dead_letters",
+    "render_job",
+    "render_jobs",
+    "render_run",
+    "render_runs",
+    "run_json",
+    "table",
+    "task_json",
+    "task_ref_json",
+]
+
+_ELLIPSIS = "..."
+_MAX_CELL = 60
+
+
+def fmt_time(ms: int) -> str:
+    """``2026-11-30 10:41:02Z``; ``-`` for 0 (unset)."""
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def fmt_duration(ms: int) -> str:
+    """A short human duration: 350ms, 4.2s, 42s, 2m03s, 1h02m, 3d04h."""
+    if ms < 0:
+        return "-" + fmt_duration(-ms)
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 10_000:
+        return f"{ms / 1000:.1f}s"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"
+
+
+def fmt_schedule(schedule: Schedule) -> str:
+    if isinstance(schedule, CronSchedule):
+        return f'cron "{schedule.expression}" {schedule.timezone}'
+    if isinstance(schedule, IntervalSchedule):
+        anchor = f" from {fmt_time(schedule.anchor_ms)}" if schedule.anchor_ms else ""
+        return f"every {fmt_duration(schedule.interval_ms)}{anchor}"
+    return f"once at {fmt_time(schedule.at_ms)}"
+
+
+def _cell(value: Any, limit: int | None) -> str:
+    text = " ".join(str(value).split()) if value is not None and value != "" else "-"
+    if limit is not None and len(text) > limit:
+        text = text[: limit - len(_ELLIPSIS)] + _ELLIPSIS
+    return text
+
+
+def table(
+    headers: Sequence[str], rows: Iterable[Sequence[Any]], *, max_cell: int | None = _MAX_CELL
+) -> str:
+    """Columns aligned with two spaces; empty cells print as ``-``, long ones are cut."""
+    cells = [[_cell(v, max_cell) for v in row] for row in rows]
+    widths = [len(h) for h in headers]
+    for row in cells:
+        for i, text in enumerate(row):
+            widths[i] = max(widths[i], len(text))
+    lines = []
+    for row in [list(headers), *cells]:
+        padded = [text.ljust(widths[i]) for i, text in enumerate(row[:-1])] + [row[-1]]
+        lines.append("  ".join(padded).rstrip())
+    return "\n".join(lines)
+
+
+def kv(pairs: Sequence[tuple[str, Any]]) -> str:
+    width = max(len(k) for k, _ in pairs)
+    return "\n".join(f"{k.ljust(width)}  {_cell(v, None)}" for k, v in pairs)
+
+
+# --- jobs ----------------------------------------------------------------------------------
+
+
+def job_state(job: Job) -> str:
+    if job.paused:
+        return "paused"
+    return "active" if job.next_fire_ms else "done"
+
+
+def render_jobs(jobs: Sequence[Job]) -> str:
+    if not jobs:
+        return "no jobs"
+    return table(
+        ["ID", "TENANT", "NAME", "SCHEDULE", "NEXT FIRE", "STATE", "TASKS", "VERSION"],
+        [
+            [
+                j.job_id,
+                j.tenant,
+                j.name,
+                fmt_schedule(j.spec.schedule),
+                fmt_time(j.next_fire_ms) if not j.paused else "-",
+                job_state(j),
+                len(j.spec.tasks),
+                j.version,
+            ]
+            for j in jobs
+        ],
+    )
+
+
+def _payload_text(payload: bytes) -> str:
+    data = bytes_to_data("payload", payload)
+    if not data:
+        return "-"
+    if "payload" in data and isinstance(data["payload"], str):
+        return data["payload"]
+    key, value = next(iter(data.items()))
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    return text if key == "payload" else f"base64:{value}"
+
+
+def render_job(job: Job) -> str:
+    spec = job.spec
+    grace = fmt_duration(spec.misfire_grace_ms) if spec.misfire_grace_ms else "default"
+    head = kv(
+        [
+            ("job", f"{job.job_id} ({spec.tenant}/{spec.name})"),
+            ("schedule", fmt_schedule(spec.schedule)),
+            ("state", job_state(job)),
+            ("next fire", fmt_time(job.next_fire_ms) if not job.paused else "-"),
+            ("priority", spec.priority),
+            ("misfire", f"{spec.misfire_policy.value} (grace {grace})"),
+            ("version", job.version),
+            ("created", fmt_time(job.created_ms)),
+            ("updated", fmt_time(job.updated_ms)),
+        ]
+    )
+    tasks = table(
+        ["TASK", "QUEUE", "DEPENDS ON", "TIMEOUT", "ATTEMPTS", "PAYLOAD"],
+        [
+            [
+                t.name,
+                t.queue,
+                ",".join(t.depends_on),
+                fmt_duration(t.timeout_ms) if t.timeout_ms else "-",
+                t.retry.max_attempts or "default",
+                _payload_text(t.payload),
+            ]
+            for t in spec.tasks
+        ],
+    )
+    return f"{head}\n\n{tasks}"
+
+
+def job_json(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "tenant": job.tenant,
+        "name": job.name,
+        "version": job.version,
+        "paused": job.paused,
+        "next_fire_ms": job.next_fire_ms,
+        "created_ms": job.created_ms,
+        "updated_ms": job.updated_ms,
+        "spec": spec_to_data(job.spec),
+    }
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+def _run_duration(run: Run) -> str:
+    if not run.finished_ms or not run.created_ms:
+        return "-"
+    return fmt_duration(run.finished_ms - run.created_ms)
+
+
+def _task_summary(run: Run) -> str:
+    done = sum(1 for t in run.tasks if t.state == TaskState.SUCCEEDED)
+    return f"{done}/{len(run.tasks)} ok"
+
+
+def render_runs(runs: Sequence[Run]) -> str:
+    if not runs:
+        return "no runs"
+    return table(
+        ["RUN", "STATE", "TRIGGER", "SCHEDULED FOR", "STARTED", "DURATION", "TASKS"],
+        [
+            [
+                r.run_id,
+                r.state.value,
+                r.trigger.value,
+                fmt_time(r.scheduled_for_ms),
+                fmt_time(r.created_ms),
+                _run_duration(r),
+                _task_summary(r),
+            ]
+            for r in runs
+        ],
+    )
+
+
+def _task_duration(t: TaskInstance) -> str:
+    if t.started_ms and t.finished_ms:
+        return fmt_duration(t.finished_ms - t.started_ms)
+    return "-"
+
+
+def render_run(run: Run) -> str:
+    head = kv(
+        [
+            ("run", run.run_id),
+            ("job", f"{run.job_id} (version {run.job_version})  tenant {run.tenant}"),
+            ("state", run.state.value),
+            ("trigger", run.trigger.value),
+            ("scheduled for", fmt_time(run.scheduled_for_ms)),
+            ("created", fmt_time(run.created_ms)),
+            ("finished", fmt_time(run.finished_ms)),
+            ("duration", _run_duration(run)),
+        ]
+    )
+    tasks = table(
+        ["TASK", "STATE", "ATTEMPT", "TOKEN", "WORKER", "STARTED", "DURATION", "ERROR / RESULT"],
+        [
+            [
+                t.task_name,
+                t.state.value,
+                t.attempt,
+                t.fencing_token or "-",
+                t.worker_id,
+                fmt_time(t.started_ms),
+                _task_duration(t),
+                t.last_error if t.state != TaskState.SUCCEEDED else _payload_text(t.result),
+            ]
+            for t in run.tasks
+        ],
+    )
+    errors = [
+        f"  {t.task_name}: " + "\n    ".join(t.last_error.strip().splitlines())
+        for t in run.tasks
+        if t.last_error and len(" ".join(t.last_error.split())) > _MAX_CELL
+    ]
+    full = "\n\nerrors in full:\n" + "\n".join(errors) if errors else ""
+    return f"{head}\n\n{tasks}{full}"
+
+
+def task_json(t: TaskInstance) -> dict[str, Any]:
+    return {
+        "task_name": t.task_name,
+        "state": t.state.value,
+        "attempt": t.attempt,
+        "fencing_token": t.fencing_token,
+        "worker_id": t.worker_id,
+        "idempotency_key": t.idempotency_key,
+        "ready_ms": t.ready_ms,
+        "started_ms": t.started_ms,
+        "finished_ms": t.finished_ms,
+        "retry_at_ms": t.retry_at_ms,
+        "lease_ttl_ms": t.lease_ttl_ms,
+        "last_error": t.last_error,
+        **bytes_to_data("result", t.result),
+    }
+
+
+def run_json(run: Run) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "job_id": run.job_id,
+        "tenant": run.tenant,
+        "state": run.state.value,
+        "trigger": run.trigger.value,
+        "scheduled_for_ms": run.scheduled_for_ms,
+        "created_ms": run.created_ms,
+        "finished_ms": run.finished_ms,
+        "job_version": run.job_version,
+        "tasks": [task_json(t) for t in run.tasks],
+    }
+
+
+# --- dead letters and cluster ----------------------------------------------------------------
+
+
+def render_dead_letters(items: Sequence[DeadLetter]) -> str:
+    if not items:
+        return "no dead letters"
+    return table(
+        ["TASK REF", "JOB", "TENANT", "ATTEMPTS", "DEAD SINCE", "LAST ERROR"],
+        [
+            [
+                f"{d.run_id}:{d.task_name}",
+                d.job_id,
+                d.tenant,
+                d.attempts,
+                fmt_time(d.dead_ms),
+                d.last_error,
+            ]
+            for d in items
+        ],
+    )
+
+
+def dead_letter_json(d: DeadLetter) -> dict[str, Any]:
+    return {
+        "run_id": d.run_id,
+        "task_name": d.task_name,
+        "job_id": d.job_id,
+        "tenant": d.tenant,
+        "attempts": d.attempts,
+        "last_error": d.last_error,
+        "dead_ms": d.dead_ms,
+    }
+
+
+def task_ref_json(ref: TaskRef) -> dict[str, str]:
+    return {"run_id": ref.run_id, "task_name": ref.task_name}
+
+
+def render_cluster(status: ClusterStatus) -> str:
+    leader = status.leader_node_id or "none"
+    if status.leader_grpc_address:
+        leader += f" ({status.leader_grpc_address})"
+    head = kv(
+        [
+            ("answered by", status.node_id),
+            ("leader", leader),
+            ("term", status.term),
+            ("commit index", f"{status.commit_index} (applied {status.applied_index})"),
+            ("cluster time", fmt_time(status.clock_ms)),
+            ("jobs", status.jobs),
+            ("active runs", status.active_runs),
+            ("dead letters", status.dead_letters),
+            ("version", status.version),
+        ]
+    )
+    nodes = table(
+        ["NODE", "ROLE", "GRPC", "RAFT", "MATCH INDEX", "CONNECTED"],
+        [
+            [
+                n.node_id,
+                n.role,
+                n.grpc_address,
+                n.raft_address,
+                n.match_index,
+                "yes" if n.connected else "no",
+            ]
+            for n in status.nodes
+        ],
+    )
+    return f"{head}\n\n{nodes}"
+
+
+def cluster_json(status: ClusterStatus) -> dict[str, Any]:
+    return {
+        "node_id": status.node_id,
+        "leader_node_id": status.leader_node_id,
+        "leader_grpc_address": status.leader_grpc_address,
+        "term": status.term,
+        "commit_index": status.commit_index,
+        "applied_index": status.applied_index,
+        "clock_ms": status.clock_ms,
+        "jobs": status.jobs,
+        "active_runs": status.active_runs,
+        "dead_letters": status.dead_letters,
+        "state_digest": status.state_digest,
+        "version": status.version,
+        "nodes": [
+            {
+                "node_id": n.node_id,
+                "role": n.role,
+                "grpc_address": n.grpc_address,
+                "raft_address": n.raft_address,
+                "match_index": n.match_index,
+                "connected": n.connected,
+            }
+            for n in status.nodes
+        ],
+    }

@@ -1,0 +1,1 @@
+"""Example job specs and task functions for gnomon (see README.md here)."""

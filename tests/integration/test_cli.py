@@ -1,0 +1,230 @@
+"""The ``gnomon`` command line against real nodes: every job command with ``--json``, and bad
+input refused on one line with a useful exit code and no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from gnomon.node.localcluster import LocalCluster, free_ports
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+CYCLIC = """
+name: cyclic
+schedule: {cron: "0 0 * * *"}
+tasks:
+  - {name: a, depends_on: [b]}
+  - {name: b, depends_on: [a]}
+"""
+
+DAG = """
+name: dag
+schedule:
+  cron: "0 3 * * *"
+  timezone: Europe/Berlin
+defaults: {queue: etl, timeout_ms: 1m}
+tasks:
+  - name: extract
+    payload: {source: orders}
+  - {name: left, depends_on: [extract]}
+  - {name: right, depends_on: [extract]}
+  - {name: load, depends_on: [left, right], retry: {max_attempts: 5}}
+"""
+
+
+def cli_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith("GNOMON_")}
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    cluster = LocalCluster(tmp_path_factory.mktemp("cli"), 3).start()
+    try:
+        cluster.leader()
+        yield ",".join(n.grpc_addr for n in cluster.nodes)
+    finally:
+        cluster.stop()
+
+
+def gnomon(servers: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gnomon.client.cli", "--server", servers, *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        env=cli_env(),
+        timeout=60,
+    )
+
+
+def ok_json(servers: str, *args: str, stdin: str | None = None):
+    proc = gnomon(servers, *args, "--json", stdin=stdin)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, code: int, prefix: str) -> None:
+    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
+    assert proc.stdout == ""
+    assert proc.stderr.startswith(prefix), proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
+def test_job_lifecycle_with_json(servers):
+    job = ok_json(
+        servers,
+        "job",
+        "create",
+        "--name",
+        "every5",
+        "--cron",
+        "* * * * * */5",
+        "--queue",
+        "q1",
+        "--payload-json",
+        '{"n": 1}',
+        "--timeout-ms",
+        "30s",
+        "--max-attempts",
+        "4",
+    )
+    job_id = job["job_id"]
+    assert job["name"] == "every5" and job["version"] >= 1 and not job["paused"]
+    assert job["next_fire_ms"] > 0
+    assert job["spec"]["schedule"] == {"cron": "* * * * * */5", "timezone": "UTC"}
+    task = job["spec"]["tasks"][0]
+    assert task["queue"] == "q1" and task["payload"] == {"n": 1} and task["timeout_ms"] == 30_000
+    assert task["retry"]["max_attempts"] == 4
+
+    assert job_id in [j["job_id"] for j in ok_json(servers, "job", "list")]
+    assert ok_json(servers, "job", "get", "every5")["job_id"] == job_id
+    assert ok_json(servers, "job", "get", job_id)["name"] == "every5"
+
+    paused = ok_json(servers, "job", "pause", "every5")
+    assert paused["paused"] is True and paused["version"] > job["version"]
+    resumed = ok_json(servers, "job", "resume", job_id)
+    assert resumed["paused"] is False and resumed["next_fire_ms"] > 0
+
+    run = ok_json(servers, "job", "trigger", "every5")
+    assert run["job_id"] == job_id and run["trigger"] == "manual"
+    assert run["tasks"][0]["idempotency_key"] == f"{run['run_id']}:main"
+    assert ok_json(servers, "run", "get", run["run_id"])["run_id"] == run["run_id"]
+    assert run["run_id"] in [r["run_id"] for r in ok_json(servers, "run", "list", job_id)]
+    assert ok_json(servers, "run", "cancel", run["run_id"])["state"] == "cancelled"
+
+    assert ok_json(servers, "job", "delete", "every5") == {"deleted": True, "name": "every5"}
+    assert_one_line_error(gnomon(servers, "job", "get", job_id), 1, "gnomon: not found: ")
+
+
+def test_human_output(servers):
+    gnomon(servers, "job", "create", "--name", "human", "--interval", "1h", "--paused")
+    proc = gnomon(servers, "job", "list")
+    assert proc.returncode == 0
+    header, *rows = proc.stdout.splitlines()
+    assert header.split()[:3] == ["ID", "TENANT", "NAME"]
+    assert any("human" in r and "every 1h00m" in r and "paused" in r for r in rows)
+    proc = gnomon(servers, "cluster", "status")
+    assert proc.returncode == 0 and "leader" in proc.stdout
+    status = ok_json(servers, "cluster", "status")
+    assert len(status["nodes"]) == 3 and status["leader_node_id"]
+    assert sorted(n["role"] for n in status["nodes"]) == ["follower", "follower", "leader"]
+
+
+def test_dag_file_create_and_update(servers, tmp_path):
+    path = tmp_path / "dag.yaml"
+    path.write_text(DAG)
+    job = ok_json(servers, "job", "create", "-f", str(path))
+    tasks = {t["name"]: t for t in job["spec"]["tasks"]}
+    assert tasks["load"]["depends_on"] == ["left", "right"]
+    assert tasks["left"]["queue"] == "etl" and tasks["load"]["retry"]["max_attempts"] == 5
+    # Creating it again: refused, unless --if-not-exists.
+    assert_one_line_error(
+        gnomon(servers, "job", "create", "-f", str(path)), 1, "gnomon: already exists: "
+    )
+    again = ok_json(servers, "job", "create", "-f", str(path), "--if-not-exists")
+    assert again["job_id"] == job["job_id"] and again["version"] == job["version"]
+    # Flags change only what they name; a DAG's tasks need the file.
+    updated = ok_json(servers, "job", "update", "dag", "--cron", "0 4 * * *", "--tz", "UTC")
+    assert updated["version"] == job["version"] + 1
+    assert updated["spec"]["schedule"] == {"cron": "0 4 * * *", "timezone": "UTC"}
+    assert updated["spec"]["tasks"] == job["spec"]["tasks"]
+    assert_one_line_error(
+        gnomon(servers, "job", "update", "dag", "--queue", "x"), 2, "gnomon: job "
+    )
+    # A stale expected version is a conflict and changes nothing.
+    stale = gnomon(servers, "job", "update", "-f", str(path), "--expected-version", "1")
+    assert_one_line_error(stale, 1, "gnomon: conflict: ")
+    # The JSON form reads back as a spec file (stdin).
+    spec_json = json.dumps(updated["spec"] | {"priority": 9})
+    assert ok_json(servers, "job", "update", "-f", "-", stdin=spec_json)["spec"]["priority"] == 9
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["--cron", "0 0 * * *", "--tz", "Mars/Base"],
+            "spec.schedule.cron.timezone: unknown IANA timezone 'Mars/Base'",
+        ),
+        (["--cron", "0 0 30 2 *"], "spec.schedule.cron.expression: '0 0 30 2 *' never fires"),
+        (["--cron", "not a cron"], "spec.schedule.cron.expression"),
+    ],
+    ids=["timezone", "impossible-cron", "garbage-cron"],
+)
+def test_bad_schedules_are_refused_on_one_line(servers, argv, needle):
+    proc = gnomon(servers, "job", "create", "--name", "bad", *argv)
+    assert_one_line_error(proc, 1, "gnomon: invalid argument: ")
+    assert needle in proc.stderr
+
+
+def test_cyclic_dag_file_is_refused(servers, tmp_path):
+    path = tmp_path / "cyclic.yaml"
+    path.write_text(CYCLIC)
+    proc = gnomon(servers, "job", "create", "-f", str(path))
+    assert_one_line_error(proc, 1, "gnomon: invalid argument: ")
+    assert "cycle" in proc.stderr
+    assert "cyclic" not in [j["name"] for j in ok_json(servers, "job", "list")]
+
+
+def test_usage_errors_send_nothing(servers, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nschedule: {cron: '@daily'}\ntasks: [{name: a, dependson: [b]}]\n")
+    proc = gnomon(servers, "job", "create", "-f", str(bad))
+    assert_one_line_error(proc, 2, f"gnomon: {bad}: spec.tasks[0].dependson: unknown key")
+    assert_one_line_error(gnomon(servers, "job", "frob"), 2, "gnomon job: error: ")
+
+
+def test_no_cluster_is_unavailable():
+    (port,) = free_ports(1)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gnomon.client.cli",
+            "--server",
+            f"127.0.0.1:{port}",
+            "--timeout",
+            "1",
+            "job",
+            "list",
+        ],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+    )
+    assert_one_line_error(proc, 3, "gnomon: unavailable: ")
+    assert f"(servers 127.0.0.1:{port})" in proc.stderr
+
+
+def test_console_script_is_installed():
+    script = os.path.join(os.path.dirname(sys.executable), "gnomon")
+    if not os.path.exists(script):
+        pytest.skip("gnomon console script not installed in this environment")
+    proc = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "gnomon 0.1.0"

@@ -1,0 +1,301 @@
+"""The ready-made workers (``gnomon worker shell|http``) as subprocesses against real nodes:
+context in the environment / headers, cancel kills the command, retry and dead-letter rules."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gnomon.client import Client, JobSpec, OnceSchedule, RetryPolicy, Run, RunState, TaskState
+from gnomon.node.localcluster import LocalCluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01: jobs here only run when triggered
+FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=100, max_backoff_ms=200, jitter=-1)
+
+
+def _env() -> dict[str, str]:
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("GNOMON_") and "proxy" not in k.lower()
+    }
+
+
+def poll(predicate: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+class WorkerProc:
+    def __init__(self, servers: str, kind: str, queue: str, log: Path, *extra: str) -> None:
+        self.log = log
+        self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "gnomon.client.cli",
+                "--server",
+                servers,
+                "worker",
+                kind,
+                "--queue",
+                queue,
+                "--shutdown-grace",
+                "2",
+                *extra,
+            ],
+            stdout=self._fh,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._fh.close()
+        return self.proc.returncode
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("workers")
+    cluster = LocalCluster(root, 3).start()
+    workers: list[WorkerProc] = []
+    client = None
+    try:
+        cluster.leader()
+        servers = ",".join(n.grpc_addr for n in cluster.nodes)
+        workers.append(
+            WorkerProc(servers, "shell", "shell", root / "shell.log", "--kill-grace", "1")
+        )
+        workers.append(
+            WorkerProc(servers, "http", "http", root / "http.log", "--request-timeout", "5")
+        )
+        client = Client(servers, timeout_s=10)
+        yield {"servers": servers, "client": client, "root": root, "workers": workers}
+        # Stopped by SIGTERM, the workers drain and exit cleanly.
+        assert [w.stop() for w in workers] == [0, 0], [w.log.read_text()[-3000:] for w in workers]
+    finally:
+        for w in workers:
+            w.stop()
+        if client is not None:
+            client.close()
+        cluster.stop()
+
+
+def start(env: dict[str, Any], name: str, queue: str, payload: dict[str, Any], **task: Any) -> Run:
+    client: Client = env["client"]
+    job = client.create_job(
+        JobSpec.single(name, OnceSchedule(FAR_FUTURE_MS), queue=queue, payload=payload, **task)
+    )
+    return client.trigger_job(job.job_id)
+
+
+def finished(env: dict[str, Any], run: Run, timeout_s: float = 40.0) -> Run:
+    return env["client"].wait_run(run.run_id, timeout_s=timeout_s, poll_interval_s=0.1)
+
+
+def gnomon(env: dict[str, Any], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "gnomon.client.cli", "--server", env["servers"], *args],
+        capture_output=True,
+        text=True,
+        env=_env(),
+        timeout=60,
+    )
+
+
+# --- shell ---------------------------------------------------------------------------------
+
+
+def test_shell_task_sees_its_context_in_the_environment(env, tmp_path):
+    out = tmp_path / "env.json"
+    script = (
+        "import json, os;"
+        "json.dump({k: v for k, v in os.environ.items() if k.startswith(('GNOMON_', 'MY_'))},"
+        f" open({str(out)!r}, 'w'))"
+    )
+    env["client"].create_job(
+        JobSpec.single(
+            "shell-env",
+            OnceSchedule(FAR_FUTURE_MS),
+            queue="shell",
+            timeout_ms=30_000,
+            payload={"argv": [sys.executable, "-c", script], "env": {"MY_VAR": "x"}},
+        )
+    )
+    # Through the CLI: trigger and wait, exit 0 when the run succeeded.
+    proc = gnomon(env, "job", "trigger", "shell-env", "--wait", "--wait-timeout", "40", "--json")
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(proc.stdout)
+    assert run["state"] == "succeeded"
+    task = run["tasks"][0]
+    assert task["result"]["exit_code"] == 0
+    seen = json.loads(out.read_text())
+    assert seen["MY_VAR"] == "x"
+    assert seen["GNOMON_RUN_ID"] == run["run_id"]
+    assert seen["GNOMON_JOB_ID"] == run["job_id"]
+    assert seen["GNOMON_TASK_NAME"] == "main"
+    assert seen["GNOMON_ATTEMPT"] == "1"
+    assert seen["GNOMON_IDEMPOTENCY_KEY"] == f"{run['run_id']}:main"
+    assert seen["GNOMON_FENCING_TOKEN"] == str(task["fencing_token"])
+    assert seen["GNOMON_SCHEDULED_FOR_MS"] == str(run["scheduled_for_ms"])
+    assert int(seen["GNOMON_DEADLINE_MS"]) > run["scheduled_for_ms"]  # timeout_ms was set
+
+
+def test_cancelled_run_stops_the_subprocess(env, tmp_path):
+    pid_file = tmp_path / "pid"
+    command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 120"
+    run = start(env, "shell-cancel", "shell", {"command": command})
+    pid = int(
+        poll(
+            lambda: pid_file.exists() and pid_file.read_text().strip(),
+            timeout_s=30,
+            what="the command to write its pid",
+        )
+    )
+    os.kill(pid, 0)  # running
+
+    proc = gnomon(env, "run", "cancel", run.run_id, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["state"] == "cancelled"
+
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+    poll(gone, timeout_s=20, what=f"pid {pid} to be killed and reaped")
+    assert env["client"].get_run(run.run_id).task("main").state == TaskState.CANCELLED
+
+
+def test_shell_exit_codes_retry_or_dead_letter(env):
+    retried = start(
+        env, "shell-exit-3", "shell", {"command": "echo failing; exit 3"}, retry=FAST_RETRY
+    )
+    final = start(
+        env,
+        "shell-exit-final",
+        "shell",
+        {"command": "exit 3", "retry_on_exit": False},
+        retry=FAST_RETRY,
+    )
+    retried, final = finished(env, retried), finished(env, final)
+    assert retried.state == RunState.FAILED
+    assert retried.task("main").attempt == 2
+    assert "exit code 3; output tail: failing" in retried.task("main").last_error
+    assert final.state == RunState.FAILED
+    assert final.task("main").attempt == 1
+    assert "not retried" in final.task("main").last_error
+
+
+# --- http ----------------------------------------------------------------------------------
+
+
+class _Hooks(http.server.BaseHTTPRequestHandler):
+    """/ok -> 200; /flaky -> 503 once, then 200; /bad -> 400. Records every request."""
+
+    requests: list[tuple[str, dict[str, str], bytes]] = []
+    lock = threading.Lock()
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        with self.lock:
+            self.requests.append((self.path, dict(self.headers), body))
+            flaky_seen = sum(1 for p, _, _ in self.requests if p == "/flaky")
+        status = {"/ok": 200, "/bad": 400}.get(self.path, 503 if flaky_seen == 1 else 200)
+        self.send_response(status)
+        self.end_headers()
+        self.wfile.write(b"thanks" if status == 200 else b"nope")
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    @classmethod
+    def seen(cls, path: str) -> list[dict[str, str]]:
+        with cls.lock:
+            return [h for p, h, _ in cls.requests if p == path]
+
+
+@pytest.fixture(scope="module")
+def hooks() -> Iterator[str]:
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hooks)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
+
+
+def test_http_request_carries_idempotency_key_and_fencing_token(env, hooks):
+    run = finished(env, start(env, "http-ok", "http", {"url": f"{hooks}/ok", "body": {"x": 1}}))
+    assert run.state == RunState.SUCCEEDED
+    task = run.task("main")
+    (headers,) = _Hooks.seen("/ok")
+    assert headers["Idempotency-Key"] == f"{run.run_id}:main" == task.idempotency_key
+    assert headers["X-Gnomon-Fencing-Token"] == str(task.fencing_token)
+    assert headers["X-Gnomon-Run-Id"] == run.run_id
+    assert headers["X-Gnomon-Attempt"] == "1"
+    assert json.loads(task.result) == {"status": 200, "body": "thanks"}
+
+
+def test_http_5xx_is_retried_and_4xx_dead_lettered(env, hooks):
+    flaky = start(env, "http-flaky", "http", {"url": f"{hooks}/flaky"}, retry=FAST_RETRY)
+    bad = start(
+        env,
+        "http-bad",
+        "http",
+        {"url": f"{hooks}/bad"},
+        retry=RetryPolicy(max_attempts=3, initial_backoff_ms=100, jitter=-1),
+    )
+    flaky, bad = finished(env, flaky), finished(env, bad)
+
+    assert flaky.state == RunState.SUCCEEDED and flaky.task("main").attempt == 2
+    first, second = _Hooks.seen("/flaky")
+    # Same idempotency key on every attempt; a strictly higher fencing token on the retry.
+    assert first["Idempotency-Key"] == second["Idempotency-Key"] == f"{flaky.run_id}:main"
+    assert int(second["X-Gnomon-Fencing-Token"]) > int(first["X-Gnomon-Fencing-Token"])
+    assert (first["X-Gnomon-Attempt"], second["X-Gnomon-Attempt"]) == ("1", "2")
+
+    assert bad.state == RunState.FAILED and bad.task("main").attempt == 1
+    assert len(_Hooks.seen("/bad")) == 1
+    assert "HTTP 400" in bad.task("main").last_error
+    proc = gnomon(env, "dlq", "list", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{bad.run_id}:main" in [
+        f"{d['run_id']}:{d['task_name']}" for d in json.loads(proc.stdout)
+    ]
+    # Replayed, it fails again (still 400) and is dead-lettered again.
+    proc = gnomon(env, "dlq", "replay", f"{bad.run_id}:main", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"replayed": [{"run_id": bad.run_id, "task_name": "main"}]}
+    poll(lambda: len(_Hooks.seen("/bad")) == 2, timeout_s=30, what="the replayed request")
+    again = finished(env, bad)
+    assert again.state == RunState.FAILED

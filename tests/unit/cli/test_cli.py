@@ -1,0 +1,518 @@
+"""``gnomon`` argument parsing, output and exit codes against a fake Client (no server)."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from typing import Any
+
+import grpc
+import pytest
+
+from gnomon.client import (
+    AlreadyExists,
+    Conflict,
+    CronSchedule,
+    DeadLetter,
+    DeadlineExceeded,
+    FailedPrecondition,
+    GnomonError,
+    IntervalSchedule,
+    InvalidArgument,
+    Job,
+    JobSpec,
+    NotFound,
+    OnceSchedule,
+    ResourceExhausted,
+    RetryPolicy,
+    Run,
+    RunState,
+    TaskRef,
+    TaskSpec,
+    Unavailable,
+)
+from gnomon.client._cli_spec import UsageError
+from gnomon.client.cli import error_line, exit_code_for, main
+
+DEFAULT = "127.0.0.1:7701,127.0.0.1:7702,127.0.0.1:7703"
+T0 = 1796035262000
+
+
+class FakeClient:
+    """Records calls; answers from ``jobs`` / ``runs``; raises ``fail`` if set."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        self.jobs: dict[str, Job] = {}
+        self.runs: dict[str, Run] = {}
+        self.fail: BaseException | None = None
+        self.closed = False
+        self.servers: str | None = None
+        self.timeout_s: float | None = None
+
+    def __getattr__(self, method: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append((method, args, kwargs))
+            if self.fail is not None:
+                raise self.fail
+            return getattr(self, "_" + method)(*args, **kwargs)
+
+        return call
+
+    def close(self) -> None:
+        self.closed = True
+
+    def method_calls(self, name: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
+        return [(a, k) for m, a, k in self.calls if m == name]
+
+    def _find(self, job_id=None, tenant=None, name=None) -> Job:
+        for job in self.jobs.values():
+            if job.job_id == job_id or (job_id is None and job.name == name):
+                return job
+        raise NotFound(f"job: no job {job_id or name}", code=grpc.StatusCode.NOT_FOUND)
+
+    def _create_job(self, spec, request_id=None):
+        job = Job(f"j{len(self.jobs) + 1}", spec, version=1, next_fire_ms=T0, paused=spec.paused)
+        self.jobs[job.job_id] = job
+        return job
+
+    def _get_job(self, job_id=None, *, tenant=None, name=None):
+        return self._find(job_id, tenant, name)
+
+    def _iter_jobs(self, tenant=None, *, page_size=100):
+        return iter(list(self.jobs.values()))
+
+    def _update_job(self, job_id, spec, *, expected_version=0, request_id=None):
+        old = self._find(job_id, spec.tenant, spec.name)
+        job = replace(old, spec=spec, version=old.version + 1)
+        self.jobs[job.job_id] = job
+        return job
+
+    def _delete_job(self, job_id=None, **kw):
+        self.jobs.pop(self._find(job_id, kw.get("tenant"), kw.get("name")).job_id)
+
+    def _pause_job(self, job_id=None, *, tenant=None, name=None, request_id=None):
+        job = replace(self._find(job_id, tenant, name), paused=True)
+        self.jobs[job.job_id] = job
+        return job
+
+    def _resume_job(self, job_id=None, *, tenant=None, name=None, request_id=None):
+        job = replace(self._find(job_id, tenant, name), paused=False)
+        self.jobs[job.job_id] = job
+        return job
+
+    def _trigger_job(self, job_id=None, *, tenant=None, name=None, request_id=None):
+        job = self._find(job_id, tenant, name)
+        run = Run(f"{job.job_id}@manual-1", job.job_id, state=RunState.RUNNING)
+        self.runs[run.run_id] = run
+        return run
+
+    def _wait_run(self, run_id, *, timeout_s=60.0):
+        return self.runs[run_id]
+
+    def _get_run(self, run_id, **kw):
+        return self.runs[run_id]
+
+    def _list_runs(self, job_id=None, **kw):
+        return list(self.runs.values())
+
+    def _cancel_run(self, run_id, *, reason="", request_id=None):
+        return replace(self.runs[run_id], state=RunState.CANCELLED)
+
+    def _list_dead_letters(self, tenant=None, *, limit=100):
+        return [DeadLetter("j1@5", "load", "j1", attempts=3, last_error="boom", dead_ms=T0)]
+
+    def _replay_dead_letters(self, tasks=None, *, tenant=None, all=False, request_id=None):
+        return list(tasks or [TaskRef("j1@5", "load")])
+
+
+@pytest.fixture
+def fake():
+    return FakeClient()
+
+
+def run(fake: FakeClient, *argv: str, env: dict[str, str] | None = None, monkeypatch=None):
+    out, err = io.StringIO(), io.StringIO()
+
+    def factory(servers: str, timeout_s: float) -> FakeClient:
+        fake.servers, fake.timeout_s = servers, timeout_s
+        return fake
+
+    code = main(list(argv), client_factory=factory, stdout=out, stderr=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+# --- parsing and usage errors ------------------------------------------------------------------
+
+
+def test_help_documents_exit_codes(capsys):
+    assert main(["--help"]) == 0
+    text = capsys.readouterr().out
+    assert "exit codes:" in text and "3    unavailable" in text and "job create|get|list" in text
+    assert main(["job", "create", "--help"]) == 0
+    assert "--payload-json" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["job"],
+        ["job", "frobnicate"],
+        ["job", "get"],
+        ["run", "list"],
+        ["job", "list", "--limit", "x"],
+        ["dev", "--grpc-ports", "1,2"],
+        ["worker", "python"],
+    ],
+)
+def test_usage_errors_exit_2_on_one_line(capsys, argv):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.endswith("--help)\n")
+    assert len(err.splitlines()) == 1 and "error:" in err and "Traceback" not in err
+
+
+def test_json_and_server_flags_before_or_after_the_subcommand(fake, monkeypatch):
+    monkeypatch.delenv("GNOMON_SERVERS", raising=False)
+    fake.jobs["j1"] = Job("j1", JobSpec.single("a", CronSchedule("@daily")))
+    code, out, _ = run(fake, "--json", "job", "list")
+    assert code == 0 and json.loads(out)[0]["job_id"] == "j1"
+    assert fake.servers == DEFAULT and fake.timeout_s == 10.0
+    code, out, _ = run(fake, "job", "list", "--json", "-s", "h:1", "--timeout", "2.5")
+    assert code == 0 and json.loads(out)[0]["name"] == "a"
+    assert fake.servers == "h:1" and fake.timeout_s == 2.5
+    assert fake.closed
+
+
+def test_servers_from_environment(fake, monkeypatch):
+    monkeypatch.setenv("GNOMON_SERVERS", "a:1,b:2")
+    run(fake, "job", "list")
+    assert fake.servers == "a:1,b:2"
+    run(fake, "job", "list", "--server", "c:3")
+    assert fake.servers == "c:3"
+
+
+# --- job create ----------------------------------------------------------------------------
+
+
+def test_create_from_flags(fake):
+    code, out, err = run(
+        fake,
+        "job",
+        "create",
+        "--name",
+        "tick",
+        "--cron",
+        "* * * * * */5",
+        "--tz",
+        "Europe/Berlin",
+        "--queue",
+        "shell",
+        "--payload-json",
+        '{"argv": ["true"]}',
+        "--timeout-ms",
+        "30s",
+        "--max-attempts",
+        "4",
+        "--backoff-ms",
+        "200",
+        "--priority",
+        "7",
+        "--misfire-policy",
+        "skip",
+    )
+    assert (code, err) == (0, "")
+    (spec,), kw = fake.method_calls("create_job")[0]
+    assert spec == JobSpec(
+        name="tick",
+        schedule=CronSchedule("* * * * * */5", "Europe/Berlin"),
+        tasks=(
+            TaskSpec(
+                "main",
+                "shell",
+                payload=b'{"argv":["true"]}',
+                timeout_ms=30_000,
+                retry=RetryPolicy(max_attempts=4, initial_backoff_ms=200),
+            ),
+        ),
+        priority=7,
+        misfire_policy="skip",
+    )
+    assert out == "created job j1 (default/tick), next fire 2026-11-30 10:41:02Z\n"
+
+
+def test_create_interval_and_once(fake):
+    assert run(fake, "job", "create", "--name", "i", "--interval", "90s")[0] == 0
+    assert (
+        run(fake, "job", "create", "--name", "o", "--at", "2026-11-30T10:41:02Z", "--paused")[0]
+        == 0
+    )
+    specs = [a[0] for a, _ in fake.method_calls("create_job")]
+    assert specs[0].schedule == IntervalSchedule(90_000)
+    assert specs[1].schedule == OnceSchedule(T0) and specs[1].paused
+
+
+def test_create_json_output_is_the_job(fake):
+    code, out, _ = run(fake, "job", "create", "--name", "x", "--interval-ms", "1000", "--json")
+    data = json.loads(out)
+    assert (
+        code == 0
+        and data["job_id"] == "j1"
+        and data["spec"]["schedule"]
+        == {
+            "interval_ms": 1000,
+            "anchor_ms": 0,
+        }
+    )
+
+
+def test_create_from_file(fake, tmp_path):
+    path = tmp_path / "dag.yaml"
+    path.write_text(
+        "name: dag\nschedule: {cron: '@daily'}\ntasks:\n"
+        "  - {name: a}\n  - {name: b, depends_on: [a]}\n"
+    )
+    assert run(fake, "job", "create", "-f", str(path))[0] == 0
+    (spec,), _ = fake.method_calls("create_job")[0]
+    assert [t.depends_on for t in spec.tasks] == [(), ("a",)]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--cron", "@daily"], "gnomon: --name is required"),
+        (["--name", "x"], "gnomon: a schedule is required"),
+        (["--name", "x", "--cron", "@daily", "--at", "now"], "gnomon: give one schedule"),
+        (["--name", "x", "--interval-ms", "5s", "--tz", "UTC"], "gnomon: --tz applies to a cron"),
+        (
+            ["--name", "x", "--cron", "@daily", "--payload-json", "{nope"],
+            "gnomon: --payload-json: not JSON",
+        ),
+        (
+            ["--name", "x", "--cron", "@daily", "--timeout-ms", "soon"],
+            "gnomon job create: error: argument --timeout-ms: 'soon' is not a duration",
+        ),
+        (
+            ["--name", "x", "--at", "tomorrow"],
+            "gnomon job create: error: argument --at: 'tomorrow' is not a time",
+        ),
+        (["-f", "spec.yaml", "--name", "x"], "gnomon: -f and --name do not mix"),
+        (["-f", "/nonexistent/spec.yaml"], "gnomon: /nonexistent/spec.yaml: cannot read"),
+    ],
+)
+def test_create_usage_errors(fake, argv, message):
+    code, out, err = run(fake, "job", "create", *argv)
+    assert code == 2 and out == ""
+    assert err.startswith(message) and err.count("\n") == 1
+    assert not fake.calls
+
+
+def test_create_if_not_exists(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")), version=4)
+    fake.fail = AlreadyExists("spec.name: exists", code=grpc.StatusCode.ALREADY_EXISTS)
+    code, _, err = run(fake, "job", "create", "--name", "x", "--cron", "@daily")
+    assert code == 1 and err == "gnomon: already exists: spec.name: exists\n"
+    fake.fail = None
+    original_create = fake._create_job
+
+    def refuse(spec, request_id=None):
+        raise AlreadyExists("spec.name: exists", code=grpc.StatusCode.ALREADY_EXISTS)
+
+    fake._create_job = refuse
+    code, out, _ = run(fake, "job", "create", "--name", "x", "--cron", "@daily", "--if-not-exists")
+    assert code == 0 and out.startswith("exists, unchanged: job j1")
+    fake._create_job = original_create
+
+
+# --- references, update, lifecycle ----------------------------------------------------------
+
+
+def test_job_refs(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("j9", CronSchedule("@daily")))
+    run(fake, "job", "get", "j1")
+    run(fake, "job", "get", "name:j9", "--tenant", "t")
+    run(fake, "job", "get", "nightly", "--tenant", "t")
+    calls = fake.method_calls("get_job")
+    assert calls[0] == (("j1",), {"tenant": None, "name": None})
+    assert calls[1] == ((None,), {"tenant": "t", "name": "j9"})
+    assert calls[2] == ((None,), {"tenant": "t", "name": "nightly"})
+
+
+def test_update_with_flags_changes_only_those_fields(fake):
+    spec = JobSpec.single(
+        "x",
+        CronSchedule("0 3 * * *", "Asia/Tokyo"),
+        queue="q",
+        payload={"a": 1},
+        retry=RetryPolicy(max_attempts=5),
+    )
+    fake.jobs["j1"] = Job("j1", spec, version=6)
+    code, out, _ = run(fake, "job", "update", "x", "--tz", "UTC", "--max-attempts", "2")
+    assert code == 0 and out.startswith("updated job j1 (default/x) to version 7")
+    (job_id, new), kw = fake.method_calls("update_job")[0]
+    assert job_id == "j1" and kw["expected_version"] == 6
+    assert new.schedule == CronSchedule("0 3 * * *", "UTC")
+    assert new.tasks[0].retry == RetryPolicy(max_attempts=2) and new.tasks[0].queue == "q"
+    assert new.tasks[0].payload == spec.tasks[0].payload
+
+
+def test_update_errors(fake):
+    dag = JobSpec("d", CronSchedule("@daily"), (TaskSpec("a"), TaskSpec("b", depends_on=("a",))))
+    fake.jobs["j1"] = Job("j1", dag, version=2)
+    code, _, err = run(fake, "job", "update", "j1", "--queue", "other")
+    assert code == 2 and "job j1 has 2 tasks: change them with a spec file (-f)" in err
+    code, _, err = run(fake, "job", "update", "j1")
+    assert code == 2 and "nothing to change" in err
+    code, _, err = run(fake, "job", "update", "j1", "--cron", "@hourly", "--expected-version", "1")
+    assert code == 1 and err.startswith("gnomon: conflict: expected_version")
+
+
+def test_update_from_file_by_spec_name(fake, tmp_path):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")), version=2)
+    path = tmp_path / "x.json"
+    path.write_text('{"name": "x", "schedule": {"cron": "@hourly"}}')
+    assert run(fake, "job", "update", "-f", str(path), "--expected-version", "2")[0] == 0
+    (job_id, spec), kw = fake.method_calls("update_job")[0]
+    assert (
+        job_id is None and spec.schedule == CronSchedule("@hourly") and kw["expected_version"] == 2
+    )
+
+
+def test_pause_resume_delete(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")), next_fire_ms=T0)
+    assert run(fake, "job", "pause", "x")[1] == "paused job j1 (default/x)\n"
+    code, out, _ = run(fake, "job", "resume", "j1", "--json")
+    assert code == 0 and json.loads(out)["paused"] is False
+    code, out, _ = run(fake, "job", "delete", "j1", "--json")
+    assert code == 0 and json.loads(out) == {"deleted": True, "job_id": "j1"}
+    code, _, err = run(fake, "job", "delete", "j1")
+    assert code == 1 and err.startswith("gnomon: not found: job: no job j1")
+
+
+def test_trigger_and_wait(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")))
+    code, out, _ = run(fake, "job", "trigger", "x", "--json")
+    assert code == 0 and json.loads(out)["run_id"] == "j1@manual-1"
+    fake.runs["j1@manual-1"] = replace(fake.runs["j1@manual-1"], state=RunState.SUCCEEDED)
+    fake._trigger_job = lambda *a, **k: Run("j1@manual-1", "j1", state=RunState.RUNNING)
+    code, out, _ = run(fake, "job", "trigger", "x", "--wait")
+    assert code == 0 and "started run j1@manual-1" in out and "succeeded" in out
+    fake.runs["j1@manual-1"] = replace(fake.runs["j1@manual-1"], state=RunState.FAILED)
+    assert run(fake, "job", "trigger", "x", "--wait")[0] == 4
+
+    def slow(run_id, *, timeout_s):
+        raise DeadlineExceeded("still running", code=grpc.StatusCode.DEADLINE_EXCEEDED)
+
+    fake._wait_run = slow
+    fake.runs["j1@manual-1"] = replace(fake.runs["j1@manual-1"], state=RunState.RUNNING)
+    assert run(fake, "job", "trigger", "x", "--wait", "--wait-timeout", "0.1")[0] == 4
+
+
+def test_runs(fake):
+    fake.runs["j1@5"] = Run("j1@5", "j1", scheduled_for_ms=T0, state=RunState.RUNNING)
+    code, out, _ = run(fake, "run", "list", "j1", "--json", "--before", "2026-11-30T10:41:02Z")
+    assert code == 0 and [r["run_id"] for r in json.loads(out)] == ["j1@5"]
+    assert fake.method_calls("list_runs")[0][1]["before_ms"] == T0
+    code, out, _ = run(fake, "run", "cancel", "j1@5")
+    assert (code, out) == (0, "run j1@5 is cancelled\n")
+    code, out, _ = run(fake, "run", "get", "j1@5")
+    assert code == 0 and "running" in out
+
+
+def test_dlq(fake):
+    code, out, _ = run(fake, "dlq", "list", "--json")
+    assert code == 0 and json.loads(out)[0]["task_name"] == "load"
+    code, out, _ = run(fake, "dlq", "replay", "j1@5:load", "j2@manual-3:a.b", "--json")
+    assert code == 0
+    assert json.loads(out) == {
+        "replayed": [
+            {"run_id": "j1@5", "task_name": "load"},
+            {"run_id": "j2@manual-3", "task_name": "a.b"},
+        ]
+    }
+    assert run(fake, "dlq", "replay", "--all")[0] == 0
+    assert fake.method_calls("replay_dead_letters")[-1][1]["all"] is True
+    for argv in (
+        ["dlq", "replay"],
+        ["dlq", "replay", "--all", "--tenant", "t"],
+        ["dlq", "replay", "nocolon"],
+    ):
+        code, _, err = run(fake, *argv)
+        assert code == 2 and err.count("\n") == 1
+
+
+# --- errors -> exit codes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "code", "line"),
+    [
+        (NotFound("job: none", code=grpc.StatusCode.NOT_FOUND), 1, "gnomon: not found: job: none"),
+        (
+            InvalidArgument(
+                "spec.schedule.cron.timezone: unknown IANA timezone 'Mars/Base'",
+                code=grpc.StatusCode.INVALID_ARGUMENT,
+            ),
+            1,
+            "gnomon: invalid argument: spec.schedule.cron.timezone: unknown IANA timezone 'Mars/Base'",
+        ),
+        (
+            InvalidArgument("no server address given"),
+            2,
+            "gnomon: invalid argument: no server address given",
+        ),
+        (
+            Conflict("expected_version: stale", code=grpc.StatusCode.FAILED_PRECONDITION),
+            1,
+            "gnomon: conflict: expected_version: stale",
+        ),
+        (
+            FailedPrecondition("job is paused", code=grpc.StatusCode.FAILED_PRECONDITION),
+            1,
+            "gnomon: failed precondition: job is paused",
+        ),
+        (
+            ResourceExhausted("too many\nproposals", code=grpc.StatusCode.RESOURCE_EXHAUSTED),
+            1,
+            "gnomon: resource exhausted: too many proposals",
+        ),
+        (GnomonError("boom", code=grpc.StatusCode.INTERNAL), 1, "gnomon: internal: boom"),
+        (
+            GnomonError("denied", code=grpc.StatusCode.PERMISSION_DENIED),
+            1,
+            "gnomon: permission denied: denied",
+        ),
+        (
+            Unavailable("failed to connect", code=grpc.StatusCode.UNAVAILABLE),
+            3,
+            f"gnomon: unavailable: failed to connect (servers {DEFAULT}; start a local cluster with `gnomon dev`)",
+        ),
+        (
+            DeadlineExceeded("slow", code=grpc.StatusCode.DEADLINE_EXCEEDED),
+            3,
+            f"gnomon: deadline exceeded: slow (servers {DEFAULT}; start a local cluster with `gnomon dev`)",
+        ),
+        (UsageError("--limit must be at least 1"), 2, "gnomon: --limit must be at least 1"),
+    ],
+)
+def test_error_mapping(error, code, line):
+    assert exit_code_for(error) == code
+    assert error_line(error, servers=DEFAULT) == line
+
+
+def test_server_errors_print_one_line_and_no_traceback(fake):
+    fake.fail = Unavailable("no leader", code=grpc.StatusCode.UNAVAILABLE)
+    code, out, err = run(fake, "cluster", "status", "-s", "h:1")
+    assert code == 3 and out == ""
+    assert err == "gnomon: unavailable: no leader (servers h:1)\n"
+
+
+def test_cluster_status_pins_a_node(fake):
+    from gnomon.client import ClusterStatus
+
+    fake._cluster_status = lambda *, server=None: ClusterStatus(node_id="n1", leader_node_id="n1")
+    code, out, _ = run(fake, "cluster", "status", "--node", "127.0.0.1:7702", "--json")
+    assert code == 0 and json.loads(out)["node_id"] == "n1"
+    assert fake.method_calls("cluster_status")[0][1] == {"server": "127.0.0.1:7702"}
