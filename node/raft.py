@@ -106,11 +106,17 @@ class RaftNode:
             config.self_member.raft_addr, [m.raft_addr for m in config.peers], conf, host
         )
         self._by_raft = {m.raft_addr: m for m in config.members}
+        self._host = host
+        # Test-only jepsen canary "fire-on-isleader": act on pysyncobj's belief.
+        self.speculate = False
 
     # -- proposing ------------------------------------------------------------------------
 
     def submit(self, data: bytes, callback: Callable[[object, int], None]) -> None:
         """Append one entry (thread-safe); callback(result, fail_reason) runs on the tick thread."""
+        if self.speculate and self._sync._isLeader():
+            # The canary breaks ARCHITECTURE section 1.1 on purpose: apply before commit.
+            callback(self._host.apply_entry(data), FAIL_REASON.SUCCESS)
         self._sync._apply(data, callback=callback)
 
     # -- leadership and status (racy reads of pysyncobj fields: advisory only) -------------
@@ -202,7 +208,7 @@ class Proposer:
         futures = []
         for cmd in commands:
             fut = self._loop.create_future()
-            self._queue.append(_Pending(cmd, fut, 0))
+            self._queue.append(_Pending(cmd, fut, approx_size(cmd)))
             futures.append(fut)
         self._wake.set()
         timeout = (timeout_ms or self._config.commit_timeout_ms) / 1000
@@ -222,7 +228,12 @@ class Proposer:
                 self._send(batch, waiting)
 
     def _take_batch(self) -> tuple[c.Batch, list[_Pending]]:
-        n = min(len(self._queue), self._config.max_batch_commands)
+        n, size = 0, 0
+        limit_n, limit_bytes = self._config.max_batch_commands, self._config.max_batch_bytes
+        for p in self._queue:
+            if n >= limit_n or (n and size + p.size > limit_bytes):
+                break
+            n, size = n + 1, size + p.size
         waiting, self._queue = self._queue[:n], self._queue[n:]
         return c.Batch(now_ms=wall_ms(), commands=tuple(p.command for p in waiting),
                        term=self._raft.term()), waiting
@@ -253,6 +264,15 @@ class Proposer:
         for p in waiting:
             if not p.future.done():
                 p.future.set_exception(NotCommitted(f"entry not committed (reason {reason})"))
+
+
+def approx_size(cmd: c.Command) -> int:
+    """Bytes a command adds to an entry, roughly: the variable parts plus a fixed overhead."""
+    spec = getattr(cmd, "spec", None)
+    size = 96
+    if spec is not None:
+        size += sum(len(t.payload) + 64 for t in spec.tasks)
+    return size + len(getattr(cmd, "result", b"")) + len(getattr(cmd, "error", ""))
 
 
 def is_rejected(reply: object, code: str | None = None) -> bool:
