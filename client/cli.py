@@ -80,9 +80,11 @@ commands:
   dev                                                      a local 3-node cluster with demos
 
 A JOB is a job id (j12) or a job name (in --tenant, default "default"); write name:j12 for a
-job named like an id. Servers: --server or GNOMON_SERVERS (comma-separated host:port), default
-{servers} (what `gnomon dev` starts). Tables are for people; --json prints JSON objects
-(times and durations in integer milliseconds) for scripts."""
+job named like an id. Tables are for people; --json prints JSON (times and durations in
+integer milliseconds) for scripts. Run `gnomon COMMAND ACTION --help` for the options.
+
+servers: --server or GNOMON_SERVERS, comma-separated host:port of any nodes; the default,
+  {servers}, is what `gnomon dev` starts."""
 
 _ERROR_LABELS: list[tuple[type[GnomonError], str]] = [
     (NotFound, "not found"),
@@ -339,7 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
         dest="action", metavar="ACTION", required=True
     )
     p = leaf(run, "list", "a job's runs, newest first")
-    _add_job_arg(p)
+    p.add_argument("job", metavar="JOB", nargs="?", help="job id (j12) or name")
+    p.add_argument("--job", dest="job_flag", metavar="JOB", help="the same as JOB")
+    p.add_argument("--tenant", help="tenant of a job given by name (default: default)")
     p.add_argument("--limit", type=int, default=20, help="default 20")
     p.add_argument(
         "--before", type=_instant_arg, metavar="TIME", help="only runs scheduled before TIME"
@@ -782,7 +786,9 @@ def _cmd_job_trigger(ctx: _Ctx) -> int:
 
 
 def _cmd_run_list(ctx: _Ctx) -> int:
-    job_id, kw = _ref_kwargs(_job_ref(ctx.args.job, ctx.args.tenant))
+    if (ctx.args.job is None) == (ctx.args.job_flag is None):
+        raise UsageError("name one job: gnomon run list JOB (or --job JOB)")
+    job_id, kw = _ref_kwargs(_job_ref(ctx.args.job or ctx.args.job_flag, ctx.args.tenant))
     runs = ctx.client.list_runs(job_id, **kw, limit=ctx.args.limit, before_ms=ctx.args.before or 0)
     ctx.emit(render_runs(runs), [run_json(r) for r in runs])
     return EXIT_OK

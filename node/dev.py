@@ -182,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             if time.monotonic() > deadline:
                 print(
-                    f"gnomon dev: no leader within {_READY_TIMEOUT_S:g}s; see the logs above",
+                    f"gnomon dev: no leader within {_READY_TIMEOUT_S:g}s; "
+                    f"see the logs in {_shown(root)}/",
                     file=sys.stderr,
                     flush=True,
                 )

@@ -10,6 +10,7 @@ second deadline (from the replicated start time) that expires the attempt the sa
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import random
 from dataclasses import dataclass
@@ -45,6 +46,10 @@ class LeaseTable:
         self._election_timeout_ms = election_timeout_ms
         self._rng = rng
         self.deadlines: dict[int, LeaseDeadline] = {}
+        # One entry per lease: (deadline at push time, token). A renewed lease is re-pushed
+        # when its old entry comes up, so renewals cost nothing here.
+        self._ttl_heap: list[tuple[int, int]] = []
+        self._timeout_heap: list[tuple[int, int]] = []
         self._expiring: set[int] = set()
         self._task: asyncio.Task | None = None
 
@@ -52,6 +57,8 @@ class LeaseTable:
         """Re-arm every lease of the replicated state (new leader session)."""
         now = mono_ms()
         self.deadlines.clear()
+        self._ttl_heap.clear()
+        self._timeout_heap.clear()
         self._expiring.clear()
         with self._replica.lock:
             for run in self._replica.state.runs.values():
@@ -69,10 +76,13 @@ class LeaseTable:
 
     def _add(self, run, inst, expires_mono: int) -> None:
         timeout_ms = run.spec.task(inst.task_name).timeout_ms
-        self.deadlines[inst.fencing_token] = LeaseDeadline(
-            run.run_id, inst.task_name, inst.worker_id, inst.lease_ttl_ms, expires_mono,
-            inst.started_ms + timeout_ms if timeout_ms else 0,
-        )
+        token = inst.fencing_token
+        d = LeaseDeadline(run.run_id, inst.task_name, inst.worker_id, inst.lease_ttl_ms,
+                          expires_mono, inst.started_ms + timeout_ms if timeout_ms else 0)
+        self.deadlines[token] = d
+        heapq.heappush(self._ttl_heap, (expires_mono, token))
+        if d.timeout_wall_ms:
+            heapq.heappush(self._timeout_heap, (d.timeout_wall_ms, token))
 
     # -- effects hooks (loop thread) -------------------------------------------------------
 
@@ -116,6 +126,7 @@ class LeaseTable:
         d = self.deadlines.get(token)
         if d is not None:
             d.expires_mono = 0
+            heapq.heappush(self._ttl_heap, (0, token))
 
     # -- expiry loop ------------------------------------------------------------------------
 
@@ -127,17 +138,25 @@ class LeaseTable:
                 asyncio.create_task(self._propose(expired))
 
     def _collect(self, now_mono: int, now_wall: int) -> list[ExpiredLease]:
-        out = []
-        for token in sorted(self.deadlines):
-            if token in self._expiring:
+        out: list[ExpiredLease] = []
+        while self._timeout_heap and self._timeout_heap[0][0] <= now_wall:
+            _, token = heapq.heappop(self._timeout_heap)
+            self._expire(token, "timeout", out)
+        while self._ttl_heap and self._ttl_heap[0][0] <= now_mono:
+            _, token = heapq.heappop(self._ttl_heap)
+            d = self.deadlines.get(token)
+            if d is not None and d.expires_mono > now_mono:
+                heapq.heappush(self._ttl_heap, (d.expires_mono, token))  # renewed meanwhile
                 continue
-            d = self.deadlines[token]
-            timed_out = d.timeout_wall_ms and now_wall >= d.timeout_wall_ms
-            if d.expires_mono <= now_mono or timed_out:
-                reason = "timeout" if timed_out else "lease expired"
-                out.append(ExpiredLease(d.run_id, d.task_name, token, reason, self._rng.random()))
-                self._expiring.add(token)
+            self._expire(token, "lease expired", out)
         return out
+
+    def _expire(self, token: int, reason: str, out: list[ExpiredLease]) -> None:
+        d = self.deadlines.get(token)
+        if d is None or token in self._expiring:
+            return
+        out.append(ExpiredLease(d.run_id, d.task_name, token, reason, self._rng.random()))
+        self._expiring.add(token)
 
     async def _propose(self, expired: list[ExpiredLease]) -> None:
         try:
@@ -148,3 +167,5 @@ class LeaseTable:
             log.warning("lease expiry not committed (%s); will retry", exc)
             for e in expired:
                 self._expiring.discard(e.fencing_token)
+                heap = self._timeout_heap if e.reason == "timeout" else self._ttl_heap
+                heapq.heappush(heap, (0, e.fencing_token))

@@ -10,6 +10,7 @@ does twice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import heapq
 import logging
 
@@ -86,17 +87,18 @@ class TriggerLoop:
                 asyncio.create_task(self._propose(fires))
 
     def _due_fires(self, now_ms: int) -> list[Fire]:
-        fires: list[Fire] = []
+        due: list[Job] = []
         with self._replica.lock:
             jobs = self._replica.state.jobs
-            while self._heap and self._heap[0][0] <= now_ms and len(fires) < MAX_FIRES_PER_BATCH:
+            while self._heap and self._heap[0][0] <= now_ms and len(due) < MAX_FIRES_PER_BATCH:
                 slot, job_id = heapq.heappop(self._heap)
                 job = jobs.get(job_id)
                 if job is None or job.paused or job.next_fire_ms != slot or job_id in self._inflight:
                     continue
-                fires.extend(self._fires_for(job, now_ms))
+                # A copy: croniter runs outside the lock (the tick thread applies meanwhile).
+                due.append(dataclasses.replace(job))
                 self._inflight.add(job_id)
-        return fires
+        return [fire for job in due for fire in self._fires_for(job, now_ms)]
 
     @staticmethod
     def _fires_for(job: Job, now_ms: int) -> list[Fire]:

@@ -23,11 +23,8 @@ class RawWorker:
         self.pb = worker_pb2
         self._out: queue_mod.Queue = queue_mod.Queue()
         self.inbox: queue_mod.Queue = queue_mod.Queue()
-        self._out.put(
-            worker_pb2.WorkerMessage(
-                hello=worker_pb2.Hello(worker_id=worker_id, queues=list(queues))
-            )
-        )
+        self._out.put(worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=worker_id,
+                                                                       queues=list(queues))))
         self._call = node.workers().Connect(iter(self._out.get, None))
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
@@ -66,9 +63,8 @@ class RawWorker:
         self._out.put(self.pb.WorkerMessage(complete=self.pb.Complete(lease=lease, result=result)))
 
     def fail(self, lease, error: str, retryable: bool) -> None:
-        self._out.put(
-            self.pb.WorkerMessage(fail=self.pb.Fail(lease=lease, error=error, retryable=retryable))
-        )
+        self._out.put(self.pb.WorkerMessage(fail=self.pb.Fail(lease=lease, error=error,
+                                                               retryable=retryable)))
 
     def close(self) -> None:
         self._out.put(None)

@@ -22,10 +22,9 @@ def cluster(tmp_path_factory):
 
 def _cron(expr: str, tz: str = "UTC") -> types_pb2.JobSpec:
     return types_pb2.JobSpec(
-        name="cron",
-        schedule=types_pb2.Schedule(cron=types_pb2.CronSchedule(expression=expr, timezone=tz)),
-        tasks=[types_pb2.TaskSpec(name="main")],
-    )
+        name="cron", schedule=types_pb2.Schedule(cron=types_pb2.CronSchedule(expression=expr,
+                                                                           timezone=tz)),
+        tasks=[types_pb2.TaskSpec(name="main")])
 
 
 def _state(cluster):
@@ -57,14 +56,8 @@ BAD_SPECS = [
     (_missing_dep(), "depends_on"),
     (once_job("big", payload=b"x" * 2000), "max_payload_bytes"),
     (types_pb2.JobSpec(name="noschedule", tasks=[types_pb2.TaskSpec(name="main")]), "schedule"),
-    (
-        types_pb2.JobSpec(
-            name="bad name!",
-            schedule=every_second_job("x").schedule,
-            tasks=[types_pb2.TaskSpec(name="main")],
-        ),
-        "spec.name",
-    ),
+    (types_pb2.JobSpec(name="bad name!", schedule=every_second_job("x").schedule,
+                       tasks=[types_pb2.TaskSpec(name="main")]), "spec.name"),
 ]
 
 
@@ -72,9 +65,8 @@ BAD_SPECS = [
 def test_bad_spec_is_invalid_argument_naming_the_field(cluster, spec, named):
     before = _state(cluster)
     with pytest.raises(grpc.RpcError) as err:
-        cluster.leader().jobs().CreateJob(
-            api_pb2.CreateJobRequest(request_id="", spec=spec), timeout=5
-        )
+        cluster.leader().jobs().CreateJob(api_pb2.CreateJobRequest(request_id="", spec=spec),
+                                          timeout=5)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert named in err.value.details()
     assert _state(cluster) == before
@@ -82,45 +74,22 @@ def test_bad_spec_is_invalid_argument_naming_the_field(cluster, spec, named):
 
 def test_conflicts_and_unknowns_change_nothing(cluster):
     jobs = cluster.leader().jobs()
-    job = jobs.CreateJob(
-        api_pb2.CreateJobRequest(request_id="dup-1", spec=once_job("dup")), timeout=5
-    ).job
+    job = jobs.CreateJob(api_pb2.CreateJobRequest(request_id="dup-1", spec=once_job("dup")),
+                         timeout=5).job
     before = _state(cluster)
     cases = [
-        (
-            lambda: jobs.CreateJob(api_pb2.CreateJobRequest(spec=once_job("dup")), timeout=5),
-            grpc.StatusCode.ALREADY_EXISTS,
-            "dup",
-        ),
-        (
-            lambda: jobs.UpdateJob(
-                api_pb2.UpdateJobRequest(
-                    job=api_pb2.JobRef(job_id=job.job_id),
-                    spec=once_job("dup"),
-                    expected_version=job.version + 5,
-                ),
-                timeout=5,
-            ),
-            grpc.StatusCode.FAILED_PRECONDITION,
-            "version",
-        ),
-        (
-            lambda: jobs.GetJob(
-                api_pb2.GetJobRequest(job=api_pb2.JobRef(job_id="j999999")), timeout=5
-            ),
-            grpc.StatusCode.NOT_FOUND,
-            "j999999",
-        ),
-        (
-            lambda: jobs.GetRun(api_pb2.GetRunRequest(run_id="nope@1"), timeout=5),
-            grpc.StatusCode.NOT_FOUND,
-            "nope@1",
-        ),
-        (
-            lambda: jobs.CancelRun(api_pb2.CancelRunRequest(run_id="nope@1"), timeout=5),
-            grpc.StatusCode.NOT_FOUND,
-            "nope@1",
-        ),
+        (lambda: jobs.CreateJob(api_pb2.CreateJobRequest(spec=once_job("dup")), timeout=5),
+         grpc.StatusCode.ALREADY_EXISTS, "dup"),
+        (lambda: jobs.UpdateJob(api_pb2.UpdateJobRequest(
+            job=api_pb2.JobRef(job_id=job.job_id), spec=once_job("dup"),
+            expected_version=job.version + 5), timeout=5),
+         grpc.StatusCode.FAILED_PRECONDITION, "version"),
+        (lambda: jobs.GetJob(api_pb2.GetJobRequest(job=api_pb2.JobRef(job_id="j999999")),
+                             timeout=5), grpc.StatusCode.NOT_FOUND, "j999999"),
+        (lambda: jobs.GetRun(api_pb2.GetRunRequest(run_id="nope@1"), timeout=5),
+         grpc.StatusCode.NOT_FOUND, "nope@1"),
+        (lambda: jobs.CancelRun(api_pb2.CancelRunRequest(run_id="nope@1"), timeout=5),
+         grpc.StatusCode.NOT_FOUND, "nope@1"),
     ]
     for call, code, named in cases:
         with pytest.raises(grpc.RpcError) as err:
@@ -137,12 +106,9 @@ def test_retried_request_id_has_one_effect(cluster):
     again = jobs.CreateJob(req, timeout=5).job
     assert first.job_id == again.job_id
     trig = api_pb2.TriggerJobRequest(request_id="trig-1", job=api_pb2.JobRef(job_id=first.job_id))
-    assert (
-        jobs.TriggerJob(trig, timeout=5).run.run_id == jobs.TriggerJob(trig, timeout=5).run.run_id
-    )
-    names = [
-        j.spec.name for j in jobs.ListJobs(api_pb2.ListJobsRequest(limit=1000), timeout=5).jobs
-    ]
+    assert jobs.TriggerJob(trig, timeout=5).run.run_id == jobs.TriggerJob(trig, timeout=5).run.run_id
+    names = [j.spec.name for j in jobs.ListJobs(api_pb2.ListJobsRequest(limit=1000),
+                                                 timeout=5).jobs]
     assert names.count("retried") == 1
 
 
@@ -150,13 +116,11 @@ def test_follower_redirects_writes_to_the_leader(cluster):
     leader = cluster.leader()
     follower = next(n for n in cluster.nodes if n is not leader)
     with pytest.raises(grpc.RpcError) as err:
-        follower.jobs().CreateJob(
-            api_pb2.CreateJobRequest(spec=once_job("via-follower")), timeout=5
-        )
+        follower.jobs().CreateJob(api_pb2.CreateJobRequest(spec=once_job("via-follower")),
+                                  timeout=5)
     assert err.value.code() == grpc.StatusCode.UNAVAILABLE
     trailing = dict(err.value.trailing_metadata() or ())
     assert trailing.get("gnomon-leader") == leader.grpc_addr
     # Stale reads are served by any node.
-    follower.jobs().ListJobs(
-        api_pb2.ListJobsRequest(consistency=api_pb2.CONSISTENCY_STALE), timeout=5
-    )
+    follower.jobs().ListJobs(api_pb2.ListJobsRequest(consistency=api_pb2.CONSISTENCY_STALE),
+                             timeout=5)

@@ -45,15 +45,15 @@ async def test_client_follows_a_leader_change_without_doubling(make_cluster):
     leader = cluster.leader()
     async with AsyncClient(_servers(cluster), timeout_s=30) as client:
         job = await client.create_job(
-            JobSpec.single("hourly", IntervalSchedule(interval_ms=3_600_000))
-        )
+            JobSpec.single("hourly", IntervalSchedule(interval_ms=3_600_000)))
         cluster.kill(leader.node_id, signal.SIGKILL)
         # The first attempt meets the dead leader or a follower; the client retries with the
         # same request id until the new leader commits it.
         run = await client.trigger_job(job.job_id, request_id="trigger-across-failover")
         again = await client.trigger_job(job.job_id, request_id="trigger-across-failover")
         assert again.run_id == run.run_id
-        manual = [r for r in await client.list_runs(job.job_id) if r.trigger == RunTrigger.MANUAL]
+        manual = [r for r in await client.list_runs(job.job_id)
+                  if r.trigger == RunTrigger.MANUAL]
         assert [r.run_id for r in manual] == [run.run_id]
 
 

@@ -44,8 +44,11 @@ def poll(predicate: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 class WorkerProc:
-    def __init__(self, servers: str, kind: str, queue: str, log: Path, *extra: str) -> None:
+    def __init__(self, servers: str, kind: str, log: Path, *extra: str) -> None:
         self.log = log
         self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
@@ -57,8 +60,6 @@ class WorkerProc:
                 servers,
                 "worker",
                 kind,
-                "--queue",
-                queue,
                 "--shutdown-grace",
                 "2",
                 *extra,
@@ -66,6 +67,7 @@ class WorkerProc:
             stdout=self._fh,
             stderr=subprocess.STDOUT,
             env=_env(),
+            cwd=REPO,  # `--module examples.tasks` is imported from the current directory
         )
 
     def stop(self) -> int:
@@ -90,15 +92,18 @@ def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
         cluster.leader()
         servers = ",".join(n.grpc_addr for n in cluster.nodes)
         workers.append(
-            WorkerProc(servers, "shell", "shell", root / "shell.log", "--kill-grace", "1")
+            WorkerProc(
+                servers, "shell", root / "shell.log", "--queue", "shell", "--kill-grace", "1"
+            )
         )
-        workers.append(
-            WorkerProc(servers, "http", "http", root / "http.log", "--request-timeout", "5")
-        )
+        workers.append(WorkerProc(servers, "http", root / "http.log", "--queue", "http"))
+        workers.append(WorkerProc(servers, "python", root / "py.log", "--module", "examples.tasks"))
         client = Client(servers, timeout_s=10)
         yield {"servers": servers, "client": client, "root": root, "workers": workers}
         # Stopped by SIGTERM, the workers drain and exit cleanly.
-        assert [w.stop() for w in workers] == [0, 0], [w.log.read_text()[-3000:] for w in workers]
+        assert [w.stop() for w in workers] == [0, 0, 0], [
+            w.log.read_text()[-3000:] for w in workers
+        ]
     finally:
         for w in workers:
             w.stop()
@@ -193,6 +198,42 @@ def test_cancelled_run_stops_the_subprocess(env, tmp_path):
 
     poll(gone, timeout_s=20, what=f"pid {pid} to be killed and reaped")
     assert env["client"].get_run(run.run_id).task("main").state == TaskState.CANCELLED
+
+
+def test_timeout_kills_the_whole_process_group(env, tmp_path):
+    pids = tmp_path / "pids"
+    command = f"sleep 120 & echo $$ $! > {pids}.tmp && mv {pids}.tmp {pids}; wait"
+    run = start(
+        env,
+        "shell-timeout",
+        "shell",
+        {"command": command},
+        timeout_ms=1500,
+        retry=RetryPolicy(max_attempts=1),
+    )
+    shell_pid, child_pid = map(
+        int,
+        poll(
+            lambda: pids.exists() and pids.read_text().split(),
+            timeout_s=30,
+            what="the command to write its pids",
+        ),
+    )
+    run = finished(env, run)
+    assert run.state == RunState.FAILED
+    # Whichever notices first: the worker ("attempt deadline exceeded") or the leader ("timeout").
+    assert any(word in run.task("main").last_error for word in ("deadline", "timeout"))
+
+    def gone(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # The background child is reaped by init, not by the worker: a zombie counts as gone.
+        stat = Path(f"/proc/{pid}/stat")
+        return stat.exists() and stat.read_text().rpartition(")")[2].split()[0] == "Z"
+
+    poll(lambda: gone(shell_pid) and gone(child_pid), timeout_s=20, what="both processes to die")
 
 
 def test_shell_exit_codes_retry_or_dead_letter(env):
@@ -299,3 +340,13 @@ def test_http_5xx_is_retried_and_4xx_dead_lettered(env, hooks):
     poll(lambda: len(_Hooks.seen("/bad")) == 2, timeout_s=30, what="the replayed request")
     again = finished(env, bad)
     assert again.state == RunState.FAILED
+
+
+# --- python --------------------------------------------------------------------------------
+
+
+def test_python_worker_serves_a_modules_tasks(env):
+    run = start(env, "py-hello", "examples", {"greeting": "bonjour"}, task_name="hello")
+    run = finished(env, run)
+    assert run.state == RunState.SUCCEEDED
+    assert json.loads(run.task("hello").result) == {"said": "bonjour"}

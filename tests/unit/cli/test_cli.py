@@ -36,6 +36,7 @@ from gnomon.client._cli_spec import UsageError
 from gnomon.client.cli import error_line, exit_code_for, main
 
 DEFAULT = "127.0.0.1:7701,127.0.0.1:7702,127.0.0.1:7703"
+HINT = "start a local cluster with `gnomon dev`"
 T0 = 1796035262000
 
 
@@ -161,10 +162,11 @@ def test_help_documents_exit_codes(capsys):
         ["job"],
         ["job", "frobnicate"],
         ["job", "get"],
-        ["run", "list"],
         ["job", "list", "--limit", "x"],
         ["dev", "--grpc-ports", "1,2"],
         ["worker", "python"],
+        ["run", "list", "--limit", "x"],
+        ["dlq", "replay", "--limit", "1"],
     ],
 )
 def test_usage_errors_exit_2_on_one_line(capsys, argv):
@@ -415,6 +417,13 @@ def test_runs(fake):
     code, out, _ = run(fake, "run", "list", "j1", "--json", "--before", "2026-11-30T10:41:02Z")
     assert code == 0 and [r["run_id"] for r in json.loads(out)] == ["j1@5"]
     assert fake.method_calls("list_runs")[0][1]["before_ms"] == T0
+    assert run(fake, "run", "list", "--job", "nightly")[0] == 0
+    assert fake.method_calls("list_runs")[1] == (
+        (None,),
+        {"tenant": None, "name": "nightly", "limit": 20, "before_ms": 0},
+    )
+    assert run(fake, "run", "list")[0] == 2
+    assert run(fake, "run", "list", "a", "--job", "b")[0] == 2
     code, out, _ = run(fake, "run", "cancel", "j1@5")
     assert (code, out) == (0, "run j1@5 is cancelled\n")
     code, out, _ = run(fake, "run", "get", "j1@5")
@@ -456,7 +465,8 @@ def test_dlq(fake):
                 code=grpc.StatusCode.INVALID_ARGUMENT,
             ),
             1,
-            "gnomon: invalid argument: spec.schedule.cron.timezone: unknown IANA timezone 'Mars/Base'",
+            "gnomon: invalid argument: "
+            "spec.schedule.cron.timezone: unknown IANA timezone 'Mars/Base'",
         ),
         (
             InvalidArgument("no server address given"),
@@ -487,12 +497,12 @@ def test_dlq(fake):
         (
             Unavailable("failed to connect", code=grpc.StatusCode.UNAVAILABLE),
             3,
-            f"gnomon: unavailable: failed to connect (servers {DEFAULT}; start a local cluster with `gnomon dev`)",
+            f"gnomon: unavailable: failed to connect (servers {DEFAULT}; {HINT})",
         ),
         (
             DeadlineExceeded("slow", code=grpc.StatusCode.DEADLINE_EXCEEDED),
             3,
-            f"gnomon: deadline exceeded: slow (servers {DEFAULT}; start a local cluster with `gnomon dev`)",
+            f"gnomon: deadline exceeded: slow (servers {DEFAULT}; {HINT})",
         ),
         (UsageError("--limit must be at least 1"), 2, "gnomon: --limit must be at least 1"),
     ],
