@@ -16,7 +16,7 @@ run: $(STAMP)
 	$(BIN)/gnomon dev
 
 lint: $(STAMP)
-	$(BIN)/ruff check node client tests bench
+	$(BIN)/ruff check node client tests bench examples
 	$(BIN)/lint-imports
 
 test: lint
