@@ -6,7 +6,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from gnomon.node.localcluster import LocalCluster
+from gnomon.node.localcluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, types_pb2
 from tests.integration.test_cluster import every_second_job, once_job
 
@@ -113,14 +113,20 @@ def test_retried_request_id_has_one_effect(cluster):
 
 
 def test_follower_redirects_writes_to_the_leader(cluster):
-    leader = cluster.leader()
-    follower = next(n for n in cluster.nodes if n is not leader)
-    with pytest.raises(grpc.RpcError) as err:
-        follower.jobs().CreateJob(api_pb2.CreateJobRequest(spec=once_job("via-follower")),
-                                  timeout=5)
-    assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-    trailing = dict(err.value.trailing_metadata() or ())
-    assert trailing.get("gnomon-leader") == leader.grpc_addr
+    def redirect():
+        # Re-read the leader each round: on a busy machine an election may move it.
+        leader = cluster.leader()
+        follower = next(n for n in cluster.nodes if n is not leader)
+        try:
+            follower.jobs().CreateJob(api_pb2.CreateJobRequest(spec=once_job("via-follower")),
+                                      timeout=5)
+        except grpc.RpcError as err:
+            assert err.code() == grpc.StatusCode.UNAVAILABLE
+            hint = dict(err.trailing_metadata() or ()).get("gnomon-leader")
+            return hint == leader.grpc_addr and follower
+        raise AssertionError("a follower accepted a write")
+
+    follower = wait_for(redirect, timeout_s=20, what="a redirect naming the leader")
     # Stale reads are served by any node.
     follower.jobs().ListJobs(api_pb2.ListJobsRequest(consistency=api_pb2.CONSISTENCY_STALE),
                              timeout=5)
