@@ -918,6 +918,21 @@ def _default_client(servers: str, timeout_s: float) -> Any:
     return Client(servers, timeout_s=timeout_s, attempt_timeout_s=min(5.0, timeout_s))
 
 
+# Tools that live beside the client and may use the node's code: run as their own process so
+# the client never imports gnomon.node (an import-linter contract).
+_TOOLS = {"jepsen": "gnomon.jepsen", "bench": "gnomon.bench"}
+
+
+def _run_tool(module: str, args: list[str]) -> int:
+    """`gnomon jepsen ...` / `gnomon bench ...`: the tool's own CLI, its exit code."""
+    import subprocess
+
+    try:
+        return subprocess.call([sys.executable, "-m", module, *args])
+    except KeyboardInterrupt:
+        return 130
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -928,6 +943,9 @@ def main(
     """Run one ``gnomon`` command; returns the exit code (see ``EXIT_CODES``)."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words and words[0] in _TOOLS:
+        return _run_tool(_TOOLS[words[0]], words[1:])
     try:
         args = build_parser().parse_args(argv)
     except _ArgumentError as e:

@@ -149,7 +149,8 @@ class Dispatcher:
             if self._waiting:
                 delay = min(delay, max(0.0, (self._waiting[0][0] - wall_ms()) / 1000))
             try:
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):  # not wait_for: see trigger.py
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

@@ -66,7 +66,8 @@ class Leadership:
     async def _run(self) -> None:
         while True:
             try:
-                await asyncio.wait_for(self._changed.wait(), self.proof_interval_ms / 1000)
+                async with asyncio.timeout(self.proof_interval_ms / 1000):  # see trigger.py
+                    await self._changed.wait()
             except TimeoutError:
                 pass
             self._changed.clear()

@@ -31,6 +31,10 @@ from gnomon.v1 import api_pb2_grpc, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# Test-only switches that each break one promise (the jepsen harness shows its checkers catch
+# them; jepsen/DESIGN.md). "no-dedupe" and "follower-read" are honoured by the servicers.
+CANARIES = frozenset({"fire-on-isleader", "skip-token-check", "follower-read", "no-dedupe"})
+
 GRPC_OPTIONS = [
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
@@ -56,9 +60,16 @@ class Node:
         os.makedirs(config.data_dir, exist_ok=True)
         history = HistorySink(HistoryStore(os.path.join(config.data_dir, "history"),
                                            max_runs_per_job=config.history_max_runs_per_job))
+        unknown = sorted(set(config.canaries) - CANARIES)
+        if unknown:
+            raise SystemExit(f"canaries: unknown {unknown}; known: {sorted(CANARIES)}")
+        if config.canaries:
+            log.warning("TEST-ONLY CANARIES ENABLED (promises broken on purpose): %s",
+                        ", ".join(config.canaries))
         self.replica = Replica(
             Limits(dedupe_capacity=config.dedupe_capacity,
-                   runs_retained_per_job=config.runs_retained_per_job),
+                   runs_retained_per_job=config.runs_retained_per_job,
+                   canary_skip_token_check="skip-token-check" in config.canaries),
             history, crash=crash_process,
         )
         self.raft: RaftNode | None = None
@@ -111,6 +122,7 @@ class Node:
         )
         self.replica.add_listener(self._on_applied)
         self.raft = RaftNode(cfg, self.replica, self._on_role)
+        self.raft.speculate = "fire-on-isleader" in cfg.canaries
         self.proposer = Proposer(self.raft, cfg, self.leadership.committed)
         self.leases = LeaseTable(self.replica, self.proposer,
                                  election_timeout_ms=int(cfg.raft_max_timeout_s * 1000),

@@ -78,7 +78,10 @@ class TriggerLoop:
             if self._heap:
                 delay = min(delay, max(0.0, (self._heap[0][0] - wall_ms()) / 1000))
             try:
-                await asyncio.wait_for(self._wake.wait(), delay)
+                # Not wait_for: on Python 3.11 it swallows a cancel that races the event,
+                # and stop() then waits forever (found by the jepsen harness).
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import grpc
 
 from gnomon.node import codec
@@ -44,12 +46,48 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                                    f"job.name: tenant {key[0]!r} has no job named {key[1]!r}")
             return st.job_names[key]
 
+    async def _write_job_id(self, ref: api_pb2.JobRef, request_id: str) -> str:
+        """`_job_id` for a write. Only the leader resolves, and a miss is confirmed after a
+        barrier: a follower or a deposed leader must not answer NOT_FOUND for a job the
+        cluster has. A retry of a request that already applied (and, say, deleted the job)
+        goes on to apply, which answers it from the dedupe table with the first answer.
+        (Both found by the jepsen register workload.)"""
+        self.require_leader()
+        try:
+            return self._job_id(ref)
+        except ServiceError as exc:
+            if exc.code != grpc.StatusCode.NOT_FOUND:
+                raise
+        await self.node.proposer.propose(c.Barrier())
+        try:
+            return self._job_id(ref)
+        except ServiceError:
+            with self.lock:
+                if request_id and request_id in self.node.replica.state.dedupe:
+                    return ref.job_id
+            raise
+
     def _job_proto(self, job_id: str) -> types_pb2.Job:
         with self.lock:
             job = self.node.replica.state.jobs.get(job_id)
             if job is None:
                 raise ServiceError(grpc.StatusCode.NOT_FOUND, f"job_id: job {job_id!r} was deleted")
             return codec.job_to_proto(job)
+
+    def _job_as_written(self, reply, spec=None) -> types_pb2.Job:
+        """The job as this request left it. A later write (or delete) that committed before
+        this answer was built must not show through: a client doing optimistic concurrency
+        would take another writer's version for its own (found by the jepsen register
+        workload). Fields no request sets (next fire, timestamps) are the current ones."""
+        with self.lock:
+            job = self.node.replica.state.jobs.get(reply.job_id)
+            out = codec.job_to_proto(job) if job is not None else types_pb2.Job(
+                job_id=reply.job_id)
+        if job is None or out.version != reply.version:
+            out.version = reply.version
+            if spec is not None:
+                out.spec.CopyFrom(codec.spec_to_proto(spec))
+        return out
 
     def _run_proto(self, run_id: str) -> types_pb2.Run:
         with self.lock:
@@ -71,6 +109,8 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
 
     async def _propose(self, command):
         self.require_leader()
+        if "no-dedupe" in self.node.config.canaries:  # test-only jepsen canary
+            command = dataclasses.replace(command, request_id="")
         return check(await self.node.proposer.propose(command))
 
     # -- jobs --------------------------------------------------------------------------------
@@ -82,7 +122,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         first = first_fire_ms(spec.schedule, self._now_ms(), hash_id=f"{spec.tenant}/{spec.name}")
         reply = await self._propose(c.CreateJob(request.request_id, spec, first,
                                                 self.node.config.max_jobs_per_tenant))
-        return api_pb2.CreateJobResponse(job=self._job_proto(reply.job_id))
+        return api_pb2.CreateJobResponse(job=self._job_as_written(reply, spec))
 
     @translated
     async def GetJob(self, request, context):  # noqa: N802
@@ -111,44 +151,45 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def UpdateJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
-        job_id = self._job_id(request.job)
+        job_id = await self._write_job_id(request.job, request.request_id)
         spec = self._spec(request.spec)
         nxt = first_fire_ms(spec.schedule, self._now_ms(), hash_id=f"{spec.tenant}/{spec.name}")
         reply = await self._propose(
             c.UpdateJob(request.request_id, job_id, spec, request.expected_version, nxt))
-        return api_pb2.UpdateJobResponse(job=self._job_proto(reply.job_id))
+        return api_pb2.UpdateJobResponse(job=self._job_as_written(reply, spec))
 
     @translated
     async def DeleteJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
-        job_id = self._job_id(request.job)
+        job_id = await self._write_job_id(request.job, request.request_id)
         await self._propose(c.DeleteJob(request.request_id, job_id, request.expected_version))
         return api_pb2.DeleteJobResponse()
 
     @translated
     async def PauseJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
-        reply = await self._propose(
-            c.SetPaused(request.request_id, self._job_id(request.job), True, 0))
-        return api_pb2.PauseJobResponse(job=self._job_proto(reply.job_id))
+        job_id = await self._write_job_id(request.job, request.request_id)
+        reply = await self._propose(c.SetPaused(request.request_id, job_id, True, 0))
+        return api_pb2.PauseJobResponse(job=self._job_as_written(reply))
 
     @translated
     async def ResumeJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
-        job_id = self._job_id(request.job)
+        job_id = await self._write_job_id(request.job, request.request_id)
         now = self._now_ms()
         with self.lock:
-            job = self.node.replica.state.jobs[job_id]
-            nxt = job.next_fire_ms
+            job = self.node.replica.state.jobs.get(job_id)  # None: a retry, answered by dedupe
+            nxt = job.next_fire_ms if job else 0
             if nxt and job.spec.schedule.kind != ScheduleKind.ONCE:
                 nxt = next_fire_after(job.spec.schedule, now, hash_id=hash_id(job))
         reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt))
-        return api_pb2.ResumeJobResponse(job=self._job_proto(reply.job_id))
+        return api_pb2.ResumeJobResponse(job=self._job_as_written(reply))
 
     @translated
     async def TriggerJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
-        reply = await self._propose(c.TriggerJob(request.request_id, self._job_id(request.job)))
+        job_id = await self._write_job_id(request.job, request.request_id)
+        reply = await self._propose(c.TriggerJob(request.request_id, job_id))
         return api_pb2.TriggerJobResponse(run=self._run_proto(reply.run_id))
 
     # -- runs --------------------------------------------------------------------------------

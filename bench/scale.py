@@ -1,0 +1,265 @@
+"""Scenario 4, scale: 10k, 100k and 1,000,000 active jobs.
+
+Creating a million jobs through the API would take most of an hour here (~500-900
+CreateJob/s), so the jobs are put in by the node's own code, offline: the cluster is started
+once so every node has a snapshot file, stopped, and each node's snapshot is replaced by one
+whose state is the same empty state plus N CreateJob commands applied by `core.apply_batch`
+(the replicated state machine), keeping the node's own Raft data (index, term, members).
+The log entries after each node's snapshot are leadership barriers only, so every replica
+still reaches the same state. The snapshot is written by `Replica.write_snapshot`, the code
+a node runs on its tick thread: that time and the file size are the snapshot figures.
+
+The jobs are daily interval jobs with phases spread over 23 hours, none due in the coming
+hour (so they are active, but the fires measured are the herd's). Figures per size:
+snapshot write time and size; restart to serving (all three nodes restore the snapshot);
+resident memory per node; the cost of one fire: a herd of one-shot jobs due at one instant,
+fires committed per second and leader CPU per fire (no workers: fires only). Goals:
+<= 2 GiB per node at 1M; the fire cost stays flat as the job count grows.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import pickle
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gnomon.bench import Options
+from gnomon.bench.common import (
+    NODE_DEFAULTS,
+    BenchCluster,
+    Report,
+    cpu_seconds,
+    create_jobs,
+    log,
+    log_offsets,
+    node_log_lines,
+    now_ms,
+    once_spec,
+    plot,
+    rss_bytes,
+    wait_for,
+)
+
+GOAL_RSS_GIB = 2.0
+DAY_MS = 86_400_000
+HOUR_MS = 3_600_000
+
+
+def build_state(n: int, now: int):
+    """The replicated state after N CreateJob commands (applied by core.apply_batch)."""
+    from gnomon.node.core import apply_batch, new_state
+    from gnomon.node.core.commands import Batch, CreateJob
+    from gnomon.node.core.model import JobSpec, Limits, Schedule, TaskSpec
+    from gnomon.node.schedules import first_fire_ms
+
+    state = new_state()
+    limits = Limits()
+    task = (TaskSpec(name="main"),)
+    chunk = 10_000
+    for start in range(0, n, chunk):
+        cmds = []
+        for i in range(start, min(n, start + chunk)):
+            sched = Schedule(kind="interval", interval_ms=DAY_MS,
+                             anchor_ms=now + HOUR_MS + (i * (23 * HOUR_MS)) // n)
+            spec = JobSpec(tenant="default", name=f"s-{i}", schedule=sched, tasks=task)
+            cmds.append(CreateJob("", spec, first_fire_ms(sched, now)))
+        replies, _ = apply_batch(state, Batch(now_ms=now, commands=tuple(cmds)), limits)
+        bad = [r for r in replies if type(r).__name__ == "Rejected"]
+        if bad:
+            raise RuntimeError(f"bulk CreateJob rejected: {bad[0]}")
+    return state
+
+
+def seed(root: Path, overrides: dict[str, str]) -> BenchCluster:
+    """Start a cluster until every node has written a snapshot; stop it (kill -9)."""
+    cluster = BenchCluster(root, 3, {**NODE_DEFAULTS, **overrides, "snapshot_min_time_s": "1"})
+    cluster.start()
+    try:
+        cluster.find_leader()
+        wait_for(lambda: all((n.data_dir / "snapshot.lmdb").exists() for n in cluster.nodes),
+                 timeout_s=60, what="a snapshot on every node", interval_s=0.2)
+        time.sleep(0.5)
+    finally:
+        cluster.kill_all()
+    cluster.overrides = {**NODE_DEFAULTS, **overrides}
+    return cluster
+
+
+def install(cluster: BenchCluster, state, scratch: Path) -> dict[str, Any]:
+    """Write each node's snapshot (its own raft data, the big state)."""
+    from gnomon.node.core.model import Limits
+    from gnomon.node.history import HistoryStore
+    from gnomon.node.replica import HistorySink, Replica
+    from gnomon.node.snapshot import FORMAT_VERSION, SnapshotMeta, read_snapshot, write_snapshot
+
+    out: dict[str, Any] = {}
+    (scratch / "history").mkdir(parents=True, exist_ok=True)
+    history = HistorySink(HistoryStore(str(scratch / "history"), max_runs_per_job=10))
+    replica = Replica(Limits(), history, crash=lambda reason: None)
+    replica.state = state
+    digest_hex = ""
+    tables = None
+    try:
+        for i, node in enumerate(cluster.nodes):
+            path = node.data_dir / "snapshot.lmdb"
+            old = read_snapshot(str(path))
+            raft_bytes = old.raft_data
+            old.close()
+            raft_data = pickle.loads(raft_bytes)
+            tmp = str(path) + ".bench"
+            if i == 0:
+                # The node's own snapshot code, timed: what its tick thread would spend.
+                t0 = time.perf_counter()
+                replica.write_snapshot(tmp, raft_data)
+                out["snapshot_write_s"] = round(time.perf_counter() - t0, 2)
+                out["snapshot_bytes"] = os.path.getsize(tmp)
+                snap = read_snapshot(tmp)
+                digest_hex = snap.meta.state_digest
+                snap.close()
+            else:
+                if tables is None:
+                    tables = {k: list(v) for k, v in Replica._encode_tables(state).items()}
+                    tables["history"] = []
+                meta = SnapshotMeta(FORMAT_VERSION, raft_data[0][1], digest_hex, now_ms(),
+                                    len(state.jobs), len(state.runs))
+                write_snapshot(tmp, meta, raft_bytes, {k: iter(v) for k, v in tables.items()})
+            os.replace(tmp, path)
+    finally:
+        history.close()
+    return out
+
+
+def measure(cluster: BenchCluster, n: int, herd: int, root: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {"jobs": n}
+    since = log_offsets(cluster)
+    t0 = time.monotonic()
+    cluster.start()
+    leader = cluster.find_leader(timeout_s=900)
+    # (the log line that says how many jobs each node restored is checked below)
+    out["restart_to_serving_s"] = round(time.monotonic() - t0, 1)
+    log(f"scale {n:,}: serving {out['restart_to_serving_s']}s after the restart")
+    time.sleep(3)
+    pids = cluster.pids()
+    out["rss_mib"] = {nid: round(rss_bytes(pid) / 2**20, 1) for nid, pid in pids.items()}
+    servers = [leader.grpc_addr] + [x.grpc_addr for x in cluster.nodes if x is not leader]
+    # The herd: create (timed: CreateJob latency at this job count), then fire all at once.
+    far = now_ms() + 50 * 365 * DAY_MS
+    calib = create_jobs(servers, [once_spec(f"cal-{i}", far) for i in range(200)],
+                        concurrency=32, prefix="cal")
+    due = now_ms() + int(1000 * (herd / max(50.0, calib["per_s"]) * 1.4 + 3))
+    created = create_jobs(servers, [once_spec(f"h-{i}", due) for i in range(herd)],
+                          concurrency=64, prefix="herd")
+    out["create_job_ms_at_n"] = created["latency_ms"]
+    out["creates_per_s_at_n"] = created["per_s"]
+    base = cluster.metrics(leader.node_id).get('gnomon_fires_total{outcome="run"}', 0.0)
+    wait = (due - now_ms()) / 1000
+    if wait > 0:
+        time.sleep(wait)
+    else:
+        out["herd_created_late_s"] = round(-wait, 1)
+    cpu0 = cpu_seconds(leader.proc.pid)
+    t_due = time.monotonic() - max(0.0, -wait)
+    done = None
+    while time.monotonic() - t_due < 300:
+        fired = cluster.metrics(leader.node_id).get('gnomon_fires_total{outcome="run"}', 0) - base
+        if fired >= herd:
+            done = time.monotonic()
+            break
+        time.sleep(0.05)
+    cpu1 = cpu_seconds(leader.proc.pid)
+    if done is not None:
+        out["herd_fire_s"] = round(done - t_due, 2)
+        out["fires_per_s"] = round(herd / max(1e-3, done - t_due), 1)
+        out["leader_cpu_ms_per_fire"] = round(1000 * (cpu1 - cpu0) / herd, 3)
+    out["rss_after_mib"] = {nid: round(rss_bytes(pid) / 2**20, 1)
+                            for nid, pid in cluster.pids().items()}
+    lines = node_log_lines(cluster, r"snapshot at index \d+: (\d+) jobs, (\d+) runs in (\d+) ms",
+                           since)
+    out["in_node_snapshots_ms"] = [[nid, int(m.group(3))] for nid, m in lines]
+    out["leader_sessions"] = len(node_log_lines(cluster, r"leading \(session", since))
+    out["restored_jobs"] = {nid: int(m.group(1)) for nid, m in node_log_lines(
+        cluster, r"restored snapshot at index \d+: (\d+) jobs", since)}
+    return out
+
+
+def run(opts: Options) -> Report:
+    quick = opts.quick
+    sizes = [1_000, 5_000] if quick else [10_000, 100_000, 1_000_000]
+    herd = 300 if quick else 10_000
+    report = Report("scale", quick, "memory, snapshot, restart and fire cost vs job count")
+    report.setup.append(
+        f"Sizes {', '.join(f'{s:,}' for s in sizes)} daily interval jobs (one task each) put "
+        "into every node's snapshot by the node's own apply/snapshot code (see the module "
+        f"docstring); then 3 nodes restarted from it; fire cost: a herd of {herd:,} one-shot "
+        "jobs created through the API, due at one instant, no workers.")
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="gnomon-bench-scale-") as tmp:
+        for n in sizes:
+            root = Path(tmp) / f"n{n}"
+            log(f"scale {n:,}: seeding a cluster")
+            cluster = seed(root / "cluster", {})
+            t0 = time.perf_counter()
+            state = build_state(n, now_ms())
+            build_s = time.perf_counter() - t0
+            log(f"scale {n:,}: state built in {build_s:.1f}s; writing snapshots")
+            info = install(cluster, state, root / "scratch")
+            del state
+            gc.collect()
+            log(f"scale {n:,}: snapshot {info['snapshot_bytes'] / 2**20:.0f} MiB written in "
+                f"{info['snapshot_write_s']}s")
+            try:
+                m = measure(cluster, n, herd, root)
+            finally:
+                cluster.kill_all()
+            m.update(info, build_s=round(build_s, 1))
+            rows.append(m)
+            log(f"scale {n:,}: {m}")
+    by_n = {r["jobs"]: r for r in rows}
+    top = by_n[sizes[-1]]
+    max_rss = max(top["rss_after_mib"].values()) / 1024
+    report.add(f"resident memory per node at {sizes[-1]:,} jobs, max (GiB)", round(max_rss, 2),
+               goal=f"<= {GOAL_RSS_GIB}" if not quick else "", met=max_rss <= GOAL_RSS_GIB
+               if not quick else None)
+    for n in sizes:
+        r = by_n[n]
+        report.add(f"{n:,} jobs: RSS per node after the herd (MiB)",
+                   " / ".join(f"{v:.0f}" for v in r["rss_after_mib"].values()))
+        report.add(f"{n:,} jobs: snapshot write (node code, s) / size (MiB)",
+                   f"{r['snapshot_write_s']} / {r['snapshot_bytes'] / 2**20:.0f}")
+        report.add(f"{n:,} jobs: restart to serving (s)", r["restart_to_serving_s"])
+        report.add(f"{n:,} jobs: fires committed/s (herd of {herd:,})", r.get("fires_per_s"))
+        report.add(f"{n:,} jobs: leader CPU per fire (ms)", r.get("leader_cpu_ms_per_fire"))
+        report.add(f"{n:,} jobs: CreateJob p50 / p99 (ms, 64 concurrent)",
+                   f"{r['create_job_ms_at_n'].get('p50')} / {r['create_job_ms_at_n'].get('p99')}")
+        if r["in_node_snapshots_ms"]:
+            report.add(f"{n:,} jobs: snapshots written by the nodes while measured (ms)",
+                       ", ".join(f"{nid} {ms}" for nid, ms in r["in_node_snapshots_ms"]))
+        if r["leader_sessions"] > 1:
+            report.notes.append(f"{n:,} jobs: {r['leader_sessions']} leader sessions after the "
+                                "restart (a leader change happened while measuring)")
+    costs = [by_n[n].get("leader_cpu_ms_per_fire") for n in sizes]
+    if all(c is not None for c in costs) and costs[0]:
+        growth = costs[-1] / costs[0]
+        report.add(f"fire cost growth {sizes[0]:,} -> {sizes[-1]:,} jobs (x)", round(growth, 2),
+                   goal="" if quick else "flat (< 1.5x)", met=None if quick else growth < 1.5)
+    report.data = {"sizes": rows}
+    xs = sizes
+    plot(report, opts.out, "fire_cost", "Leader CPU per fire vs job count", "jobs",
+         "ms of leader CPU per fire", {"gnomon": (xs, [by_n[n].get("leader_cpu_ms_per_fire")
+                                                        or float("nan") for n in xs])},
+         kind="bar")
+    plot(report, opts.out, "memory", "Resident memory per node vs job count", "jobs",
+         "MiB (max of the 3 nodes)",
+         {"gnomon": (xs, [max(by_n[n]["rss_after_mib"].values()) for n in xs])}, kind="bar")
+    return report
+
+
+if __name__ == "__main__":  # pragma: no cover
+    from gnomon.bench import main
+
+    raise SystemExit(main(["scale", *sys.argv[1:]]))

@@ -1,0 +1,1 @@
+"""Checkers: read the history (and the final reads) after the run and name anomalies."""

@@ -1,0 +1,165 @@
+"""`python -m gnomon.jepsen run ...` / `python -m gnomon.jepsen matrix ...` (and `gnomon jepsen`).
+
+Exit status: 0 no anomalies, 1 anomalies found, 2 inconclusive, 3 the harness could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gnomon.jepsen.context import WORKLOADS, TestOptions
+from gnomon.jepsen.nemesis import GROUPS
+from gnomon.jepsen.net import NetError
+
+DEFAULT_OUT = "store/jepsen"
+
+
+def _csv(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in _csv(text)]
+
+
+def _node_flags(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if not value:
+            raise argparse.ArgumentTypeError(f"--node-flag {item!r}: expected key=value")
+        out[key.strip().lstrip("-").replace("-", "_")] = value
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="gnomon jepsen", description=(
+        "Fault-injection tests of a gnomon cluster in network namespaces (needs root)."))
+    sub = p.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="one test")
+    run.add_argument("--workload", type=_csv, default=("fire", "lease", "register"),
+                     help=f"comma-separated: {','.join(WORKLOADS)}")
+    run.add_argument("--nemesis", type=_csv, default=("partition",),
+                     help=f"comma-separated groups ({','.join(GROUPS)}) or fault kinds, "
+                          "or none")
+    run.add_argument("--nodes", type=int, choices=(3, 5), default=3)
+    run.add_argument("--seed", type=int, default=0)
+    _common(run)
+    run.add_argument("--canaries", type=_csv, default=(),
+                     help="test-only node switches that break a promise on purpose")
+    matrix = sub.add_parser("matrix", help="every nemesis with every workload, 3 and 5 nodes, "
+                                           "several seeds")
+    matrix.add_argument("--workload", type=_csv, default=WORKLOADS)
+    matrix.add_argument("--nemesis", type=_csv, default=tuple(GROUPS))
+    matrix.add_argument("--nodes", type=_ints, default=[3, 5])
+    matrix.add_argument("--seeds", type=_ints, default=[1, 2, 3])
+    _common(matrix, time_limit=60.0)
+    return p
+
+
+def _common(p: argparse.ArgumentParser, time_limit: float = 120.0) -> None:
+    p.add_argument("--time-limit", type=float, default=time_limit,
+                   help="seconds of load and faults (setup and final reads come on top)")
+    p.add_argument("--out", type=Path, default=Path(DEFAULT_OUT),
+                   help="where run directories go")
+    p.add_argument("--sdk-workers", type=int, default=2)
+    p.add_argument("--zombies", type=int, default=1,
+                   help="lease workers that never self-fence")
+    p.add_argument("--node-flag", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra gnomon-node flag for every node (repeatable)")
+    p.add_argument("-v", "--verbose", action="store_true")
+
+
+def options(args: argparse.Namespace, *, workloads: tuple[str, ...], nemeses: tuple[str, ...],
+            nodes: int, seed: int) -> TestOptions:
+    bad = [w for w in workloads if w not in WORKLOADS]
+    if bad:
+        raise SystemExit(f"gnomon jepsen: unknown workload {bad[0]!r}; known: {WORKLOADS}")
+    return TestOptions(
+        workloads=workloads, nemeses=nemeses, nodes=nodes, time_limit_s=args.time_limit,
+        seed=seed, out_dir=args.out, canaries=tuple(getattr(args, "canaries", ())),
+        sdk_workers=args.sdk_workers, zombies=args.zombies,
+        node_overrides=_node_flags(args.node_flag))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from gnomon.jepsen.runner import HarnessError, run_test
+
+    try:
+        if args.command == "run":
+            results = run_test(options(args, workloads=args.workload, nemeses=args.nemesis,
+                                       nodes=args.nodes, seed=args.seed))
+            print(results["summary"])
+            return exit_code([results])
+        return run_matrix(args, run_test)
+    except (HarnessError, NetError, ValueError) as exc:
+        print(f"gnomon jepsen: {exc}", file=sys.stderr)
+        return 3
+    except KeyboardInterrupt:
+        print("gnomon jepsen: interrupted; everything was torn down", file=sys.stderr)
+        return 130
+
+
+def exit_code(results: list[dict[str, Any]]) -> int:
+    if any(r["valid"] is False for r in results):
+        return 1
+    if any(r["valid"] != True for r in results):  # noqa: E712 - "unknown" is a str
+        return 2
+    return 0
+
+
+def run_matrix(args: argparse.Namespace, run_test) -> int:
+    rows, results = [], []
+    started = time.strftime("%Y%m%dT%H%M%S")
+    for nodes in args.nodes:
+        for nemesis in args.nemesis:
+            for seed in args.seeds:
+                opts = options(args, workloads=args.workload, nemeses=(nemesis,), nodes=nodes,
+                               seed=seed)
+                r = run_test(opts)
+                results.append(r)
+                rows.append(matrix_row(r))
+                print(r["summary"], flush=True)
+    table = format_table(rows)
+    print(table)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"matrix-{started}.json").write_text(json.dumps(rows, indent=1))
+    (out / f"matrix-{started}.txt").write_text(table + "\n")
+    return exit_code(results)
+
+
+def matrix_row(r: dict[str, Any]) -> dict[str, Any]:
+    t = r["test"]
+    return {"nodes": t["nodes"], "nemesis": "+".join(t["nemeses"]),
+            "workloads": "+".join(t["workloads"]), "seed": t["seed"],
+            "operations": r["operations"], "faults": len(r["faults"]),
+            "anomalies": sum(len(c["anomalies"]) for c in r["checkers"].values()),
+            "valid": r["valid"], "run_dir": r["run_dir"]}
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    cols = ["nodes", "nemesis", "workloads", "seed", "operations", "faults", "anomalies",
+            "valid"]
+    widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) if rows else len(c)
+              for c in cols}
+    line = " | ".join(c.ljust(widths[c]) for c in cols)
+    sep = "-+-".join("-" * widths[c] for c in cols)
+    body = [" | ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows]
+    total = (f"total: {len(rows)} runs, {sum(r['operations'] for r in rows)} operations, "
+             f"{sum(r['faults'] for r in rows)} faults, "
+             f"{sum(r['anomalies'] for r in rows)} anomalies")
+    return "\n".join([line, sep, *body, total])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

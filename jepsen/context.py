@@ -1,0 +1,98 @@
+"""What a test is (options) and what a running test has (context), shared by every part."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gnomon.client import AsyncClient
+from gnomon.jepsen.history import History
+
+if TYPE_CHECKING:
+    from gnomon.jepsen.db import DB
+    from gnomon.jepsen.net import Net
+    from gnomon.jepsen.procs import Procs
+    from gnomon.jepsen.witness import Witness
+
+WORKLOADS = ("fire", "lease", "register")
+
+# Short timings so a one-minute run sees several faults (and leases expire within a fault).
+NODE_DEFAULTS = {
+    "lease_ttl_ms": "3000",
+    "heartbeat_interval_ms": "500",
+    "raft_min_timeout_s": "0.4",
+    "raft_max_timeout_s": "1.2",
+    "leader_fallback_timeout_s": "1.5",
+    "proof_interval_ms": "300",
+}
+
+
+@dataclass
+class TestOptions:
+    __test__ = False  # not a pytest test class
+
+    workloads: tuple[str, ...] = ("fire", "lease", "register")
+    nemeses: tuple[str, ...] = ("partition",)
+    nodes: int = 3
+    time_limit_s: float = 60.0
+    seed: int = 0
+    out_dir: Path = Path("store")
+    canaries: tuple[str, ...] = ()
+    sdk_workers: int = 2
+    zombies: int = 1
+    # Quiet time between faults and, per fault, how long it lasts (seconds).
+    quiet_s: tuple[float, float] = (3.0, 6.0)
+    fault_s: tuple[float, float] = (5.0, 10.0)
+    # After the final heal every due slot must have executed within this bound.
+    heal_bound_s: float = 30.0
+    # Vacuity: at least this many successful client operations per second of workload.
+    min_ok_rate: float = 0.5
+    node_overrides: dict[str, str] = field(default_factory=dict)
+    name: str = ""
+
+    @property
+    def lease_ttl_ms(self) -> int:
+        return int(self.node_config()["lease_ttl_ms"])
+
+    def node_config(self) -> dict[str, str]:
+        return {**NODE_DEFAULTS, **self.node_overrides}
+
+    def label(self) -> str:
+        return self.name or (f"{'+'.join(self.workloads)}-{'+'.join(self.nemeses)}"
+                             f"-n{self.nodes}-s{self.seed}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workloads": list(self.workloads), "nemeses": list(self.nemeses),
+            "nodes": self.nodes, "time_limit_s": self.time_limit_s, "seed": self.seed,
+            "canaries": list(self.canaries), "sdk_workers": self.sdk_workers,
+            "zombies": self.zombies, "quiet_s": list(self.quiet_s),
+            "fault_s": list(self.fault_s), "heal_bound_s": self.heal_bound_s,
+            "min_ok_rate": self.min_ok_rate, "node_config": self.node_config(),
+        }
+
+
+@dataclass
+class Context:
+    opts: TestOptions
+    run_dir: Path
+    history: History
+    net: Net
+    db: DB
+    procs: Procs
+    witness: Witness
+    admin: AsyncClient
+    rng: random.Random
+    node_ids: list[str]
+    # Set by the runner: when the workload phase started / the final heal finished (wall ms).
+    start_wall_ms: int = 0
+    heal_wall_ms: int = 0
+    chaos: bool = False
+    # Per workload, whatever its final phase read (jobs, runs, registers).
+    finals: dict[str, Any] = field(default_factory=dict)
+    digests: dict[str, Any] = field(default_factory=dict)
+
+    def child_rng(self, name: str) -> random.Random:
+        return random.Random(f"{self.opts.seed}/{name}")

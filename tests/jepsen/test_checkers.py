@@ -1,0 +1,129 @@
+"""The other checkers on small hand-written histories (no cluster needed)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from gnomon.jepsen.checkers import common, lease, schedule
+from gnomon.jepsen.context import TestOptions
+from gnomon.jepsen.history import History
+from gnomon.node.core.model import MisfirePolicy, Schedule
+
+LEASE = {"run_id": "j1@1000", "task": "hold", "idempotency_key": "j1@1000:hold",
+         "job_id": "j1", "scheduled_for_ms": 1000}
+
+
+def effect(token, worker, accepted, kind="lease-end"):
+    return {**LEASE, "fencing_token": token, "worker_id": worker, "accepted": accepted,
+            "kind": kind}
+
+
+def ack(token, worker, accepted):
+    return {"run_id": LEASE["run_id"], "task": "hold", "fencing_token": token,
+            "worker_id": worker, "accepted": accepted, "detail": ""}
+
+
+def witness(*items):
+    h = History()
+    for f, value in items:
+        h.append("witness", "ok", f, value)
+    return h.snapshot()
+
+
+def final_run(token, worker):
+    return {"j1": [["j1@1000", "succeeded", 1000, "schedule", 1000, 2000,
+                    [["hold", "succeeded", token, worker]]]]}
+
+
+def test_lease_checker_accepts_fenced_history():
+    events = witness(("effect", effect(5, "z1", True, "lease-start")),
+                     ("effect", effect(6, "w1", True, "lease-start")),
+                     ("effect", effect(5, "z1", False)),
+                     ("report-ack", ack(5, "z1", False)),
+                     ("effect", effect(6, "w1", True)),
+                     ("report-ack", ack(6, "w1", True)))
+    result = lease.check(events, final_run(6, "w1"), {"j1"})
+    assert result["valid"], result
+    assert result["stats"]["stale_completion_attempts"] == 1
+    assert result["stats"]["stale_completions_rejected"] == 1
+
+
+def test_lease_checker_catches_a_stale_completion_accepted():
+    events = witness(("effect", effect(5, "z1", True, "lease-start")),
+                     ("effect", effect(6, "w1", True, "lease-start")),
+                     ("effect", effect(5, "z1", False)),
+                     ("report-ack", ack(5, "z1", True)))
+    result = lease.check(events, final_run(6, "w1"), {"j1"})
+    kinds = {a["type"] for a in result["anomalies"]}
+    assert kinds == {"witness-rejected-accepted-token", "stale-completion-accepted"}
+
+
+def test_token_reuse_is_caught():
+    other = {**effect(7, "w2", True), "run_id": "j2@1000", "idempotency_key": "j2@1000:hold"}
+    events = witness(("effect", effect(7, "w1", True)), ("effect", other))
+    assert lease.check_tokens(events)["anomalies"][0]["type"] == "token-reuse"
+
+
+def test_schedule_checker_counts_slots_and_policies():
+    t0 = (int(time.time()) - 60) * 1000
+    sched = Schedule("interval", interval_ms=1000)
+    jobs = {"j1": {"name": "f", "tenant": "t", "schedule": sched,
+                   "policy": MisfirePolicy.SKIP, "grace_ms": 2000, "first_ms": t0 + 1000,
+                   "boundary_ms": t0 + 5000}}
+
+    def run(slot, state, created, token):
+        tasks = [["fire", "succeeded", token, "w"]] if token else []
+        return [f"j1@{t0 + slot}", state, t0 + slot, "schedule", t0 + created, 0, tasks]
+
+    runs = {"j1": [run(1000, "succeeded", 1000, 1), run(2000, "skipped", 9000, 0),
+                   run(4000, "succeeded", 4000, 2)]}
+    events = witness(*(("effect", {**effect(tok, "w", True, "fire"), "run_id": f"j1@{t0 + s}",
+                                   "task": "fire"}) for tok, s in ((1, 1000), (2, 4000))))
+    result = schedule.check(jobs, runs, events, heal_wall_ms=t0, bound_s=300, triggered={})
+    kinds = sorted(a["type"] for a in result["anomalies"])
+    assert kinds == ["missing-slot", "run-count"], result["anomalies"]
+    assert result["anomalies"][0]["slots_ms"] == [t0 + 3000]
+
+
+def test_request_id_answers_must_agree_unless_another_write_overlapped():
+    h = History()
+    dup = {"replies": [{"type": "ok", "error": None, "version": 2},
+                       {"type": "ok", "error": None, "version": 3}], "request_id": "r"}
+    h.append(0, "invoke", "update", {"key": "k", "value": 1, "chaos": True})
+    h.append(0, "ok", "update", dup)
+    assert common.check_request_ids(h.snapshot())["anomalies"]
+    h2 = History()
+    h2.append(0, "invoke", "update", {"key": "k", "value": 1, "chaos": True})
+    h2.append(1, "invoke", "update", {"key": "k", "value": 2})
+    h2.append(1, "ok", "update", {"version": 3})
+    h2.append(0, "ok", "update", dup)
+    result = common.check_request_ids(h2.snapshot())
+    assert not result["anomalies"] and result["stats"]["skipped_concurrent"] == 1
+
+
+def test_replica_digests():
+    assert common.check_digests({"n1": {5: "a"}, "n2": {5: "a", 6: "b"}}, ["n1", "n2"])["valid"]
+    diverged = common.check_digests({"n1": {5: "a"}, "n2": {5: "x"}}, ["n1", "n2"])
+    assert diverged["anomalies"][0]["type"] == "replica-divergence"
+    assert common.check_digests({"n1": {5: "a"}}, ["n1", "n2"])["valid"] == "unknown"
+
+
+def test_terminal_states_never_change():
+    h = History()
+    run = ["j1@1", "succeeded", 1, "schedule", 1, 2, [["t", "succeeded", 3, "w"]]]
+    later = ["j1@1", "failed", 1, "schedule", 1, 2, [["t", "dead", 3, "w"]]]
+    for r in (run, later):
+        h.append(0, "invoke", "read-runs", {"job_id": "j1"})
+        h.append(0, "ok", "read-runs", {"runs": [r]})
+    assert common.check_terminal_states(h.snapshot())["anomalies"]
+
+
+def test_harness_says_clearly_when_not_root(monkeypatch):
+    from gnomon.jepsen import runner
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(runner.HarnessError, match="needs root"):
+        runner.preflight(TestOptions(nemeses=("partition",)))
