@@ -34,7 +34,8 @@ proto: $(STAMP)
 	$(BIN)/python proto/generate.py
 
 bench: $(STAMP)
-	$(BIN)/python -m gnomon.bench all
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	$(BIN)/python -m gnomon.bench all --install
 
 clean:
 	rm -rf .gnomon build *.egg-info

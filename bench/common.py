@@ -287,6 +287,8 @@ def _pyplot():
         import matplotlib
     except ImportError:
         return None
+    if matplotlib is None:  # blocked (sys.modules entry None)
+        return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -661,7 +663,10 @@ def rate_series(buckets: dict[int, int], t0_ms: int, width_ms: int = 1000
 def have_module(name: str) -> bool:
     import importlib.util
 
-    return importlib.util.find_spec(name) is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError, AttributeError):
+        return False
 
 
 def have_binary(name: str) -> bool:
