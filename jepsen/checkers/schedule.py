@@ -58,7 +58,8 @@ def check(jobs: dict[str, dict[str, Any]], runs: dict[str, list[list]], events: 
         acks[(e.value["run_id"], e.value["task"])].append(e)
     all_runs = {r[0]: r for rs in runs.values() for r in rs}
     stats = {"jobs": len(jobs), "scheduled_runs": 0, "expected_slots": 0, "skipped": 0,
-             "executions": sum(len(v) for v in effects.values()), "manual_runs": 0}
+             "executions": sum(len(v) for r, v in effects.items() if _is_ours(r, jobs)),
+             "manual_runs": 0}
     for job_id, job in sorted(jobs.items()):
         listed = runs.get(job_id, [])
         scheduled = [r for r in listed if r[3] == "schedule"]
