@@ -414,12 +414,15 @@ class AsyncClient:
     # --- cluster -----------------------------------------------------------------------------
 
     async def cluster_status(
-        self, *, server: str | None = None, timeout_s: float | None = None
+        self, *, server: str | None = None, include_digest: bool = False,
+        timeout_s: float | None = None,
     ) -> ClusterStatus:
         """The cluster as seen by ``server`` (a "host:port"; no leader following), or by
-        whichever node answers."""
+        whichever node answers. ``include_digest`` also hashes the node's whole state
+        (``state_digest``; costs time proportional to the state on that node)."""
         resp = await self._call(
-            _CLUSTER, "GetStatus", api_pb2.GetStatusRequest(), timeout_s=timeout_s, address=server
+            _CLUSTER, "GetStatus", api_pb2.GetStatusRequest(include_digest=include_digest),
+            timeout_s=timeout_s, address=server,
         )
         return cv.cluster_status_from_proto(resp)
 
@@ -859,7 +862,9 @@ class Client:
         )
 
     def cluster_status(
-        self, *, server: str | None = None, timeout_s: float | None = None
+        self, *, server: str | None = None, include_digest: bool = False,
+        timeout_s: float | None = None,
     ) -> ClusterStatus:
         """See ``AsyncClient.cluster_status``."""
-        return self._run(self._async.cluster_status(server=server, timeout_s=timeout_s))
+        return self._run(self._async.cluster_status(
+            server=server, include_digest=include_digest, timeout_s=timeout_s))

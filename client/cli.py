@@ -373,6 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = leaf(cluster, "status", "nodes, roles, leader and Raft indexes")
     p.add_argument("--node", metavar="ADDR", help="ask this node (no leader following)")
+    p.add_argument("--digest", action="store_true",
+                   help="also hash the node's whole state (slow on large states)")
 
     worker = groups.add_parser("worker", help="ready-made workers").add_subparsers(
         dest="action", metavar="KIND", required=True
@@ -842,7 +844,7 @@ def _cmd_dlq_replay(ctx: _Ctx) -> int:
 
 
 def _cmd_cluster_status(ctx: _Ctx) -> int:
-    status = ctx.client.cluster_status(server=ctx.args.node)
+    status = ctx.client.cluster_status(server=ctx.args.node, include_digest=ctx.args.digest)
     ctx.emit(render_cluster(status), cluster_json(status))
     return EXIT_OK
 

@@ -192,13 +192,14 @@ class DB:
 
     # -- observation -------------------------------------------------------------------------
 
-    async def status(self, client: AsyncClient, node_id: str,
-                     timeout_s: float = 1.0) -> ClusterStatus | None:
+    async def status(self, client: AsyncClient, node_id: str, timeout_s: float = 1.0,
+                     include_digest: bool = False) -> ClusterStatus | None:
         node = self.nodes[node_id]
         if not node.alive() or node.paused:
             return None
         try:
-            return await client.cluster_status(server=node.grpc_addr, timeout_s=timeout_s)
+            return await client.cluster_status(server=node.grpc_addr, timeout_s=timeout_s,
+                                               include_digest=include_digest)
         except GnomonError:
             return None
 

@@ -211,8 +211,8 @@ async def collect_digests(ctx: Context, timeout_s: float) -> dict[str, dict[int,
     samples: dict[str, dict[int, str]] = {n: {} for n in ctx.node_ids}
     while loop.time() < end:
         for node_id in ctx.node_ids:
-            a = await ctx.db.status(ctx.admin, node_id)
-            b = await ctx.db.status(ctx.admin, node_id)
+            a = await ctx.db.status(ctx.admin, node_id, include_digest=True)
+            b = await ctx.db.status(ctx.admin, node_id, include_digest=True)
             if a and b and a.applied_index == b.applied_index and a.state_digest == b.state_digest:
                 samples[node_id][a.applied_index] = a.state_digest
         if all(samples.values()) and set.intersection(*(set(s) for s in samples.values())):

@@ -16,9 +16,11 @@ from gnomon.node.core import commands as c
 from gnomon.node.core import results as r
 from gnomon.node.core.errors import Rejected, UnknownCommand
 from gnomon.node.core.model import (
+    Attempt,
     DeadLetter,
     Job,
     JobSpec,
+    Limits,
     RetryPolicy,
     Run,
     Schedule,
@@ -43,6 +45,8 @@ COMMAND_FIELDS: dict[type, str] = {
     c.ExpireLeases: "expire_leases",
     c.ReplayDeadLetters: "replay_dead_letters",
     c.Barrier: "barrier",
+    c.SetLimits: "set_limits",
+    c.CheckpointLeases: "checkpoint_leases",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Nested repeated dataclasses inside commands, by field name.
@@ -50,6 +54,7 @@ _NESTED: dict[str, type] = {
     "grants": c.LeaseGrant,
     "leases": c.ExpiredLease,
     "tasks": c.TaskKey,
+    "checkpoints": c.LeaseCheckpoint,
 }
 
 
@@ -74,6 +79,23 @@ _MISFIRE = types_pb2.MisfirePolicy.DESCRIPTOR
 _RUN_STATE = types_pb2.RunState.DESCRIPTOR
 _RUN_TRIGGER = types_pb2.RunTrigger.DESCRIPTOR
 _TASK_STATE = types_pb2.TaskState.DESCRIPTOR
+_ATTEMPT_OUTCOME = types_pb2.AttemptOutcome.DESCRIPTOR
+
+
+# --- limits --------------------------------------------------------------------------------
+
+_LIMIT_FIELDS = [f.name for f in dataclasses.fields(Limits)]
+
+
+def limits_to_proto(limits: Limits, out: types_pb2.ClusterLimits | None = None):
+    out = types_pb2.ClusterLimits() if out is None else out
+    _copy_fields(limits, out, _LIMIT_FIELDS)
+    return out
+
+
+def limits_from_proto(m: types_pb2.ClusterLimits, base: Limits = Limits()) -> Limits:
+    """The fields set in `m` over `base` (an unset field keeps base's value)."""
+    return dataclasses.replace(base, **{n: getattr(m, n) for n in _LIMIT_FIELDS if m.HasField(n)})
 
 
 # --- specs ---------------------------------------------------------------------------------
@@ -173,8 +195,24 @@ def job_from_proto(m: types_pb2.Job) -> Job:
 
 
 _INSTANCE_SCALARS = [
-    f.name for f in dataclasses.fields(TaskInstance) if f.name not in ("state", "task_name")
+    f.name for f in dataclasses.fields(TaskInstance)
+    if f.name not in ("state", "task_name", "attempts")
 ]
+_ATTEMPT_SCALARS = [f.name for f in dataclasses.fields(Attempt) if f.name != "outcome"]
+
+
+def attempt_to_proto(a: Attempt, out: types_pb2.Attempt) -> None:
+    for name in _ATTEMPT_SCALARS:
+        value = getattr(a, name)
+        if value is not None:
+            setattr(out, name, value)
+    out.outcome = enum_to_proto(_ATTEMPT_OUTCOME, a.outcome)
+
+
+def attempt_from_proto(m: types_pb2.Attempt) -> Attempt:
+    values = {n: getattr(m, n) for n in _ATTEMPT_SCALARS}
+    values["exit_code"] = m.exit_code if m.HasField("exit_code") else None
+    return Attempt(outcome=enum_from_proto(_ATTEMPT_OUTCOME, m.outcome, "failed"), **values)
 
 
 def run_to_proto(run: Run, out: types_pb2.Run | None = None) -> types_pb2.Run:
@@ -186,6 +224,8 @@ def run_to_proto(run: Run, out: types_pb2.Run | None = None) -> types_pb2.Run:
     for inst in run.tasks.values():
         m = out.tasks.add(task_name=inst.task_name, state=enum_to_proto(_TASK_STATE, inst.state))
         _copy_fields(inst, m, _INSTANCE_SCALARS)
+        for attempt in inst.attempts:
+            attempt_to_proto(attempt, m.attempts.add())
     return out
 
 
@@ -200,6 +240,7 @@ def run_from_proto(m: types_pb2.Run, spec: JobSpec) -> Run:
         for name in _INSTANCE_SCALARS:
             value = getattr(t, name)
             setattr(inst, name, bytes(value) if isinstance(value, bytes) else value)
+        inst.attempts = tuple(attempt_from_proto(a) for a in t.attempts)
         tasks[t.task_name] = inst
     return Run(
         run_id=m.run_id,
@@ -235,8 +276,12 @@ def dead_letter_from_proto(m: types_pb2.DeadLetter) -> DeadLetter:
 def _command_to_proto(cmd, out: Message) -> None:
     for f in dataclasses.fields(cmd):
         value = getattr(cmd, f.name)
+        if value is None:
+            continue  # an unset optional field (exit_code)
         if isinstance(value, JobSpec):
             spec_to_proto(value, getattr(out, f.name))
+        elif isinstance(value, Limits):
+            limits_to_proto(value, getattr(out, f.name))
         elif f.name in _NESTED:
             repeated = getattr(out, f.name)
             for item in value:
@@ -251,6 +296,10 @@ def _command_from_proto(cls: type, m: Message):
         value = getattr(m, f.name)
         if f.name == "spec":
             value = spec_from_proto(value)
+        elif f.name == "limits":
+            value = limits_from_proto(value)
+        elif f.name == "exit_code":
+            value = value if m.HasField("exit_code") else None
         elif f.name in _NESTED:
             value = tuple(_command_from_proto(_NESTED[f.name], item) for item in value)
         elif isinstance(value, bytes):
@@ -282,7 +331,10 @@ def batch_from_bytes(data: bytes) -> c.Batch:
 
 # --- replies (kept in the dedupe table, hence in snapshots) -------------------------------
 
-_REPLY_CLASSES = {cls.__name__: cls for cls in (r.JobReply, r.RunReply, r.Done, r.Replayed, Rejected)}
+_REPLY_CLASSES = {
+    cls.__name__: cls
+    for cls in (r.JobReply, r.RunReply, r.Done, r.Replayed, r.LimitsReply, Rejected)
+}
 
 
 def reply_to_bytes(reply: object) -> bytes:

@@ -11,6 +11,9 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
+from gnomon.node.core.model import Limits
+from gnomon.node.core.validate import validate_limits
+
 
 class ConfigError(ValueError):
     """A configuration value is missing or breaks a rule; the message names it."""
@@ -70,9 +73,15 @@ class Config:
     min_interval_ms: int = 100
     max_jobs_per_tenant: int = 100_000
     max_worker_credits: int = 1_000
-    # Memory and history.
+    max_output_tail_bytes: int = 4 << 10
+    # Replicated limits: the first leader of a new cluster proposes these; later changes go
+    # through `gnomon cluster limits --set` (a node's own value is never applied on its own).
     dedupe_capacity: int = 100_000
+    dedupe_max_age_ms: int = 86_400_000
     runs_retained_per_job: int = 20
+    max_dead_letters: int = 100_000
+    max_attempt_records: int = 10
+    # Per-node history store of runs evicted from memory.
     history_max_runs_per_job: int = 10_000
     # Snapshots: compact the log after this many entries or seconds.
     snapshot_min_entries: int = 20_000
@@ -104,7 +113,14 @@ class Config:
             )
         if self.heartbeat_interval_ms * 2 > self.lease_ttl_ms:
             raise ConfigError("heartbeat_interval_ms: must be at most half of lease_ttl_ms")
+        rejected = validate_limits(self.initial_limits())
+        if rejected:
+            raise ConfigError(rejected.detail.removeprefix("limits."))
         return self
+
+    def initial_limits(self) -> Limits:
+        """The replicated limits this node proposes when it is a new cluster's first leader."""
+        return Limits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Limits)})
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}

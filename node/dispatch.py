@@ -122,11 +122,13 @@ class Dispatcher:
                     self._index(run, run.tasks[task_name])
         self._wake.set()
 
-    def cancelled(self, items: list[tuple[str, str, int, str]]) -> None:
-        """Effects hook: runs cancelled with these leases outstanding: push Cancel."""
-        for run_id, task_name, token, reason in items:
-            holder = self._leases.holder(token)
-            session = self.sessions.get(holder.worker_id) if holder else None
+    def cancelled(self, items: list[tuple[str, str, int, str, str]]) -> None:
+        """Effects hook: leases revoked by a cancel: push Cancel to the workers holding them.
+
+        The holder comes from the replicated grant (the effect), not from the lease table:
+        apply ends the lease in the same batch, and the table forgets it first."""
+        for run_id, task_name, token, reason, worker_id in items:
+            session = self.sessions.get(worker_id)
             if session is not None:
                 lease = worker_pb2.LeaseRef(run_id=run_id, task_name=task_name, fencing_token=token)
                 session.send(worker_pb2.ServerMessage(cancel=worker_pb2.Cancel(lease=lease,

@@ -144,8 +144,9 @@ class LocalCluster:
                 node.channel.close()
                 node.channel = None
 
-    def status(self, node: NodeProc) -> api_pb2.GetStatusResponse:
-        return node.cluster().GetStatus(api_pb2.GetStatusRequest(), timeout=2)
+    def status(self, node: NodeProc, include_digest: bool = True) -> api_pb2.GetStatusResponse:
+        return node.cluster().GetStatus(api_pb2.GetStatusRequest(include_digest=include_digest),
+                                        timeout=2)
 
     def leader(self, timeout_s: float = 30.0, exclude: set[str] = frozenset()) -> NodeProc:
         """The node that leads and accepts writes (its barrier committed)."""

@@ -13,14 +13,14 @@ import pickle
 import queue
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
-from gnomon.node import codec
+from gnomon.node import codec, state_codec
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import apply_batch, digest, new_state
 from gnomon.node.core.commands import Batch
 from gnomon.node.core.errors import UnknownCommand
-from gnomon.node.core.model import Limits, Run, State
+from gnomon.node.core.model import Run, State
 from gnomon.node.core.results import Effects
 from gnomon.node.history import HistoryStore
 from gnomon.node.snapshot import (
@@ -30,28 +30,10 @@ from gnomon.node.snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from gnomon.v1 import snapshot_pb2, types_pb2
 
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Batch, list, Effects], None]
-
-
-def _seq_key(i: int, key: str) -> bytes:
-    # A sequence prefix keeps insertion order through LMDB's sorted keys.
-    return struct.pack(">Q", i) + key.encode()
-
-
-def encode_run(run: Run) -> bytes:
-    rec = snapshot_pb2.RunRecord()
-    codec.run_to_proto(run, rec.run)
-    codec.spec_to_proto(run.spec, rec.spec)
-    return rec.SerializeToString()
-
-
-def decode_run(data: bytes) -> Run:
-    rec = snapshot_pb2.RunRecord.FromString(data)
-    return codec.run_from_proto(rec.run, codec.spec_from_proto(rec.spec))
 
 
 class HistorySink:
@@ -67,7 +49,8 @@ class HistorySink:
         self._thread.start()
 
     def put(self, runs: list[Run]) -> None:
-        records = [(r.job_id, r.scheduled_for_ms, r.run_id, encode_run(r)) for r in runs]
+        records = [(r.job_id, r.scheduled_for_ms, r.run_id, state_codec.encode_run(r))
+                   for r in runs]
         with self._lock:
             for rec in records:
                 self._pending[rec[2]] = rec[3]
@@ -107,10 +90,9 @@ class HistorySink:
 
 
 class Replica:
-    def __init__(self, limits: Limits, history: HistorySink, *, crash: Callable[[str], None]):
+    def __init__(self, history: HistorySink, *, crash: Callable[[str], None]):
         self.lock = threading.RLock()
         self.state: State = new_state()
-        self.limits = limits
         self.history = history
         self.applied_entries = 0
         self._listeners: list[Listener] = []
@@ -125,7 +107,7 @@ class Replica:
         try:
             batch = codec.batch_from_bytes(data)
             with self.lock:
-                replies, effects = apply_batch(self.state, batch, self.limits)
+                replies, effects = apply_batch(self.state, batch)
                 self.applied_entries += 1
         except UnknownCommand as exc:
             self._crash(f"unknown command in the Raft log: {exc}")
@@ -152,10 +134,10 @@ class Replica:
                 jobs=len(st.jobs),
                 runs=len(st.runs),
             )
-            tables = self._encode_tables(st)
+            tables = state_codec.encode_tables(st)
             self.history.flush()
             tables["history"] = (
-                (_seq_key(i, rec[2]), encode_history(rec))
+                (state_codec.seq_key(i, rec[2]), encode_history(rec))
                 for i, rec in enumerate(self.history.store.iter_all())
             )
             write_snapshot(tmp_path, meta, pickle.dumps(raft_data), tables)
@@ -165,7 +147,8 @@ class Replica:
     def load_snapshot(self, path: str) -> tuple:
         snap = read_snapshot(path)
         try:
-            state = self._decode_tables(snap)
+            state = state_codec.decode_tables(
+                {name: snap.iter_table(name) for name in state_codec.TABLES})
             if digest(state) != snap.meta.state_digest:
                 raise SnapshotError(f"{path}: state digest mismatch after restore")
             history = [decode_history(v) for _, v in snap.iter_table("history")]
@@ -179,58 +162,6 @@ class Replica:
         log.info("restored snapshot at index %d: %d jobs, %d runs",
                  snap.meta.raft_index, len(state.jobs), len(state.runs))
         return raft_data
-
-    @staticmethod
-    def _encode_tables(st: State) -> dict[str, Iterator[tuple[bytes, bytes]]]:
-        meta = snapshot_pb2.StateMeta(
-            clock_ms=st.clock_ms, last_token=st.last_token, job_seq=st.job_seq,
-            manual_seq=st.manual_seq,
-        )
-        return {
-            "state": iter([(b"meta", meta.SerializeToString())]),
-            "jobs": [
-                (_seq_key(i, j.job_id), codec.job_to_proto(j).SerializeToString())
-                for i, j in enumerate(st.jobs.values())
-            ],
-            "runs": [(_seq_key(i, r.run_id), encode_run(r)) for i, r in enumerate(st.runs.values())],
-            "runs_by_job": [
-                (_seq_key(i, job_id), "\n".join(ids).encode())
-                for i, (job_id, ids) in enumerate(st.runs_by_job.items())
-            ],
-            "dead_letters": [
-                (_seq_key(i, f"{d.run_id}:{d.task_name}"),
-                 codec.dead_letter_to_proto(d).SerializeToString())
-                for i, d in enumerate(st.dead_letters.values())
-            ],
-            "dedupe": [
-                (_seq_key(i, rid), codec.reply_to_bytes(reply))
-                for i, (rid, reply) in enumerate(st.dedupe.items())
-            ],
-        }
-
-    @staticmethod
-    def _decode_tables(snap) -> State:
-        st = new_state()
-        for _, v in snap.iter_table("state"):
-            m = snapshot_pb2.StateMeta.FromString(v)
-            st.clock_ms, st.last_token = m.clock_ms, m.last_token
-            st.job_seq, st.manual_seq = m.job_seq, m.manual_seq
-        for _, v in snap.iter_table("jobs"):
-            job = codec.job_from_proto(types_pb2.Job.FromString(v))
-            st.jobs[job.job_id] = job
-            st.job_names[(job.spec.tenant, job.spec.name)] = job.job_id
-            st.jobs_per_tenant[job.spec.tenant] = st.jobs_per_tenant.get(job.spec.tenant, 0) + 1
-        for _, v in snap.iter_table("runs"):
-            run = decode_run(v)
-            st.runs[run.run_id] = run
-        for k, v in snap.iter_table("runs_by_job"):
-            st.runs_by_job[k[8:].decode()] = v.decode().split("\n") if v else []
-        for _, v in snap.iter_table("dead_letters"):
-            d = codec.dead_letter_from_proto(types_pb2.DeadLetter.FromString(v))
-            st.dead_letters[(d.run_id, d.task_name)] = d
-        for k, v in snap.iter_table("dedupe"):
-            st.dedupe[k[8:].decode()] = codec.reply_from_bytes(v)
-        return st
 
 
 def encode_history(rec: tuple[str, int, str, bytes]) -> bytes:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import random
@@ -13,14 +14,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gnomon.node import metrics
 from gnomon.node.config import Config
-from gnomon.node.core.commands import Batch
+from gnomon.node.core.commands import Batch, SetLimits
 from gnomon.node.core.model import Limits
 from gnomon.node.core.results import Effects
 from gnomon.node.dispatch import Dispatcher
 from gnomon.node.history import HistoryStore
 from gnomon.node.leadership import Leadership
 from gnomon.node.leases import LeaseTable
-from gnomon.node.raft import Proposer, RaftNode
+from gnomon.node.raft import NotCommitted, Overloaded, Proposer, RaftNode
 from gnomon.node.replica import HistorySink, Replica, crash_process
 from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.jobs import JobServicer
@@ -66,12 +67,7 @@ class Node:
         if config.canaries:
             log.warning("TEST-ONLY CANARIES ENABLED (promises broken on purpose): %s",
                         ", ".join(config.canaries))
-        self.replica = Replica(
-            Limits(dedupe_capacity=config.dedupe_capacity,
-                   runs_retained_per_job=config.runs_retained_per_job,
-                   canary_skip_token_check="skip-token-check" in config.canaries),
-            history, crash=crash_process,
-        )
+        self.replica = Replica(history, crash=crash_process)
         self.raft: RaftNode | None = None
         self.proposer: Proposer | None = None
         self._stopping = asyncio.Event()
@@ -105,6 +101,25 @@ class Node:
         self.leases.start()
         self.trigger.start()
         self.dispatcher.start()
+        await self._bootstrap_limits()
+
+    async def _bootstrap_limits(self) -> None:
+        """A new cluster's first leader proposes its config's limits (once: one request id,
+        so a second first leader's proposal is answered from the dedupe table). Afterwards
+        only SetLimits changes them; a node whose config differs says so."""
+        with self.replica.lock:
+            version, limits = self.replica.state.limits_version, self.replica.state.limits
+        mine = self.config.initial_limits()
+        if version == 0:
+            try:
+                await self.proposer.propose(SetLimits(LIMITS_BOOTSTRAP_ID, mine))
+            except (NotCommitted, Overloaded) as exc:
+                log.warning("initial limits not committed (%s); the next leader proposes them",
+                            exc)
+        elif limits != mine:
+            log.warning("config limits differ from the cluster's replicated limits, which "
+                        "apply: %s (change them with `gnomon cluster limits --set`)",
+                        _limits_diff(mine, limits))
 
     async def _stop_leading(self) -> None:
         await self.trigger.stop()
@@ -185,6 +200,16 @@ class Node:
         self.raft.destroy()
         self.replica.history.close()
         log.info("stopped")
+
+
+LIMITS_BOOTSTRAP_ID = "gnomon:limits-bootstrap"
+
+
+def _limits_diff(mine: Limits, cluster: Limits) -> str:
+    return ", ".join(
+        f"{f.name} {getattr(mine, f.name)} here, {getattr(cluster, f.name)} replicated"
+        for f in dataclasses.fields(Limits) if getattr(mine, f.name) != getattr(cluster, f.name)
+    )
 
 
 def _has_work(effects: Effects) -> bool:

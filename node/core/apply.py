@@ -15,6 +15,7 @@ from gnomon.node.core.commands import (
     Barrier,
     Batch,
     CancelRun,
+    CheckpointLeases,
     Command,
     CompleteTask,
     CreateJob,
@@ -25,16 +26,21 @@ from gnomon.node.core.commands import (
     GrantLeases,
     LeaseGrant,
     ReplayDeadLetters,
+    SetLimits,
     SetPaused,
     TriggerJob,
     UpdateJob,
 )
 from gnomon.node.core.dag import graph
 from gnomon.node.core.errors import Code, Rejected, UnknownCommand
+from gnomon.node.core.index import JobOrder
 from gnomon.node.core.model import (
     TERMINAL_RUN_STATES,
     TERMINAL_TASK_STATES,
+    Attempt,
+    AttemptOutcome,
     DeadLetter,
+    DedupeEntry,
     Job,
     JobSpec,
     Limits,
@@ -45,9 +51,18 @@ from gnomon.node.core.model import (
     TaskInstance,
     TaskState,
 )
-from gnomon.node.core.results import Done, Effects, Granted, JobReply, Replayed, Reply, RunReply
+from gnomon.node.core.results import (
+    Done,
+    Effects,
+    Granted,
+    JobReply,
+    LimitsReply,
+    Replayed,
+    Reply,
+    RunReply,
+)
 from gnomon.node.core.retry import backoff_ms, effective_max_attempts
-from gnomon.node.core.validate import validate_spec
+from gnomon.node.core.validate import validate_limits, validate_spec
 
 # States from which a task can still reach SUCCEEDED without a replay.
 _VIABLE_TASK_STATES = frozenset(
@@ -63,29 +78,33 @@ _VIABLE_TASK_STATES = frozenset(
 
 @dataclass(slots=True)
 class Ctx:
-    """What a handler works on: the state, the limits, this batch's effects and cluster time."""
+    """What a handler works on: the state, this batch's effects and cluster time."""
 
     state: State
-    limits: Limits
     effects: Effects
     now: int
+
+    @property
+    def limits(self) -> Limits:
+        return self.state.limits
 
 
 Handler = Callable[[Ctx, Any], Reply]
 
 
-def new_state() -> State:
+def new_state(limits: Limits | None = None) -> State:
     """The state of a fresh cluster (before the first log entry)."""
-    return State()
+    return State() if limits is None else State(limits=limits)
 
 
-def apply_batch(state: State, batch: Batch, limits: Limits) -> tuple[list[Reply], Effects]:
+def apply_batch(state: State, batch: Batch) -> tuple[list[Reply], Effects]:
     """Apply one Raft entry: advance cluster time, then every command in order.
 
     Raises UnknownCommand for a command type this build does not know (the node must stop).
     """
     state.clock_ms = max(state.clock_ms, batch.now_ms)
-    ctx = Ctx(state=state, limits=limits, effects=Effects(), now=state.clock_ms)
+    ctx = Ctx(state=state, effects=Effects(), now=state.clock_ms)
+    _trim_dedupe(ctx)
     replies = [apply_command(ctx, command) for command in batch.commands]
     return replies, ctx.effects
 
@@ -98,14 +117,26 @@ def apply_command(ctx: Ctx, command: Command) -> Reply:
     request_id: str = getattr(command, "request_id", "")
     if not request_id:
         return handler(ctx, command)
-    dedupe = ctx.state.dedupe
-    if request_id in dedupe:
-        return cast(Reply, dedupe[request_id])
+    entry = ctx.state.dedupe.get(request_id)
+    if entry is not None:
+        return cast(Reply, entry.reply)
     reply = handler(ctx, command)
-    dedupe[request_id] = reply
-    while len(dedupe) > max(ctx.limits.dedupe_capacity, 0):
-        dedupe.popitem(last=False)
+    ctx.state.dedupe[request_id] = DedupeEntry(ctx.now, reply)
+    _trim_dedupe(ctx)
     return reply
+
+
+def _trim_dedupe(ctx: Ctx) -> None:
+    """Forget the oldest request ids beyond the count bound or older than the age bound."""
+    dedupe, limits = ctx.state.dedupe, ctx.limits
+    oldest_kept = ctx.now - limits.dedupe_max_age_ms if limits.dedupe_max_age_ms > 0 else None
+    while dedupe:
+        first = next(iter(dedupe.values()))
+        if len(dedupe) <= limits.dedupe_capacity and (
+            oldest_kept is None or first.at_ms >= oldest_kept
+        ):
+            return
+        dedupe.popitem(last=False)
 
 
 # --- jobs ----------------------------------------------------------------------------------
@@ -133,8 +164,29 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
     )
     state.job_names[(spec.tenant, spec.name)] = job_id
     state.jobs_per_tenant[spec.tenant] = state.jobs_per_tenant.get(spec.tenant, 0) + 1
+    index_job(state, state.job_seq, spec.tenant)
     ctx.effects.jobs.append(job_id)
     return JobReply(job_id=job_id, version=1)
+
+
+def index_job(state: State, seq: int, tenant: str) -> None:
+    """Add a job to the derived paging indexes (also used when a snapshot is restored)."""
+    state.job_order.add(seq)
+    order = state.tenant_job_order.get(tenant)
+    if order is None:
+        order = state.tenant_job_order[tenant] = JobOrder()
+    order.add(seq)
+
+
+def _unindex_job(state: State, tenant: str) -> None:
+    def alive(seq: int) -> bool:
+        return f"j{seq}" in state.jobs
+
+    state.job_order.remove(alive)
+    order = state.tenant_job_order[tenant]
+    order.remove(alive)
+    if not len(order):
+        del state.tenant_job_order[tenant]
 
 
 def _update_job(ctx: Ctx, cmd: UpdateJob) -> Reply:
@@ -169,8 +221,15 @@ def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
     state.jobs_per_tenant[job.spec.tenant] -= 1
     if not state.jobs_per_tenant[job.spec.tenant]:
         del state.jobs_per_tenant[job.spec.tenant]
+    _unindex_job(state, job.spec.tenant)
     ctx.effects.jobs.append(job.job_id)
-    # Runs in flight finish normally; terminal ones go to the history store now.
+    # Queued work of the job is cancelled (nobody may ever serve its queue again); leased
+    # tasks finish unless the request says otherwise. Terminal runs go to the history store.
+    for run_id in list(state.runs_by_job.get(job.job_id, ())):
+        run = state.runs[run_id]
+        if run.state == RunState.RUNNING:
+            _cancel_tasks(ctx, run, "job deleted", leased_too=cmd.cancel_running)
+            _finish_if_done(ctx, run, retain=False)
     _enforce_retention(ctx, job.job_id)
     return Done()
 
@@ -293,21 +352,28 @@ def _cancel_run(ctx: Ctx, cmd: CancelRun) -> Reply:
         return Rejected(
             Code.FAILED_PRECONDITION, f"run_id: run {run.run_id!r} is already {run.state}"
         )
-    reason = cmd.reason or "run cancelled"
+    _cancel_tasks(ctx, run, cmd.reason or "run cancelled", leased_too=True)
+    _set_run_state(ctx, run, RunState.CANCELLED)
+    run.finished_ms = ctx.now
+    _enforce_retention(ctx, run.job_id)
+    return RunReply(run_id=run.run_id)
+
+
+def _cancel_tasks(ctx: Ctx, run: Run, reason: str, *, leased_too: bool) -> None:
+    """Cancel the run's live tasks; a leased one's holder is told (Effects.cancelled)."""
     for inst in run.tasks.values():
         if inst.state in TERMINAL_TASK_STATES:
             continue
         if inst.state == TaskState.LEASED:
+            if not leased_too:
+                continue
             _end_lease(ctx, run, inst)
+            _record_attempt(ctx, inst, AttemptOutcome.CANCELLED, error=reason)
             ctx.effects.cancelled.append(
-                (run.run_id, inst.task_name, inst.fencing_token, reason)
+                (run.run_id, inst.task_name, inst.fencing_token, reason, inst.worker_id)
             )
         inst.state = TaskState.CANCELLED
         inst.finished_ms = ctx.now
-    run.state = RunState.CANCELLED
-    run.finished_ms = ctx.now
-    _enforce_retention(ctx, run.job_id)
-    return RunReply(run_id=run.run_id)
 
 
 def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str) -> Run:
@@ -325,7 +391,15 @@ def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: st
     )
     ctx.state.runs[run_id] = run
     ctx.state.runs_by_job.setdefault(job.job_id, []).append(run_id)
+    ctx.state.active_runs += 1
     return run
+
+
+def _set_run_state(ctx: Ctx, run: Run, new: str) -> None:
+    """Every run state change after creation, keeping the derived active-run count."""
+    was_active, now_active = run.state == RunState.RUNNING, new == RunState.RUNNING
+    ctx.state.active_runs += now_active - was_active
+    run.state = new
 
 
 def _start_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str) -> None:
@@ -342,7 +416,7 @@ def _start_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: 
 
 def _record_skipped_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int) -> None:
     run = _new_run(ctx, job, run_id, scheduled_for_ms, RunTrigger.SCHEDULE)
-    run.state = RunState.SKIPPED
+    _set_run_state(ctx, run, RunState.SKIPPED)
     run.finished_ms = ctx.now
     _enforce_retention(ctx, job.job_id)
 
@@ -368,6 +442,7 @@ def _grant_one(ctx: Ctx, grant: LeaseGrant) -> int | Rejected:
     inst.fencing_token = state.last_token
     inst.worker_id = grant.worker_id
     inst.lease_ttl_ms = grant.lease_ttl_ms
+    inst.lease_remaining_ms = 0
     inst.attempt += 1
     inst.started_ms = ctx.now
     ctx.effects.leased.append((run.run_id, inst.task_name, inst.fencing_token))
@@ -389,12 +464,13 @@ def _check_grantable(run: Run, inst: TaskInstance, now: int) -> Rejected | None:
 
 
 def _complete_task(ctx: Ctx, cmd: CompleteTask) -> Reply:
-    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token,
-                         ctx.limits.canary_skip_token_check)
+    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token)
     if isinstance(found, Rejected):
         return found
     run, inst = found
     _end_lease(ctx, run, inst)
+    _record_attempt(ctx, inst, AttemptOutcome.SUCCEEDED, exit_code=cmd.exit_code,
+                    duration_ms=cmd.duration_ms, output_tail=cmd.output_tail)
     inst.state = TaskState.SUCCEEDED
     inst.finished_ms = ctx.now
     inst.result = cmd.result
@@ -404,12 +480,13 @@ def _complete_task(ctx: Ctx, cmd: CompleteTask) -> Reply:
 
 
 def _fail_task(ctx: Ctx, cmd: FailTask) -> Reply:
-    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token,
-                         ctx.limits.canary_skip_token_check)
+    found = _find_leased(ctx.state, cmd.run_id, cmd.task_name, cmd.fencing_token)
     if isinstance(found, Rejected):
         return found
     run, inst = found
     _end_lease(ctx, run, inst)
+    _record_attempt(ctx, inst, AttemptOutcome.FAILED, error=cmd.error, exit_code=cmd.exit_code,
+                    duration_ms=cmd.duration_ms, output_tail=cmd.output_tail)
     _fail_attempt(ctx, run, inst, cmd.error, cmd.retryable, cmd.jitter_draw)
     return Done()
 
@@ -421,8 +498,17 @@ def _expire_leases(ctx: Ctx, cmd: ExpireLeases) -> Reply:
             continue  # stale expiry: the lease already ended or was re-granted
         run, inst = found
         _end_lease(ctx, run, inst)
+        _record_attempt(ctx, inst, AttemptOutcome.EXPIRED, error=lease.reason)
         # A timed-out or vanished worker counts as a retryable failure.
         _fail_attempt(ctx, run, inst, lease.reason, True, lease.jitter_draw)
+    return Done()
+
+
+def _checkpoint_leases(ctx: Ctx, cmd: CheckpointLeases) -> Reply:
+    for cp in cmd.checkpoints:
+        found = _find_leased(ctx.state, cp.run_id, cp.task_name, cp.fencing_token)
+        if not isinstance(found, Rejected):  # a stale checkpoint is ignored
+            found[1].lease_remaining_ms = max(0, cp.remaining_ms)
     return Done()
 
 
@@ -439,13 +525,13 @@ def _find_task(
 
 
 def _find_leased(
-    state: State, run_id: str, task_name: str, token: int, skip_token_check: bool = False
+    state: State, run_id: str, task_name: str, token: int
 ) -> tuple[Run, TaskInstance] | Rejected:
     found = _find_task(state, run_id, task_name, Code.NOT_FOUND)
     if isinstance(found, Rejected):
         return found
     _, inst = found
-    if token != inst.fencing_token and not skip_token_check:
+    if token != inst.fencing_token:
         return Rejected(
             Code.FAILED_PRECONDITION,
             f"fencing_token: stale fencing token {token}, current is {inst.fencing_token}",
@@ -460,6 +546,35 @@ def _find_leased(
 
 def _end_lease(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
     ctx.effects.lease_ended.append((run.run_id, inst.task_name, inst.fencing_token))
+
+
+def _record_attempt(
+    ctx: Ctx,
+    inst: TaskInstance,
+    outcome: str,
+    *,
+    error: str = "",
+    exit_code: int | None = None,
+    duration_ms: int = 0,
+    output_tail: str = "",
+) -> None:
+    """Keep the attempt that just ended (the newest `max_attempt_records`)."""
+    keep = ctx.limits.max_attempt_records
+    if keep <= 0:
+        return
+    record = Attempt(
+        attempt=inst.attempt,
+        fencing_token=inst.fencing_token,
+        worker_id=inst.worker_id,
+        started_ms=inst.started_ms,
+        finished_ms=ctx.now,
+        outcome=outcome,
+        error=error,
+        exit_code=exit_code,
+        duration_ms=duration_ms,
+        output_tail=output_tail,
+    )
+    inst.attempts = (*inst.attempts[max(0, len(inst.attempts) + 1 - keep) :], record)
 
 
 def _fail_attempt(
@@ -493,6 +608,20 @@ def _dead_letter(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
             downstream.state = TaskState.UPSTREAM_FAILED
             downstream.finished_ms = ctx.now
     _finish_if_done(ctx, run)
+    _bound_dead_letters(ctx)
+
+
+def _bound_dead_letters(ctx: Ctx) -> None:
+    """Beyond max_dead_letters the oldest entries leave the queue, counted; the task stays
+    dead in its run, which is then free to go to the history store like any finished run."""
+    state = ctx.state
+    while len(state.dead_letters) > max(ctx.limits.max_dead_letters, 1):
+        key = next(iter(state.dead_letters))
+        letter = state.dead_letters.pop(key)
+        state.dead_letters_evicted += 1
+        run = state.runs.get(letter.run_id)
+        if run is not None and run.state in TERMINAL_RUN_STATES:
+            _enforce_retention(ctx, run.job_id)
 
 
 def _make_ready(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
@@ -547,7 +676,7 @@ def _replay_one(ctx: Ctx, run_id: str, task_name: str) -> None:
         ):
             downstream.state = TaskState.PENDING
             downstream.finished_ms = 0
-    run.state = RunState.RUNNING
+    _set_run_state(ctx, run, RunState.RUNNING)
     run.finished_ms = 0
 
 
@@ -555,17 +684,40 @@ def _barrier(ctx: Ctx, cmd: Barrier) -> Reply:
     return Done()
 
 
+# --- limits --------------------------------------------------------------------------------
+
+def _set_limits(ctx: Ctx, cmd: SetLimits) -> Reply:
+    state = ctx.state
+    if cmd.expected_version and cmd.expected_version != state.limits_version:
+        return Rejected(
+            Code.FAILED_PRECONDITION,
+            f"expected_version: the limits are at version {state.limits_version}, "
+            f"not {cmd.expected_version}",
+        )
+    rejected = validate_limits(cmd.limits)
+    if rejected:
+        return rejected
+    state.limits = cmd.limits
+    state.limits_version += 1
+    _trim_dedupe(ctx)
+    _bound_dead_letters(ctx)
+    return LimitsReply(version=state.limits_version)
+
+
 # --- run completion and retention ----------------------------------------------------------
 
 
-def _finish_if_done(ctx: Ctx, run: Run) -> None:
+def _finish_if_done(ctx: Ctx, run: Run, *, retain: bool = True) -> None:
+    """End the run when every task is terminal; `retain` applies the retention bound now
+    (a caller that ends many runs of one job applies it once afterwards)."""
     if run.state != RunState.RUNNING:
         return
     if any(inst.state not in TERMINAL_TASK_STATES for inst in run.tasks.values()):
         return
-    run.state = _final_run_state(run)
+    _set_run_state(ctx, run, _final_run_state(run))
     run.finished_ms = ctx.now
-    _enforce_retention(ctx, run.job_id)
+    if retain:
+        _enforce_retention(ctx, run.job_id)
 
 
 def _final_run_state(run: Run) -> str:
@@ -620,4 +772,6 @@ HANDLERS: dict[type, Handler] = {
     ExpireLeases: _expire_leases,
     ReplayDeadLetters: _replay_dead_letters,
     Barrier: _barrier,
+    SetLimits: _set_limits,
+    CheckpointLeases: _checkpoint_leases,
 }

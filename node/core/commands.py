@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gnomon.node.core.model import JobSpec
+from gnomon.node.core.model import JobSpec, Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,9 +30,12 @@ class UpdateJob:
 
 @dataclass(frozen=True, slots=True)
 class DeleteJob:
+    """Queued runs of the job are cancelled; leased tasks finish unless `cancel_running`."""
+
     request_id: str
     job_id: str
     expected_version: int = 0
+    cancel_running: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +86,9 @@ class CompleteTask:
     task_name: str
     fencing_token: int
     result: bytes = b""
+    output_tail: str = ""
+    exit_code: int | None = None
+    duration_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +99,9 @@ class FailTask:
     error: str
     retryable: bool
     jitter_draw: float = 0.5
+    output_tail: str = ""
+    exit_code: int | None = None
+    duration_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +116,29 @@ class ExpiredLease:
 @dataclass(frozen=True, slots=True)
 class ExpireLeases:
     leases: tuple[ExpiredLease, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseCheckpoint:
+    run_id: str
+    task_name: str
+    fencing_token: int
+    # Lease time left as the leader saw it; 0 clears the checkpoint (the lease is healthy).
+    remaining_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointLeases:
+    checkpoints: tuple[LeaseCheckpoint, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SetLimits:
+    """Replace the replicated limits (every field); `expected_version` 0 means any."""
+
+    request_id: str
+    limits: Limits
+    expected_version: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +172,8 @@ Command = (
     | ExpireLeases
     | ReplayDeadLetters
     | Barrier
+    | SetLimits
+    | CheckpointLeases
 )
 
 

@@ -15,17 +15,21 @@ from typing import Any
 from gnomon.node.core.model import JobSpec, State
 
 # Bump when the encoding changes, so old and new digests never compare equal by accident.
-_DOMAIN = b"gnomon.core.state.v1\x00"
+_DOMAIN = b"gnomon.core.state.v2\x00"
 
 # State dicts whose iteration order is behaviour: dedupe evicts oldest first, the dead-letter
 # queue is listed in the order tasks died. Every other dict is hashed in sorted key order.
 _ORDERED_FIELDS = ("dedupe", "dead_letters")
+# Indexes derived from other fields (rebuilt on restore, never stored): not hashed.
+_DERIVED_FIELDS = ("active_runs", "job_order", "tenant_job_order")
 
 
 def digest(state: State) -> str:
     """Hex sha256 of the canonical encoding of every field of `state`."""
     encoder = _Encoder()
     for f in fields(state):
+        if f.name in _DERIVED_FIELDS:
+            continue
         encoder.text(f.name)
         value = getattr(state, f.name)
         if f.name in _ORDERED_FIELDS:

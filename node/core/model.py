@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from gnomon.node.core.index import JobOrder
+
 
 class ScheduleKind:
     CRON = "cron"
@@ -43,6 +45,14 @@ class TaskState:
     SUCCEEDED = "succeeded"
     DEAD = "dead"
     UPSTREAM_FAILED = "upstream_failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptOutcome:
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    # The lease ran out (worker gone) or the task's timeout passed; `error` says which.
+    EXPIRED = "expired"
     CANCELLED = "cancelled"
 
 
@@ -126,6 +136,25 @@ class Job:
     last_fired_ms: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One finished attempt of a task instance: who ran it, how it ended, its output tail."""
+
+    attempt: int
+    fencing_token: int
+    worker_id: str
+    started_ms: int
+    finished_ms: int
+    outcome: str
+    error: str = ""
+    # The process exit code when the worker ran one (shell worker); None otherwise.
+    exit_code: int | None = None
+    # Run time as the worker measured it.
+    duration_ms: int = 0
+    # Last bytes of the task's output, cut by the leader to `max_output_tail_bytes`.
+    output_tail: str = ""
+
+
 @dataclass(slots=True)
 class TaskInstance:
     task_name: str
@@ -141,6 +170,11 @@ class TaskInstance:
     last_error: str = ""
     result: bytes = b""
     lease_ttl_ms: int = 0
+    # Remaining lease time last checkpointed by a leader (0: none since the grant). A new
+    # leader re-arms the lease with it instead of a full TTL (etcd's lease checkpoints).
+    lease_remaining_ms: int = 0
+    # The most recent finished attempts, oldest first (at most Limits.max_attempt_records).
+    attempts: tuple[Attempt, ...] = ()
 
 
 @dataclass(slots=True)
@@ -170,11 +204,39 @@ class DeadLetter:
     dead_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds that change what apply() does. Replicated: they live in State and change only
+    through the SetLimits command, so every replica applies an entry alike whatever its own
+    config says (a node's config only proposes the initial values, see node/DESIGN.md)."""
+
+    # Remembered request ids (a retried request with the same id has one effect)...
+    dedupe_capacity: int = 100_000
+    # ...for at most this long (0: no age bound).
+    dedupe_max_age_ms: int = 86_400_000
+    # Terminal runs kept in memory per job; older ones are evicted to the history store.
+    runs_retained_per_job: int = 20
+    # Dead-letter queue entries; beyond it the oldest leave the queue (counted in
+    # State.dead_letters_evicted; their runs go to the history store like any other).
+    max_dead_letters: int = 100_000
+    # Finished attempts kept per task instance (the newest).
+    max_attempt_records: int = 10
+
+
+@dataclass(frozen=True, slots=True)
+class DedupeEntry:
+    at_ms: int
+    reply: object
+
+
 @dataclass(slots=True)
 class State:
     """Everything replicated. Iteration orders are insertion orders, identical on replicas."""
 
     clock_ms: int = 0
+    limits: Limits = Limits()
+    # Incremented by every SetLimits; 0 until the first leader proposed the initial limits.
+    limits_version: int = 0
     last_token: int = 0
     job_seq: int = 0
     manual_seq: int = 0
@@ -189,17 +251,14 @@ class State:
     runs_by_job: dict[str, list[str]] = field(default_factory=dict)
     # (run_id, task_name) -> entry, in the order tasks died.
     dead_letters: dict[tuple[str, str], DeadLetter] = field(default_factory=dict)
-    # request_id -> reply, oldest first, bounded by Limits.dedupe_capacity.
-    dedupe: OrderedDict[str, object] = field(default_factory=OrderedDict)
+    # Dead letters that left the queue because of Limits.max_dead_letters.
+    dead_letters_evicted: int = 0
+    # request_id -> (time, reply), oldest first, bounded by Limits.dedupe_capacity and age.
+    dedupe: OrderedDict[str, DedupeEntry] = field(default_factory=OrderedDict)
+    # Derived (not in snapshots or the digest): runs in state RUNNING; creation order of
+    # jobs for paging.
+    active_runs: int = 0
+    job_order: JobOrder = field(default_factory=lambda: JobOrder())
+    tenant_job_order: dict[str, JobOrder] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Bounds that apply() enforces. Identical on every replica (a node-wide constant set at
-    start-up from config; a mismatch shows as diverging digests)."""
-
-    dedupe_capacity: int = 100_000
-    # Terminal runs kept in memory per job; older ones are evicted to the history store.
-    runs_retained_per_job: int = 20
-    # Test-only canary (jepsen): accept completions and failures whatever their token.
-    canary_skip_token_check: bool = False

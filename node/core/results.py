@@ -23,6 +23,13 @@ class RunReply:
 
 
 @dataclass(frozen=True, slots=True)
+class LimitsReply:
+    """SetLimits: the limits version after the change."""
+
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
 class Done:
     """A command that succeeded with nothing to return (DeleteJob, Barrier, ExpireLeases...)."""
 
@@ -39,7 +46,7 @@ class Replayed:
     tasks: tuple[tuple[str, str], ...]
 
 
-Reply = JobReply | RunReply | Done | Granted | Replayed | Rejected
+Reply = JobReply | RunReply | Done | Granted | Replayed | LimitsReply | Rejected
 
 
 @dataclass(slots=True)
@@ -55,7 +62,8 @@ class Effects:
     # (run_id, task_name, token) leases that ended for any reason (complete, fail, expire,
     # cancel, replay); a cancelled lease is also in `cancelled`.
     lease_ended: list[tuple[str, str, int]] = field(default_factory=list)
-    # (run_id, task_name, token, reason): leases revoked by a run cancel (push Cancel).
-    cancelled: list[tuple[str, str, int, str]] = field(default_factory=list)
+    # (run_id, task_name, token, reason, worker_id): leases revoked by a cancel (run cancel,
+    # job delete with cancel_running): push Cancel to the worker that holds them.
+    cancelled: list[tuple[str, str, int, str, str]] = field(default_factory=list)
     # Terminal runs that left memory: write them to the history store (run object, detached).
     evicted_runs: list[object] = field(default_factory=list)

@@ -8,7 +8,25 @@ dependency names a task of the job, and the graph is acyclic.
 from __future__ import annotations
 
 from gnomon.node.core.errors import Code, Rejected
-from gnomon.node.core.model import JobSpec
+from gnomon.node.core.model import JobSpec, Limits
+
+# Limits field -> smallest allowed value.
+LIMIT_MINIMUMS = {
+    "dedupe_capacity": 0,
+    "dedupe_max_age_ms": 0,
+    "runs_retained_per_job": 0,
+    "max_dead_letters": 1,
+    "max_attempt_records": 0,
+}
+
+
+def validate_limits(limits: Limits) -> Rejected | None:
+    """None if every replicated limit is in range, else INVALID_ARGUMENT naming the field."""
+    for name, minimum in LIMIT_MINIMUMS.items():
+        value = getattr(limits, name)
+        if value < minimum:
+            return _invalid(f"limits.{name}: must be >= {minimum}, got {value}")
+    return None
 
 
 def validate_spec(spec: JobSpec) -> Rejected | None:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 from importlib.metadata import PackageNotFoundError, version
 
+from gnomon.node import codec
+from gnomon.node.core import commands as c
 from gnomon.node.core import digest
-from gnomon.node.core.model import TERMINAL_RUN_STATES
 from gnomon.node.raft import ROLE_NAMES
 from gnomon.node.servicers.base import ServicerBase, translated
+from gnomon.node.servicers.errors import check
+from gnomon.node.validate import validate_request_id
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 try:
@@ -50,7 +54,28 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
             st = node.replica.state
             out.clock_ms = st.clock_ms
             out.jobs = len(st.jobs)
-            out.active_runs = sum(1 for r in st.runs.values() if r.state not in TERMINAL_RUN_STATES)
+            out.active_runs = st.active_runs
             out.dead_letters = len(st.dead_letters)
-            out.state_digest = digest(st)
+            out.dead_letters_evicted = st.dead_letters_evicted
+            out.limits_version = st.limits_version
+            codec.limits_to_proto(st.limits, out.limits)
+        if request.include_digest:
+            out.state_digest = await asyncio.to_thread(self._digest)
         return out
+
+    def _digest(self) -> str:
+        # O(state) and under the lock (it stalls the tick thread meanwhile): only on request.
+        with self.lock:
+            return digest(self.node.replica.state)
+
+    @translated
+    async def SetLimits(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        self.require_leader()
+        with self.lock:
+            current = self.node.replica.state.limits
+        limits = codec.limits_from_proto(request.limits, current)
+        reply = check(await self.node.proposer.propose(
+            c.SetLimits(request.request_id, limits, request.expected_version)))
+        return api_pb2.SetLimitsResponse(limits=codec.limits_to_proto(limits),
+                                         limits_version=reply.version)

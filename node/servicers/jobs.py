@@ -10,10 +10,10 @@ from gnomon.node import codec
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind
-from gnomon.node.replica import decode_run
 from gnomon.node.schedules import first_fire_ms, next_fire_after
 from gnomon.node.servicers.base import ServicerBase, translated
 from gnomon.node.servicers.errors import ServiceError, check
+from gnomon.node.state_codec import decode_run
 from gnomon.node.trigger import hash_id
 from gnomon.node.validate import validate_request_id, validate_spec
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2

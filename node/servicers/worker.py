@@ -8,6 +8,7 @@ leader whose session ends) aborts with UNAVAILABLE + `gnomon-leader` metadata.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 import grpc
@@ -104,6 +105,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         else:
             cmd = c.FailTask(lease.run_id, lease.task_name, lease.fencing_token,
                              msg.error[:4096], msg.retryable, self.node.rng.random())
+        if "skip-token-check" in self.node.config.canaries:
+            cmd = self._canary_current_token(cmd)
         try:
             reply = await self.node.proposer.propose(cmd)
             accepted = not isinstance(reply, Rejected)
@@ -113,3 +116,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         session.send(worker_pb2.ServerMessage(report_ack=worker_pb2.ReportAck(
             lease=lease, accepted=accepted, detail=detail)))
         self.dispatcher.add_credits(session, 0)
+
+    def _canary_current_token(self, cmd):
+        """Test-only jepsen canary "skip-token-check": report under the task's current token
+        whatever token the worker holds, so stale reports are accepted (breaks fencing)."""
+        with self.node.replica.lock:
+            run = self.node.replica.state.runs.get(cmd.run_id)
+            inst = run.tasks.get(cmd.task_name) if run else None
+            token = inst.fencing_token if inst else cmd.fencing_token
+        return dataclasses.replace(cmd, fencing_token=token)

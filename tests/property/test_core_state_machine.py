@@ -105,8 +105,8 @@ def make_spec(name: int, dag: int, policy: int, interval: int, paused: bool = Fa
 class CoreMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        self.primary: State = new_state()
-        self.replica: State = new_state()
+        self.primary: State = new_state(LIMITS)
+        self.replica: State = new_state(LIMITS)
         self.leader_now = T0
         self.created_runs: set[str] = set()
         self.max_token = 0
@@ -123,8 +123,8 @@ class CoreMachine(RuleBasedStateMachine):
         clock_before = self.primary.clock_ms
         runs_before = set(self.primary.runs)
         tasks_before = self._task_states()
-        replies, effects = apply_batch(self.primary, batch, LIMITS)
-        replica_replies, replica_effects = apply_batch(self.replica, batch, LIMITS)
+        replies, effects = apply_batch(self.primary, batch)
+        replica_replies, replica_effects = apply_batch(self.replica, batch)
         assert replies == replica_replies
         assert effects == replica_effects
         assert digest(self.primary) == digest(self.replica)

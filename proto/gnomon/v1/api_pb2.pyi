@@ -94,14 +94,16 @@ class UpdateJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class DeleteJobRequest(_message.Message):
-    __slots__ = ("request_id", "job", "expected_version")
+    __slots__ = ("request_id", "job", "expected_version", "cancel_running")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_RUNNING_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job: JobRef
     expected_version: int
-    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+    cancel_running: bool
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., expected_version: _Optional[int] = ..., cancel_running: _Optional[bool] = ...) -> None: ...
 
 class DeleteJobResponse(_message.Message):
     __slots__ = ()
@@ -240,8 +242,28 @@ class ReplayDeadLettersResponse(_message.Message):
     def __init__(self, replayed: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("include_digest",)
+    INCLUDE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    include_digest: bool
+    def __init__(self, include_digest: _Optional[bool] = ...) -> None: ...
+
+class SetLimitsRequest(_message.Message):
+    __slots__ = ("request_id", "limits", "expected_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    limits: _types_pb2.ClusterLimits
+    expected_version: int
+    def __init__(self, request_id: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class SetLimitsResponse(_message.Message):
+    __slots__ = ("limits", "limits_version")
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    limits: _types_pb2.ClusterLimits
+    limits_version: int
+    def __init__(self, limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
     __slots__ = ("node_id", "raft_address", "grpc_address", "role", "match_index", "connected")
@@ -260,7 +282,7 @@ class NodeStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., connected: _Optional[bool] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
-    __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version")
+    __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version", "limits", "limits_version", "dead_letters_evicted")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -274,6 +296,9 @@ class GetStatusResponse(_message.Message):
     DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_EVICTED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     leader_node_id: str
     leader_grpc_address: str
@@ -287,4 +312,7 @@ class GetStatusResponse(_message.Message):
     dead_letters: int
     state_digest: str
     version: str
-    def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ...) -> None: ...
+    limits: _types_pb2.ClusterLimits
+    limits_version: int
+    dead_letters_evicted: int
+    def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ...) -> None: ...

@@ -630,6 +630,11 @@ class ClusterServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.SetLimits = channel.unary_unary(
+                '/gnomon.v1.ClusterService/SetLimits',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.SetLimitsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.SetLimitsResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -642,6 +647,13 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetLimits(self, request, context):
+        """Change the replicated limits (fields left unset keep their value).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -649,6 +661,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.GetStatusRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'SetLimits': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetLimits,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.SetLimitsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.SetLimitsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -678,6 +695,33 @@ class ClusterService:
             '/gnomon.v1.ClusterService/GetStatus',
             gnomon_dot_v1_dot_api__pb2.GetStatusRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetLimits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.ClusterService/SetLimits',
+            gnomon_dot_v1_dot_api__pb2.SetLimitsRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.SetLimitsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -18,7 +18,7 @@ class CommandBatch(_message.Message):
     def __init__(self, now_ms: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[Command, _Mapping]]] = ..., term: _Optional[int] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier")
+    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases")
     CREATE_JOB_FIELD_NUMBER: _ClassVar[int]
     UPDATE_JOB_FIELD_NUMBER: _ClassVar[int]
     DELETE_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,8 @@ class Command(_message.Message):
     EXPIRE_LEASES_FIELD_NUMBER: _ClassVar[int]
     REPLAY_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     BARRIER_FIELD_NUMBER: _ClassVar[int]
+    SET_LIMITS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_LEASES_FIELD_NUMBER: _ClassVar[int]
     create_job: CreateJobCmd
     update_job: UpdateJobCmd
     delete_job: DeleteJobCmd
@@ -45,7 +47,9 @@ class Command(_message.Message):
     expire_leases: ExpireLeasesCmd
     replay_dead_letters: ReplayDeadLettersCmd
     barrier: BarrierCmd
-    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ...) -> None: ...
+    set_limits: SetLimitsCmd
+    checkpoint_leases: CheckpointLeasesCmd
+    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ...) -> None: ...
 
 class CreateJobCmd(_message.Message):
     __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant")
@@ -74,14 +78,16 @@ class UpdateJobCmd(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., expected_version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
 
 class DeleteJobCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "expected_version")
+    __slots__ = ("request_id", "job_id", "expected_version", "cancel_running")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_RUNNING_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     expected_version: int
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., expected_version: _Optional[int] = ...) -> None: ...
+    cancel_running: bool
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., cancel_running: _Optional[bool] = ...) -> None: ...
 
 class SetPausedCmd(_message.Message):
     __slots__ = ("request_id", "job_id", "paused", "next_fire_ms")
@@ -144,32 +150,44 @@ class GrantLeasesCmd(_message.Message):
     def __init__(self, grants: _Optional[_Iterable[_Union[LeaseGrant, _Mapping]]] = ...) -> None: ...
 
 class CompleteTaskCmd(_message.Message):
-    __slots__ = ("run_id", "task_name", "fencing_token", "result")
+    __slots__ = ("run_id", "task_name", "fencing_token", "result", "output_tail", "exit_code", "duration_ms")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_NAME_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     task_name: str
     fencing_token: int
     result: bytes
-    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ...) -> None: ...
+    output_tail: str
+    exit_code: int
+    duration_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ..., output_tail: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class FailTaskCmd(_message.Message):
-    __slots__ = ("run_id", "task_name", "fencing_token", "error", "retryable", "jitter_draw")
+    __slots__ = ("run_id", "task_name", "fencing_token", "error", "retryable", "jitter_draw", "output_tail", "exit_code", "duration_ms")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_NAME_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     JITTER_DRAW_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     task_name: str
     fencing_token: int
     error: str
     retryable: bool
     jitter_draw: float
-    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., jitter_draw: _Optional[float] = ...) -> None: ...
+    output_tail: str
+    exit_code: int
+    duration_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., jitter_draw: _Optional[float] = ..., output_tail: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class ExpiredLease(_message.Message):
     __slots__ = ("run_id", "task_name", "fencing_token", "reason", "jitter_draw")
@@ -210,3 +228,31 @@ class TaskKey(_message.Message):
 class BarrierCmd(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class SetLimitsCmd(_message.Message):
+    __slots__ = ("request_id", "limits", "expected_version")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    limits: _types_pb2.ClusterLimits
+    expected_version: int
+    def __init__(self, request_id: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class LeaseCheckpoint(_message.Message):
+    __slots__ = ("run_id", "task_name", "fencing_token", "remaining_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    task_name: str
+    fencing_token: int
+    remaining_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ..., remaining_ms: _Optional[int] = ...) -> None: ...
+
+class CheckpointLeasesCmd(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[LeaseCheckpoint]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[LeaseCheckpoint, _Mapping]]] = ...) -> None: ...

@@ -23,26 +23,34 @@ class SnapshotHeader(_message.Message):
     def __init__(self, format_version: _Optional[int] = ..., raft_index: _Optional[int] = ..., state_digest: _Optional[str] = ..., written_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., runs: _Optional[int] = ...) -> None: ...
 
 class StateMeta(_message.Message):
-    __slots__ = ("clock_ms", "last_token", "job_seq", "manual_seq")
+    __slots__ = ("clock_ms", "last_token", "job_seq", "manual_seq", "limits", "limits_version", "dead_letters_evicted")
     CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_SEQ_FIELD_NUMBER: _ClassVar[int]
     MANUAL_SEQ_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEAD_LETTERS_EVICTED_FIELD_NUMBER: _ClassVar[int]
     clock_ms: int
     last_token: int
     job_seq: int
     manual_seq: int
-    def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ...) -> None: ...
+    limits: _types_pb2.ClusterLimits
+    limits_version: int
+    dead_letters_evicted: int
+    def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ...) -> None: ...
 
 class DedupeRecord(_message.Message):
-    __slots__ = ("request_id", "reply", "seq")
+    __slots__ = ("request_id", "reply", "seq", "at_ms")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     reply: bytes
     seq: int
-    def __init__(self, request_id: _Optional[str] = ..., reply: _Optional[bytes] = ..., seq: _Optional[int] = ...) -> None: ...
+    at_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., reply: _Optional[bytes] = ..., seq: _Optional[int] = ..., at_ms: _Optional[int] = ...) -> None: ...
 
 class RunRecord(_message.Message):
     __slots__ = ("run", "spec")

@@ -40,6 +40,14 @@ class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TASK_STATE_DEAD: _ClassVar[TaskState]
     TASK_STATE_UPSTREAM_FAILED: _ClassVar[TaskState]
     TASK_STATE_CANCELLED: _ClassVar[TaskState]
+
+class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ATTEMPT_OUTCOME_UNSPECIFIED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_SUCCEEDED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_FAILED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_EXPIRED: _ClassVar[AttemptOutcome]
+    ATTEMPT_OUTCOME_CANCELLED: _ClassVar[AttemptOutcome]
 MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
 MISFIRE_POLICY_RUN_ALL: MisfirePolicy
 MISFIRE_POLICY_RUN_LATEST: MisfirePolicy
@@ -62,6 +70,11 @@ TASK_STATE_SUCCEEDED: TaskState
 TASK_STATE_DEAD: TaskState
 TASK_STATE_UPSTREAM_FAILED: TaskState
 TASK_STATE_CANCELLED: TaskState
+ATTEMPT_OUTCOME_UNSPECIFIED: AttemptOutcome
+ATTEMPT_OUTCOME_SUCCEEDED: AttemptOutcome
+ATTEMPT_OUTCOME_FAILED: AttemptOutcome
+ATTEMPT_OUTCOME_EXPIRED: AttemptOutcome
+ATTEMPT_OUTCOME_CANCELLED: AttemptOutcome
 
 class CronSchedule(_message.Message):
     __slots__ = ("expression", "timezone")
@@ -166,7 +179,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ...) -> None: ...
 
 class TaskInstance(_message.Message):
-    __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms")
+    __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms", "lease_remaining_ms", "attempts")
     TASK_NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +193,8 @@ class TaskInstance(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     task_name: str
     state: TaskState
     attempt: int
@@ -193,7 +208,33 @@ class TaskInstance(_message.Message):
     last_error: str
     result: bytes
     lease_ttl_ms: int
-    def __init__(self, task_name: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ready_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., retry_at_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., result: _Optional[bytes] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
+    lease_remaining_ms: int
+    attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
+    def __init__(self, task_name: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ready_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., retry_at_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., result: _Optional[bytes] = ..., lease_ttl_ms: _Optional[int] = ..., lease_remaining_ms: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+
+class Attempt(_message.Message):
+    __slots__ = ("attempt", "fencing_token", "worker_id", "started_ms", "finished_ms", "outcome", "error", "exit_code", "duration_ms", "output_tail")
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    attempt: int
+    fencing_token: int
+    worker_id: str
+    started_ms: int
+    finished_ms: int
+    outcome: AttemptOutcome
+    error: str
+    exit_code: int
+    duration_ms: int
+    output_tail: str
+    def __init__(self, attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ..., output_tail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
     __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version")
@@ -218,6 +259,20 @@ class Run(_message.Message):
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInstance]
     job_version: int
     def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ...) -> None: ...
+
+class ClusterLimits(_message.Message):
+    __slots__ = ("dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters", "max_attempt_records")
+    DEDUPE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    DEDUPE_MAX_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_RETAINED_PER_JOB_FIELD_NUMBER: _ClassVar[int]
+    MAX_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPT_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    dedupe_capacity: int
+    dedupe_max_age_ms: int
+    runs_retained_per_job: int
+    max_dead_letters: int
+    max_attempt_records: int
+    def __init__(self, dedupe_capacity: _Optional[int] = ..., dedupe_max_age_ms: _Optional[int] = ..., runs_retained_per_job: _Optional[int] = ..., max_dead_letters: _Optional[int] = ..., max_attempt_records: _Optional[int] = ...) -> None: ...
 
 class DeadLetter(_message.Message):
     __slots__ = ("run_id", "task_name", "job_id", "tenant", "attempts", "last_error", "dead_ms")

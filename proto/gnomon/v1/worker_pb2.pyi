@@ -62,26 +62,34 @@ class Heartbeat(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
 
 class Complete(_message.Message):
-    __slots__ = ("lease", "result", "output_tail")
+    __slots__ = ("lease", "result", "output_tail", "exit_code", "duration_ms")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     RESULT_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     lease: LeaseRef
     result: bytes
     output_tail: str
-    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., result: _Optional[bytes] = ..., output_tail: _Optional[str] = ...) -> None: ...
+    exit_code: int
+    duration_ms: int
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., result: _Optional[bytes] = ..., output_tail: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class Fail(_message.Message):
-    __slots__ = ("lease", "error", "retryable", "output_tail")
+    __slots__ = ("lease", "error", "retryable", "output_tail", "exit_code", "duration_ms")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     RETRYABLE_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
     lease: LeaseRef
     error: str
     retryable: bool
     output_tail: str
-    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., output_tail: _Optional[str] = ...) -> None: ...
+    exit_code: int
+    duration_ms: int
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., output_tail: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
     __slots__ = ("welcome", "assign", "heartbeat_ack", "report_ack", "cancel")

@@ -522,7 +522,9 @@ def test_server_errors_print_one_line_and_no_traceback(fake):
 def test_cluster_status_pins_a_node(fake):
     from gnomon.client import ClusterStatus
 
-    fake._cluster_status = lambda *, server=None: ClusterStatus(node_id="n1", leader_node_id="n1")
+    fake._cluster_status = lambda *, server=None, include_digest=False: ClusterStatus(
+        node_id="n1", leader_node_id="n1")
     code, out, _ = run(fake, "cluster", "status", "--node", "127.0.0.1:7702", "--json")
     assert code == 0 and json.loads(out)["node_id"] == "n1"
-    assert fake.method_calls("cluster_status")[0][1] == {"server": "127.0.0.1:7702"}
+    assert fake.method_calls("cluster_status")[0][1] == {"server": "127.0.0.1:7702",
+                                                          "include_digest": False}

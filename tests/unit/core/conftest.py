@@ -68,15 +68,15 @@ class Harness:
     spec = staticmethod(make_spec)
 
     def __init__(self, limits: Limits | None = None) -> None:
-        self.state = new_state()
         self.limits = limits or Limits()
+        self.state = new_state(self.limits)
         self.now = T0
 
     # -- applying ------------------------------------------------------------------------
 
     def apply(self, *commands: object, now: int | None = None) -> tuple[list[Reply], Effects]:
         batch = Batch(now_ms=self.now if now is None else now, commands=tuple(commands))
-        return apply_batch(self.state, batch, self.limits)
+        return apply_batch(self.state, batch)
 
     def one(self, command: object, now: int | None = None) -> tuple[Reply, Effects]:
         replies, effects = self.apply(command, now=now)

@@ -117,10 +117,10 @@ class TestDedupe:
         assert h.digest() == state_after and effects == Effects()
 
     def test_capacity_zero_remembers_nothing(self):
-        state = new_state()
-        apply_batch(state, Batch(1, (Barrier(),)), Limits(dedupe_capacity=0))
+        state = new_state(Limits(dedupe_capacity=0))
+        apply_batch(state, Batch(1, (Barrier(),)))
         job = CreateJob("a", _spec(), 0)
-        apply_batch(state, Batch(1, (job,)), Limits(dedupe_capacity=0))
+        apply_batch(state, Batch(1, (job,)))
         assert state.dedupe == {}
 
 
@@ -175,7 +175,7 @@ def test_two_replicas_replaying_the_same_log_agree(h):
     def propose(*commands, now):
         batch = Batch(now, commands)
         log.append(batch)
-        return apply_batch(h.state, batch, h.limits)
+        return apply_batch(h.state, batch)
 
     spec = h.spec({"a": [], "b": ["a"], "c": ["a"]})
     propose(CreateJob("c1", spec, h.T0), now=h.T0 - 10)
@@ -186,8 +186,8 @@ def test_two_replicas_replaying_the_same_log_agree(h):
     propose(GrantLeases((LeaseGrant("j1@1000000", "b", "w", 10),
                          LeaseGrant("j1@1000000", "c", "w", 10))), now=h.T0 + 5)
     propose(FailTask("j1@1000000", "b", 2, "e", True, 0.25), now=h.T0 + 6)
-    replica = new_state()
+    replica = new_state(h.limits)
     for batch in log:
-        apply_batch(replica, batch, h.limits)
+        apply_batch(replica, batch)
     assert digest(replica) == h.digest()
     assert h.state.last_token == 3 and h.inst("j1@1000000", "b").state == "retry_wait"

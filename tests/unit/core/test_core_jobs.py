@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from gnomon.node.core.commands import CreateJob, DeleteJob, Fire, SetPaused, UpdateJob
+from gnomon.node.core.commands import CompleteTask, CreateJob, DeleteJob, Fire, SetPaused, UpdateJob
 from gnomon.node.core.errors import Code
 from gnomon.node.core.results import Done, JobReply
 
@@ -134,18 +134,48 @@ class TestDeleteJob:
         h.create()
         h.rejects(command, code, fragment)
 
-    def test_in_flight_run_finishes_then_leaves_memory(self, h):
-        job_id = h.create()
+    def test_leased_task_finishes_then_its_run_leaves_memory(self, h):
+        job_id = h.create(h.spec({"a": [], "b": ["a"]}))
         done_run = h.fire(job_id)
         h.complete(done_run, "a")
+        h.complete(done_run, "b")
         live_run = h.fire(job_id)
+        token = h.grant(live_run, "a")
         _, effects = h.one(DeleteJob("", job_id))
-        # The terminal run goes to the history store at once; the live one keeps going.
+        # The terminal run goes to the history store at once; the leased task keeps going,
+        # the task waiting for it will never be wanted: cancelled.
         assert [run.run_id for run in effects.evicted_runs] == [done_run]
         assert list(h.state.runs) == [live_run]
-        effects = h.complete(live_run, "a")
+        assert h.task_states(live_run) == {"a": "leased", "b": "cancelled"}
+        assert effects.cancelled == []
+        reply, effects = h.one(CompleteTask(live_run, "a", token, b"ok"))
+        assert reply == Done()
         assert [run.run_id for run in effects.evicted_runs] == [live_run]
+        assert effects.evicted_runs[0].state == "cancelled"
         assert h.state.runs == {} and h.state.runs_by_job == {}
+
+    def test_queued_runs_are_cancelled_and_leave_memory(self, h):
+        job_id = h.create(h.spec({"a": []}))
+        ready = h.fire(job_id)
+        waiting = h.fire(job_id)
+        h.fail(waiting, "a")  # retry_wait
+        _, effects = h.one(DeleteJob("", job_id))
+        evicted = {run.run_id: run for run in effects.evicted_runs}
+        assert sorted(evicted) == sorted([ready, waiting])
+        assert {run.state for run in evicted.values()} == {"cancelled"}
+        assert h.state.runs == {} and h.state.runs_by_job == {}
+
+    def test_cancel_running_revokes_leases_and_names_their_workers(self, h):
+        job_id = h.create()
+        run_id = h.fire(job_id)
+        token = h.grant(run_id, "a", worker="w7")
+        _, effects = h.one(DeleteJob("", job_id, cancel_running=True))
+        assert effects.cancelled == [(run_id, "a", token, "job deleted", "w7")]
+        assert (run_id, "a", token) in effects.lease_ended
+        assert [run.state for run in effects.evicted_runs] == ["cancelled"]
+        attempts = effects.evicted_runs[0].tasks["a"].attempts
+        assert [(a.outcome, a.fencing_token, a.worker_id) for a in attempts] == [
+            ("cancelled", token, "w7")]
 
     def test_fire_after_delete_is_noop(self, h):
         job_id = h.create(next_fire_ms=h.T0)

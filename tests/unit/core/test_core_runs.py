@@ -136,7 +136,7 @@ class TestCancelRun:
         assert reply == RunReply(run_id)
         assert h.task_states(run_id) == {
             "a": "cancelled", "b": "succeeded", "c": "cancelled", "d": "cancelled"}
-        assert effects.cancelled == [(run_id, "a", token, "operator")]
+        assert effects.cancelled == [(run_id, "a", token, "operator", "w1")]
         assert effects.lease_ended == [(run_id, "a", token)]
         run = h.run(run_id)
         assert (run.state, run.finished_ms) == (RunState.CANCELLED, h.now)

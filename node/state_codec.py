@@ -1,0 +1,107 @@
+"""The replicated state <-> snapshot tables (key, value) and run records; the only place.
+
+A snapshot holds facts only: derived indexes (job counts per tenant, paging order) are
+rebuilt here on restore. Keys carry a sequence prefix so that LMDB's sorted keys give back
+insertion order, which is replicated meaning (dedupe eviction order, DLQ order).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Iterator
+
+from gnomon.node import codec
+from gnomon.node.core import new_state
+from gnomon.node.core.apply import index_job
+from gnomon.node.core.model import DedupeEntry, Run, RunState, State
+from gnomon.v1 import snapshot_pb2, types_pb2
+
+Table = Iterable[tuple[bytes, bytes]]
+
+
+def seq_key(i: int, key: str) -> bytes:
+    """A sequence prefix keeps insertion order through LMDB's sorted keys."""
+    return struct.pack(">Q", i) + key.encode()
+
+
+def _key_text(key: bytes) -> str:
+    return key[8:].decode()
+
+
+def encode_run(run: Run) -> bytes:
+    rec = snapshot_pb2.RunRecord()
+    codec.run_to_proto(run, rec.run)
+    codec.spec_to_proto(run.spec, rec.spec)
+    return rec.SerializeToString()
+
+
+def decode_run(data: bytes) -> Run:
+    rec = snapshot_pb2.RunRecord.FromString(data)
+    return codec.run_from_proto(rec.run, codec.spec_from_proto(rec.spec))
+
+
+def encode_tables(st: State) -> dict[str, Table]:
+    """Every replicated fact of `st` as named tables (lazy where the table is large)."""
+    meta = snapshot_pb2.StateMeta(
+        clock_ms=st.clock_ms, last_token=st.last_token, job_seq=st.job_seq,
+        manual_seq=st.manual_seq, limits_version=st.limits_version,
+        dead_letters_evicted=st.dead_letters_evicted,
+    )
+    codec.limits_to_proto(st.limits, meta.limits)
+    return {
+        "state": [(b"meta", meta.SerializeToString())],
+        "jobs": [
+            (seq_key(i, j.job_id), codec.job_to_proto(j).SerializeToString())
+            for i, j in enumerate(st.jobs.values())
+        ],
+        "runs": [(seq_key(i, r.run_id), encode_run(r)) for i, r in enumerate(st.runs.values())],
+        "runs_by_job": [
+            (seq_key(i, job_id), "\n".join(ids).encode())
+            for i, (job_id, ids) in enumerate(st.runs_by_job.items())
+        ],
+        "dead_letters": [
+            (seq_key(i, f"{d.run_id}:{d.task_name}"),
+             codec.dead_letter_to_proto(d).SerializeToString())
+            for i, d in enumerate(st.dead_letters.values())
+        ],
+        "dedupe": [
+            (seq_key(i, rid), snapshot_pb2.DedupeRecord(
+                request_id=rid, reply=codec.reply_to_bytes(e.reply), at_ms=e.at_ms,
+            ).SerializeToString())
+            for i, (rid, e) in enumerate(st.dedupe.items())
+        ],
+    }
+
+
+def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
+    """The state whose facts `tables` hold (as written by encode_tables), indexes rebuilt."""
+    st = new_state()
+    for _, v in tables["state"]:
+        m = snapshot_pb2.StateMeta.FromString(v)
+        st.clock_ms, st.last_token = m.clock_ms, m.last_token
+        st.job_seq, st.manual_seq = m.job_seq, m.manual_seq
+        st.limits = codec.limits_from_proto(m.limits)
+        st.limits_version, st.dead_letters_evicted = m.limits_version, m.dead_letters_evicted
+    for _, v in tables["jobs"]:
+        job = codec.job_from_proto(types_pb2.Job.FromString(v))
+        tenant = job.spec.tenant
+        st.jobs[job.job_id] = job
+        st.job_names[(tenant, job.spec.name)] = job.job_id
+        st.jobs_per_tenant[tenant] = st.jobs_per_tenant.get(tenant, 0) + 1
+        index_job(st, int(job.job_id[1:]), tenant)
+    for _, v in tables["runs"]:
+        run = decode_run(v)
+        st.runs[run.run_id] = run
+        st.active_runs += run.state == RunState.RUNNING
+    for k, v in tables["runs_by_job"]:
+        st.runs_by_job[_key_text(k)] = v.decode().split("\n") if v else []
+    for _, v in tables["dead_letters"]:
+        d = codec.dead_letter_from_proto(types_pb2.DeadLetter.FromString(v))
+        st.dead_letters[(d.run_id, d.task_name)] = d
+    for _, v in tables["dedupe"]:
+        rec = snapshot_pb2.DedupeRecord.FromString(v)
+        st.dedupe[rec.request_id] = DedupeEntry(rec.at_ms, codec.reply_from_bytes(rec.reply))
+    return st
+
+
+TABLES = ("state", "jobs", "runs", "runs_by_job", "dead_letters", "dedupe")
