@@ -24,6 +24,7 @@ from gnomon.node.leases import LeaseTable
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer, RaftNode
 from gnomon.node.replica import HistorySink, Replica, crash_process
 from gnomon.node.servicers.cluster import ClusterServicer
+from gnomon.node.servicers.decode import DecodeGuard
 from gnomon.node.servicers.jobs import JobServicer
 from gnomon.node.servicers.worker import WorkerServicer
 from gnomon.node.trigger import TriggerLoop
@@ -169,7 +170,7 @@ class Node:
                 pass
 
     async def _start_grpc(self) -> grpc.aio.Server:
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[DecodeGuard()])
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self), server)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(
