@@ -85,7 +85,9 @@ def _walk(desc: Descriptor | None, data: bytes, pos: int, end: int, path: str, d
     seen: dict[int, int] = {}
     while pos < end:
         tag_at = pos
-        tag, pos = _varint(data, pos, end, path)
+        tag, pos = _varint(data, pos, end, path, max_bytes=5)
+        if tag >> 32:
+            raise WireError(path, f"tag at byte {tag_at} does not fit 32 bits")
         number, wire = tag >> 3, tag & 7
         if wire == EGROUP:
             if number == group:
@@ -137,10 +139,9 @@ def _field(field: FieldDescriptor, data: bytes, pos: int, end: int, path: str, d
 
 
 def _packed(field: FieldDescriptor, data: bytes, pos: int, end: int, path: str) -> None:
-    size = 8 if field.type in _FIXED64 else 4 if field.type in _FIXED32 else 0
-    if size:
-        if (end - pos) % size:
-            raise WireError(path, f"packed length {end - pos} is not a multiple of {size}")
+    # Packed varints must each be whole. (gnomon has no packed fixed-width fields; a ragged
+    # one would get the generic "malformed protobuf" answer.)
+    if field.type in _FIXED64 or field.type in _FIXED32:
         return
     while pos < end:
         _, pos = _varint(data, pos, end, path)
@@ -172,15 +173,15 @@ def _skip(data: bytes, pos: int, end: int, wire: int, number: int, path: str, de
 
 def _length(data: bytes, pos: int, end: int, path: str) -> tuple[int, int]:
     at = pos
-    size, pos = _varint(data, pos, end, path)
+    size, pos = _varint(data, pos, end, path, max_bytes=5)
     if pos + size > end:
         raise WireError(path, f"length {size} at byte {at} runs past the end at byte {end}")
     return pos, pos + size
 
 
-def _varint(data: bytes, pos: int, end: int, path: str) -> tuple[int, int]:
+def _varint(data: bytes, pos: int, end: int, path: str, max_bytes: int = 10) -> tuple[int, int]:
     at, value, shift = pos, 0, 0
-    while pos < end and shift < 70:
+    while pos < end and pos - at < max_bytes:
         byte = data[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
