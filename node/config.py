@@ -57,12 +57,18 @@ class Config:
     # Leases.
     lease_ttl_ms: int = 10_000
     heartbeat_interval_ms: int = 2_000
-    # Trigger loop: how far ahead a fire may be proposed (0: only when due).
+    # Trigger loop: longest sleep between looks at the heap; chunking of due fires.
     trigger_tick_ms: int = 50
+    max_fires_per_proposal: int = 1_000
+    max_fire_proposals_inflight: int = 2
+    max_catch_up_slots_per_job: int = 100
     # Proposer.
     max_batch_commands: int = 1_000
     max_batch_bytes: int = 1 << 20
     max_pending_commands: int = 20_000
+    # Leader loops (catch-up fires) queue at most this many (and at most 3/4 of the above);
+    # the rest is for clients.
+    max_loop_pending_commands: int = 15_000
     max_inflight_batches: int = 32
     commit_timeout_ms: int = 5_000
     # Limits on input.

@@ -194,6 +194,13 @@ class Proposer:
     def pending(self) -> int:
         return len(self._queue)
 
+    def room_for_loops(self) -> int:
+        """Commands a leader loop may still queue: loops stop at `max_loop_pending_commands`
+        (and at three quarters of `max_pending_commands` at most) so that the rest of the
+        queue stays free for client requests."""
+        cap = self._config.max_pending_commands
+        return min(self._config.max_loop_pending_commands, cap - cap // 4) - len(self._queue)
+
     async def propose(self, command: c.Command, *, timeout_ms: int | None = None):
         """Commit one command and return its reply (a Rejected value is returned, not raised)."""
         return (await self.propose_many([command], timeout_ms=timeout_ms))[0]

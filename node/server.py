@@ -27,7 +27,8 @@ from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.decode import DecodeGuard
 from gnomon.node.servicers.jobs import JobServicer
 from gnomon.node.servicers.worker import WorkerServicer
-from gnomon.node.trigger import TriggerLoop
+from gnomon.node.tasks import Supervisor
+from gnomon.node.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.validate import SpecLimits
 from gnomon.v1 import api_pb2_grpc, worker_pb2_grpc
 
@@ -71,6 +72,7 @@ class Node:
         self.replica = Replica(history, crash=crash_process)
         self.raft: RaftNode | None = None
         self.proposer: Proposer | None = None
+        self.supervisor = Supervisor(crash_process)
         self._stopping = asyncio.Event()
 
     def leader_grpc_addr(self) -> str | None:
@@ -143,7 +145,13 @@ class Node:
         self.leases = LeaseTable(self.replica, self.proposer,
                                  election_timeout_ms=int(cfg.raft_max_timeout_s * 1000),
                                  rng=self.rng)
-        self.trigger = TriggerLoop(self.replica, self.proposer, tick_ms=cfg.trigger_tick_ms)
+        self.trigger = TriggerLoop(
+            self.replica, self.proposer,
+            TriggerLimits(tick_ms=cfg.trigger_tick_ms,
+                          max_fires_per_proposal=cfg.max_fires_per_proposal,
+                          max_proposals_inflight=cfg.max_fire_proposals_inflight,
+                          max_slots_per_job=cfg.max_catch_up_slots_per_job),
+            supervisor=self.supervisor, rng=self.rng)
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=cfg.lease_ttl_ms,
                                      max_credits=cfg.max_worker_credits)

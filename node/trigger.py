@@ -1,64 +1,89 @@
-"""The trigger loop (leader only): due slots -> Fire commands.
+"""The trigger loop (leader only): due slots -> Fire commands, in bounded chunks.
 
 A heap of (next_fire_ms, job_id) built from the replicated state when a leader session
 starts, so slots that fell due during an election are caught up, not dropped. Entries are
 lazy: one is acted on only if it still equals the job's replicated next_fire_ms. The Fire
 command is a compare-and-set on that value, so a slot fires at most once whatever this loop
 does twice.
+
+Catch-up of any size (an outage, a long GC pause, a lost quorum): due slots are proposed in
+chunks of at most `max_fires_per_proposal` Fire commands (fixed-size commands, so the count
+also bounds the bytes), at most `max_slots_per_job` chained slots of one job per chunk, at
+most `max_proposals_inflight` chunks waiting for commit, oldest slots first (heap order). A
+chunk only takes the room the proposer has left after a reserve for client traffic, and an
+Overloaded or uncommitted chunk backs off (exponential, jittered) instead of retrying the
+same proposal at once, so the API keeps answering while the backlog drains.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import heapq
 import logging
+import random
+from dataclasses import dataclass
 
 from gnomon.node import metrics
 from gnomon.node.clock import wall_ms
 from gnomon.node.core.commands import Fire
-from gnomon.node.core.model import Job
+from gnomon.node.core.model import JobSpec
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer
 from gnomon.node.replica import Replica
-from gnomon.node.schedules import decide_fire, next_fire_after
+from gnomon.node.schedules import decide_fire, job_hash_id, next_fire_after
+from gnomon.node.tasks import Backoff, Supervisor
 
 log = logging.getLogger(__name__)
 
-# Slots of one job fired in one batch while catching up (bounds one entry's size).
-MAX_CATCH_UP_PER_JOB = 500
-MAX_FIRES_PER_BATCH = 5_000
+# Jobs read under the replica lock at a time while building a chunk (bounds lock holds).
+_PICK_BATCH = 256
 
 
-def hash_id(job: Job) -> str:
-    return f"{job.spec.tenant}/{job.spec.name}"
+@dataclass(frozen=True, slots=True)
+class TriggerLimits:
+    """How much the trigger proposes at once (node config)."""
+
+    tick_ms: int = 50
+    max_fires_per_proposal: int = 1_000
+    max_proposals_inflight: int = 2
+    max_slots_per_job: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class _Due:
+    job_id: str
+    slot_ms: int
+    spec: JobSpec
 
 
 class TriggerLoop:
-    def __init__(self, replica: Replica, proposer: Proposer, *, tick_ms: int):
+    def __init__(self, replica: Replica, proposer: Proposer, limits: TriggerLimits, *,
+                 supervisor: Supervisor, rng: random.Random):
         self._replica = replica
         self._proposer = proposer
-        self._tick_s = tick_ms / 1000
+        self._limits = limits
+        self._supervisor = supervisor
         self._heap: list[tuple[int, str]] = []
-        self._inflight: set[str] = set()
+        # Jobs with a chunk waiting for commit: none of their slots is proposed meanwhile.
+        self._inflight_jobs: set[str] = set()
+        self._proposals: set[asyncio.Task] = set()
+        self._backoff = Backoff(50, 2_000, rng)
+        self._resume_at = 0.0  # loop time before which nothing is proposed (backing off)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        with self._replica.lock:
-            self._heap = [
-                (j.next_fire_ms, j.job_id)
-                for j in self._replica.state.jobs.values()
-                if j.next_fire_ms and not j.paused
-            ]
-        heapq.heapify(self._heap)
-        self._inflight.clear()
-        self._task = asyncio.create_task(self._run(), name="trigger")
+        self._rebuild_heap()
+        self._inflight_jobs.clear()
+        self._resume_at = 0.0
+        self._task = self._supervisor.spawn(self._run(), name="trigger", critical=True)
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        tasks = [t for t in (self._task, *self._proposals) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self._proposals.clear()
 
     def jobs_changed(self, job_ids: list[str]) -> None:
         """Effects hook (loop thread): re-read the changed jobs' next_fire_ms."""
@@ -66,17 +91,30 @@ class TriggerLoop:
             return
         with self._replica.lock:
             jobs = self._replica.state.jobs
-            for job_id in job_ids:
-                job = jobs.get(job_id)
-                if job and job.next_fire_ms and not job.paused:
-                    heapq.heappush(self._heap, (job.next_fire_ms, job_id))
+            if len(self._heap) > 2 * len(jobs) + 1024:
+                self._rebuild_heap()  # lazy entries piled up: start from the state again
+            else:
+                for job_id in job_ids:
+                    job = jobs.get(job_id)
+                    if job and job.next_fire_ms and not job.paused:
+                        heapq.heappush(self._heap, (job.next_fire_ms, job_id))
         self._wake.set()
 
+    def _rebuild_heap(self) -> None:
+        with self._replica.lock:
+            self._heap = [(j.next_fire_ms, j.job_id) for j in self._replica.state.jobs.values()
+                          if j.next_fire_ms and not j.paused]
+        heapq.heapify(self._heap)
+
+    # -- the loop --------------------------------------------------------------------------
+
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
         while True:
-            delay = self._tick_s
+            delay = self._limits.tick_ms / 1000
             if self._heap:
                 delay = min(delay, max(0.0, (self._heap[0][0] - wall_ms()) / 1000))
+            delay = max(delay, self._resume_at - loop.time())
             try:
                 # Not wait_for: on Python 3.11 it swallows a cancel that races the event,
                 # and stop() then waits forever (found by the jepsen harness).
@@ -85,50 +123,94 @@ class TriggerLoop:
             except TimeoutError:
                 pass
             self._wake.clear()
-            fires = self._due_fires(wall_ms())
-            if fires:
-                asyncio.create_task(self._propose(fires))
+            await self._propose_due(loop)
 
-    def _due_fires(self, now_ms: int) -> list[Fire]:
-        due: list[Job] = []
+    async def _propose_due(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Propose chunks while slots are due, room is left and we are not backing off."""
+        while loop.time() >= self._resume_at:
+            if len(self._proposals) >= self._limits.max_proposals_inflight:
+                await asyncio.wait(self._proposals, return_when=asyncio.FIRST_COMPLETED)
+                continue
+            budget = min(self._limits.max_fires_per_proposal, self._proposer.room_for_loops())
+            if budget <= 0:
+                self._back_off(loop, "the proposer has no room beyond its client reserve")
+                return
+            fires = self._next_chunk(wall_ms(), budget)
+            if not fires:
+                return
+            task = self._supervisor.spawn(self._propose(fires), name="trigger-propose")
+            self._proposals.add(task)
+            task.add_done_callback(self._proposals.discard)
+            await asyncio.sleep(0)  # let requests that are waiting for the loop in
+
+    def _back_off(self, loop: asyncio.AbstractEventLoop, why: str) -> None:
+        delay = self._backoff.failed()
+        self._resume_at = loop.time() + delay
+        log.info("trigger backs off %.2fs: %s", delay, why)
+
+    # -- building a chunk ------------------------------------------------------------------
+
+    def _next_chunk(self, now_ms: int, budget: int) -> list[Fire]:
+        fires: list[Fire] = []
+        while len(fires) < budget:
+            picked = self._pick_due(now_ms, min(_PICK_BATCH, budget - len(fires)))
+            if not picked:
+                break
+            for due in picked:
+                room = budget - len(fires)
+                if room <= 0:  # an earlier job of this pick took the rest: next chunk
+                    self._inflight_jobs.discard(due.job_id)
+                    heapq.heappush(self._heap, (due.slot_ms, due.job_id))
+                    continue
+                fires.extend(self._fires_for(due, now_ms, min(room, self._limits.max_slots_per_job)))
+        return fires
+
+    def _pick_due(self, now_ms: int, limit: int) -> list[_Due]:
+        """Up to `limit` jobs whose replicated next slot is due, oldest slot first."""
+        picked: list[_Due] = []
         with self._replica.lock:
             jobs = self._replica.state.jobs
-            while self._heap and self._heap[0][0] <= now_ms and len(due) < MAX_FIRES_PER_BATCH:
+            while self._heap and self._heap[0][0] <= now_ms and len(picked) < limit:
                 slot, job_id = heapq.heappop(self._heap)
                 job = jobs.get(job_id)
-                if job is None or job.paused or job.next_fire_ms != slot or job_id in self._inflight:
+                if (job is None or job.paused or job.next_fire_ms != slot
+                        or job_id in self._inflight_jobs):
                     continue
-                # A copy: croniter runs outside the lock (the tick thread applies meanwhile).
-                due.append(dataclasses.replace(job))
-                self._inflight.add(job_id)
-        return [fire for job in due for fire in self._fires_for(job, now_ms)]
+                picked.append(_Due(job_id, slot, job.spec))
+                self._inflight_jobs.add(job_id)
+        return picked
 
     @staticmethod
-    def _fires_for(job: Job, now_ms: int) -> list[Fire]:
-        """The job's due slots, chained (each Fire's next is the following one's slot)."""
-        fires = []
-        slot = job.next_fire_ms
-        while slot and slot <= now_ms and len(fires) < MAX_CATCH_UP_PER_JOB:
-            nxt = next_fire_after(job.spec.schedule, slot, hash_id=hash_id(job))
-            skip = decide_fire(job.spec, slot, now_ms, nxt)
-            fires.append(Fire(job.job_id, slot, nxt, skip))
+    def _fires_for(due: _Due, now_ms: int, limit: int) -> list[Fire]:
+        """The job's due slots from `due.slot_ms`, chained (each Fire's next is the next
+        one's slot), at most `limit`. Croniter runs here, outside the lock."""
+        spec, fires, slot = due.spec, [], due.slot_ms
+        hash_id = job_hash_id(spec.tenant, spec.name)
+        while slot and slot <= now_ms and len(fires) < limit:
+            nxt = next_fire_after(spec.schedule, slot, hash_id=hash_id)
+            fires.append(Fire(due.job_id, slot, nxt, decide_fire(spec, slot, now_ms, nxt)))
             slot = nxt
         return fires
 
+    # -- proposing -------------------------------------------------------------------------
+
     async def _propose(self, fires: list[Fire]) -> None:
         job_ids = sorted({f.job_id for f in fires})
+        loop = asyncio.get_running_loop()
         try:
             replies = await self._proposer.propose_many(fires)
+        except (NotCommitted, Overloaded) as exc:
+            self._back_off(loop, f"{len(fires)} fires not committed ({exc})")
+        else:
+            self._backoff.succeeded()
             now = wall_ms()
             for fire, reply in zip(fires, replies, strict=True):
                 if getattr(reply, "run_id", ""):
                     metrics.FIRES.labels("skipped" if fire.skip else "run").inc()
                     metrics.FIRE_LATENESS.observe(max(0, now - fire.scheduled_for_ms) / 1000)
-        except (NotCommitted, Overloaded) as exc:
-            log.warning("fires not committed (%s); will retry", exc)
         finally:
             for job_id in job_ids:
-                self._inflight.discard(job_id)
+                self._inflight_jobs.discard(job_id)
             # Whatever happened, re-read the jobs: committed fires advanced next_fire_ms,
             # failed ones left it where it was and must be proposed again.
             self.jobs_changed(job_ids)

@@ -10,11 +10,10 @@ from gnomon.node import codec
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind
-from gnomon.node.schedules import first_fire_ms, next_fire_after
+from gnomon.node.schedules import first_fire_ms, job_hash_id, next_fire_after
 from gnomon.node.servicers.base import ServicerBase, translated
 from gnomon.node.servicers.errors import ServiceError, check
 from gnomon.node.state_codec import decode_run
-from gnomon.node.trigger import hash_id
 from gnomon.node.validate import validate_request_id, validate_spec
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
@@ -119,7 +118,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     async def CreateJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         spec = self._spec(request.spec)
-        first = first_fire_ms(spec.schedule, self._now_ms(), hash_id=f"{spec.tenant}/{spec.name}")
+        first = first_fire_ms(spec.schedule, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(c.CreateJob(request.request_id, spec, first,
                                                 self.node.config.max_jobs_per_tenant))
         return api_pb2.CreateJobResponse(job=self._job_as_written(reply, spec))
@@ -153,7 +152,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_request_id(request.request_id)
         job_id = await self._write_job_id(request.job, request.request_id)
         spec = self._spec(request.spec)
-        nxt = first_fire_ms(spec.schedule, self._now_ms(), hash_id=f"{spec.tenant}/{spec.name}")
+        nxt = first_fire_ms(spec.schedule, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(
             c.UpdateJob(request.request_id, job_id, spec, request.expected_version, nxt))
         return api_pb2.UpdateJobResponse(job=self._job_as_written(reply, spec))
@@ -181,7 +180,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             job = self.node.replica.state.jobs.get(job_id)  # None: a retry, answered by dedupe
             nxt = job.next_fire_ms if job else 0
             if nxt and job.spec.schedule.kind != ScheduleKind.ONCE:
-                nxt = next_fire_after(job.spec.schedule, now, hash_id=hash_id(job))
+                nxt = next_fire_after(job.spec.schedule, now, hash_id=job_hash_id(job.spec.tenant, job.spec.name))
         reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt))
         return api_pb2.ResumeJobResponse(job=self._job_as_written(reply))
 
