@@ -57,6 +57,8 @@ class Config:
     # Leases.
     lease_ttl_ms: int = 10_000
     heartbeat_interval_ms: int = 2_000
+    # How often the leader writes down the deadlines of leases whose worker went quiet.
+    lease_checkpoint_interval_ms: int = 1_000
     # Trigger loop: longest sleep between looks at the heap; chunking of due fires.
     trigger_tick_ms: int = 50
     max_fires_per_proposal: int = 1_000

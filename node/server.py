@@ -20,7 +20,7 @@ from gnomon.node.core.results import Effects
 from gnomon.node.dispatch import Dispatcher
 from gnomon.node.history import HistoryStore
 from gnomon.node.leadership import Leadership
-from gnomon.node.leases import LeaseTable
+from gnomon.node.leases import LeaseTable, LeaseTiming
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer, RaftNode
 from gnomon.node.replica import HistorySink, Replica, crash_process
 from gnomon.node.servicers.cluster import ClusterServicer
@@ -142,9 +142,12 @@ class Node:
         self.raft = RaftNode(cfg, self.replica, self._on_role)
         self.raft.speculate = "fire-on-isleader" in cfg.canaries
         self.proposer = Proposer(self.raft, cfg, self.leadership.committed)
-        self.leases = LeaseTable(self.replica, self.proposer,
-                                 election_timeout_ms=int(cfg.raft_max_timeout_s * 1000),
-                                 rng=self.rng)
+        self.leases = LeaseTable(
+            self.replica, self.proposer,
+            LeaseTiming(heartbeat_interval_ms=cfg.heartbeat_interval_ms,
+                        ack_slack_ms=3 * cfg.proof_interval_ms,
+                        checkpoint_interval_ms=cfg.lease_checkpoint_interval_ms),
+            rng=self.rng, supervisor=self.supervisor)
         self.trigger = TriggerLoop(
             self.replica, self.proposer,
             TriggerLimits(tick_ms=cfg.trigger_tick_ms,

@@ -442,7 +442,7 @@ def _grant_one(ctx: Ctx, grant: LeaseGrant) -> int | Rejected:
     inst.fencing_token = state.last_token
     inst.worker_id = grant.worker_id
     inst.lease_ttl_ms = grant.lease_ttl_ms
-    inst.lease_remaining_ms = 0
+    inst.lease_remaining_ms = inst.lease_checkpoint_ms = 0
     inst.attempt += 1
     inst.started_ms = ctx.now
     ctx.effects.leased.append((run.run_id, inst.task_name, inst.fencing_token))
@@ -507,8 +507,11 @@ def _expire_leases(ctx: Ctx, cmd: ExpireLeases) -> Reply:
 def _checkpoint_leases(ctx: Ctx, cmd: CheckpointLeases) -> Reply:
     for cp in cmd.checkpoints:
         found = _find_leased(ctx.state, cp.run_id, cp.task_name, cp.fencing_token)
-        if not isinstance(found, Rejected):  # a stale checkpoint is ignored
-            found[1].lease_remaining_ms = max(0, cp.remaining_ms)
+        if isinstance(found, Rejected):
+            continue  # a stale checkpoint: the lease already ended or was re-granted
+        inst = found[1]
+        inst.lease_remaining_ms = max(0, cp.remaining_ms)
+        inst.lease_checkpoint_ms = ctx.now if inst.lease_remaining_ms else 0
     return Done()
 
 

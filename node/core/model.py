@@ -170,9 +170,12 @@ class TaskInstance:
     last_error: str = ""
     result: bytes = b""
     lease_ttl_ms: int = 0
-    # Remaining lease time last checkpointed by a leader (0: none since the grant). A new
-    # leader re-arms the lease with it instead of a full TTL (etcd's lease checkpoints).
+    # Remaining lease time last checkpointed by a leader, and the cluster time of that
+    # checkpoint (0, 0: none since the grant). A new leader re-arms the lease to end at
+    # lease_checkpoint_ms + lease_remaining_ms instead of a full TTL from its promotion
+    # (etcd's lease checkpoints), so churn does not keep a dead worker's lease alive.
     lease_remaining_ms: int = 0
+    lease_checkpoint_ms: int = 0
     # The most recent finished attempts, oldest first (at most Limits.max_attempt_records).
     attempts: tuple[Attempt, ...] = ()
 

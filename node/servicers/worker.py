@@ -45,7 +45,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         session = WorkerSession(hello.worker_id, tuple(hello.queues) or ("default",))
-        valid, _revoked = self.leases.renew(hello.worker_id, [h.fencing_token for h in hello.held])
+        valid, _revoked = self.leases.reconnected(hello.worker_id,
+                                                  [h.fencing_token for h in hello.held])
         self.dispatcher.attach(session)
         cfg = self.node.config
         await context.write(worker_pb2.ServerMessage(welcome=worker_pb2.Welcome(

@@ -179,7 +179,7 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ...) -> None: ...
 
 class TaskInstance(_message.Message):
-    __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms", "lease_remaining_ms", "attempts")
+    __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms", "lease_remaining_ms", "lease_checkpoint_ms", "attempts")
     TASK_NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +194,7 @@ class TaskInstance(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     LEASE_REMAINING_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_CHECKPOINT_MS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     task_name: str
     state: TaskState
@@ -209,8 +210,9 @@ class TaskInstance(_message.Message):
     result: bytes
     lease_ttl_ms: int
     lease_remaining_ms: int
+    lease_checkpoint_ms: int
     attempts: _containers.RepeatedCompositeFieldContainer[Attempt]
-    def __init__(self, task_name: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ready_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., retry_at_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., result: _Optional[bytes] = ..., lease_ttl_ms: _Optional[int] = ..., lease_remaining_ms: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
+    def __init__(self, task_name: _Optional[str] = ..., state: _Optional[_Union[TaskState, str]] = ..., attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., ready_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., retry_at_ms: _Optional[int] = ..., last_error: _Optional[str] = ..., result: _Optional[bytes] = ..., lease_ttl_ms: _Optional[int] = ..., lease_remaining_ms: _Optional[int] = ..., lease_checkpoint_ms: _Optional[int] = ..., attempts: _Optional[_Iterable[_Union[Attempt, _Mapping]]] = ...) -> None: ...
 
 class Attempt(_message.Message):
     __slots__ = ("attempt", "fencing_token", "worker_id", "started_ms", "finished_ms", "outcome", "error", "exit_code", "duration_ms", "output_tail")
