@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import random
 import threading
 from typing import Protocol
 
@@ -12,6 +13,7 @@ from gnomon.node.leadership import Leadership
 from gnomon.node.raft import Proposer, RaftNode
 from gnomon.node.replica import Replica
 from gnomon.node.servicers.errors import NotLeader, abort, status_of
+from gnomon.node.tasks import Supervisor
 from gnomon.node.validate import SpecLimits
 from gnomon.v1 import api_pb2
 
@@ -23,6 +25,8 @@ class NodeApi(Protocol):
     leadership: Leadership
     raft: RaftNode
     spec_limits: SpecLimits
+    supervisor: Supervisor
+    rng: random.Random
 
     def leader_grpc_addr(self) -> str | None: ...
 

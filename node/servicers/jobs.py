@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 
 import grpc
@@ -14,7 +15,7 @@ from gnomon.node.schedules import first_fire_ms, job_hash_id, next_fire_after
 from gnomon.node.servicers.base import ServicerBase, translated
 from gnomon.node.servicers.errors import ServiceError, check
 from gnomon.node.state_codec import decode_run
-from gnomon.node.validate import validate_request_id, validate_spec
+from gnomon.node.validate import validate_id, validate_request_id, validate_spec
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 MAX_PAGE = 1000
@@ -24,6 +25,13 @@ def _page(limit: int, default: int) -> int:
     if limit < 0:
         raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, "limit: must not be negative")
     return min(limit or default, MAX_PAGE)
+
+
+def _check_ref(ref: api_pb2.JobRef) -> None:
+    # Before any barrier: a request refused as malformed must not commit anything.
+    validate_id("job.job_id", ref.job_id, required=False)
+    if not (ref.job_id or ref.name):
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, "job: set job_id, or tenant and name")
 
 
 class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
@@ -36,9 +44,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 if ref.job_id in st.jobs:
                     return ref.job_id
                 raise ServiceError(grpc.StatusCode.NOT_FOUND, f"job.job_id: no job {ref.job_id!r}")
-            if not ref.name:
-                raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
-                                   "job: set job_id, or tenant and name")
+            _check_ref(ref)
             key = (ref.tenant or DEFAULT_TENANT, ref.name)
             if key not in st.job_names:
                 raise ServiceError(grpc.StatusCode.NOT_FOUND,
@@ -88,15 +94,28 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 out.spec.CopyFrom(codec.spec_to_proto(spec))
         return out
 
-    def _run_proto(self, run_id: str) -> types_pb2.Run:
+    async def _run_proto(self, run_id: str) -> types_pb2.Run:
         with self.lock:
             run = self.node.replica.state.runs.get(run_id)
             if run is not None:
                 return codec.run_to_proto(run)
-        data = self.node.replica.history.get(run_id)
+        # LMDB reads go to a thread: the loop never waits on the disk.
+        data = await asyncio.to_thread(self.node.replica.history.get, run_id)
         if data is None:
             raise ServiceError(grpc.StatusCode.NOT_FOUND, f"run_id: no run {run_id!r}")
         return codec.run_to_proto(decode_run(data))
+
+    def _runs_job_id(self, ref: api_pb2.JobRef) -> str:
+        """The job whose runs to list. By id, a deleted job's runs stay listable; an id the
+        cluster never gave out is NOT_FOUND. By name, only a live job is found."""
+        if ref.name or not ref.job_id:
+            return self._job_id(ref)
+        with self.lock:
+            st = self.node.replica.state
+            if ref.job_id in st.jobs or 0 < _seq_of(ref.job_id) <= st.job_seq:
+                return ref.job_id
+        raise ServiceError(grpc.StatusCode.NOT_FOUND,
+                           f"job.job_id: no job {ref.job_id!r} was ever created")
 
     def _now_ms(self) -> int:
         """Never before cluster time: a slot computed from it is after every fired slot."""
@@ -125,26 +144,24 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
 
     @translated
     async def GetJob(self, request, context):  # noqa: N802
+        _check_ref(request.job)
         await self.before_read(request.consistency)
         return api_pb2.GetJobResponse(job=self._job_proto(self._job_id(request.job)))
 
     @translated
     async def ListJobs(self, request, context):  # noqa: N802
-        await self.before_read(request.consistency)
         limit = _page(request.limit, 100)
+        after = _after_seq(request.after_job_id)
+        await self.before_read(request.consistency)
         out = api_pb2.ListJobsResponse()
         with self.lock:
-            jobs = self.node.replica.state.jobs
-            ids = sorted(
-                (j for j in jobs
-                 if (not request.tenant or jobs[j].spec.tenant == request.tenant)
-                 and _after(j, request.after_job_id)),
-                key=_job_sort_key,
-            )
-            for job_id in ids[:limit]:
-                codec.job_to_proto(jobs[job_id], out.jobs.add())
-        if len(ids) > limit:
-            out.next_after_job_id = ids[limit - 1]
+            st = self.node.replica.state
+            order = st.tenant_job_order.get(request.tenant) if request.tenant else st.job_order
+            seqs = order.page(after, limit + 1, lambda n: f"j{n}" in st.jobs) if order else []
+            for seq in seqs[:limit]:
+                codec.job_to_proto(st.jobs[f"j{seq}"], out.jobs.add())
+        if len(seqs) > limit:
+            out.next_after_job_id = f"j{seqs[limit - 1]}"
         return out
 
     @translated
@@ -161,7 +178,8 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     async def DeleteJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         job_id = await self._write_job_id(request.job, request.request_id)
-        await self._propose(c.DeleteJob(request.request_id, job_id, request.expected_version))
+        await self._propose(c.DeleteJob(request.request_id, job_id, request.expected_version,
+                                        request.cancel_running))
         return api_pb2.DeleteJobResponse()
 
     @translated
@@ -178,9 +196,10 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         now = self._now_ms()
         with self.lock:
             job = self.node.replica.state.jobs.get(job_id)  # None: a retry, answered by dedupe
-            nxt = job.next_fire_ms if job else 0
-            if nxt and job.spec.schedule.kind != ScheduleKind.ONCE:
-                nxt = next_fire_after(job.spec.schedule, now, hash_id=job_hash_id(job.spec.tenant, job.spec.name))
+            nxt, spec = (job.next_fire_ms, job.spec) if job else (0, None)
+        # Cron evaluation outside the lock: the tick thread applies meanwhile.
+        if nxt and spec.schedule.kind != ScheduleKind.ONCE:
+            nxt = next_fire_after(spec.schedule, now, hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt))
         return api_pb2.ResumeJobResponse(job=self._job_as_written(reply))
 
@@ -189,22 +208,23 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_request_id(request.request_id)
         job_id = await self._write_job_id(request.job, request.request_id)
         reply = await self._propose(c.TriggerJob(request.request_id, job_id))
-        return api_pb2.TriggerJobResponse(run=self._run_proto(reply.run_id))
+        return api_pb2.TriggerJobResponse(run=await self._run_proto(reply.run_id))
 
     # -- runs --------------------------------------------------------------------------------
 
     @translated
     async def GetRun(self, request, context):  # noqa: N802
+        validate_id("run_id", request.run_id)
         await self.before_read(request.consistency)
-        return api_pb2.GetRunResponse(run=self._run_proto(request.run_id))
+        return api_pb2.GetRunResponse(run=await self._run_proto(request.run_id))
 
     @translated
     async def ListRuns(self, request, context):  # noqa: N802
-        await self.before_read(request.consistency)
         limit = _page(request.limit, 50)
+        _check_ref(request.job)
+        await self.before_read(request.consistency)
         before = request.before_ms or (1 << 62)
-        job_id = self._job_id(request.job) if request.job.name or not request.job.job_id \
-            else request.job.job_id
+        job_id = self._runs_job_id(request.job)
         runs: dict[str, types_pb2.Run] = {}
         with self.lock:
             st = self.node.replica.state
@@ -212,7 +232,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 run = st.runs.get(run_id)
                 if run is not None and run.scheduled_for_ms < before:
                     runs[run_id] = codec.run_to_proto(run)
-        for data in self.node.replica.history.list(job_id, before_ms=before, limit=limit):
+        history = await asyncio.to_thread(self.node.replica.history.list, job_id,
+                                          before_ms=before, limit=limit)
+        for data in history:
             run = decode_run(data)
             runs.setdefault(run.run_id, codec.run_to_proto(run))
         ordered = sorted(runs.values(), key=lambda r: (r.scheduled_for_ms, r.run_id), reverse=True)
@@ -221,16 +243,17 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def CancelRun(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
+        validate_id("run_id", request.run_id)
         reply = await self._propose(c.CancelRun(request.request_id, request.run_id,
                                                 request.reason or "cancelled by request"))
-        return api_pb2.CancelRunResponse(run=self._run_proto(reply.run_id))
+        return api_pb2.CancelRunResponse(run=await self._run_proto(reply.run_id))
 
     # -- dead letters --------------------------------------------------------------------------
 
     @translated
     async def ListDeadLetters(self, request, context):  # noqa: N802
-        await self.before_read(request.consistency)
         limit = _page(request.limit, 100)
+        await self.before_read(request.consistency)
         out = api_pb2.ListDeadLettersResponse()
         with self.lock:
             for d in self.node.replica.state.dead_letters.values():
@@ -257,11 +280,17 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             replayed=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
 
 
-def _job_sort_key(job_id: str) -> tuple[int, str]:
-    # "j12" sorts after "j9": numeric part first.
+def _seq_of(job_id: str) -> int:
+    """The sequence number of a job id "j<n>"; 0 if it is not one."""
     digits = job_id[1:]
-    return (int(digits), job_id) if digits.isdigit() else (1 << 62, job_id)
+    return int(digits) if job_id.startswith("j") and digits.isdigit() else 0
 
 
-def _after(job_id: str, after: str) -> bool:
-    return not after or _job_sort_key(job_id) > _job_sort_key(after)
+def _after_seq(after_job_id: str) -> int:
+    if not after_job_id:
+        return 0
+    seq = _seq_of(after_job_id)
+    if not seq:
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"after_job_id: {after_job_id!r} is not a job id (j<number>)")
+    return seq

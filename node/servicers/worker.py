@@ -25,6 +25,19 @@ from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# A worker's error message is kept up to this many bytes (the start: it names the error).
+MAX_ERROR_BYTES = 4096
+
+
+def _tail(text: str, limit: int, keep: str = "tail") -> str:
+    """`text` cut to at most `limit` UTF-8 bytes, keeping its end (or its head), never
+    splitting a character."""
+    data = text.encode("utf-8")
+    if len(data) <= limit:
+        return text
+    cut = data[-limit:] if keep == "tail" else data[:limit]
+    return cut.decode("utf-8", "ignore")
+
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, node: NodeApi, dispatcher: Dispatcher, leases: LeaseTable):
@@ -74,7 +87,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 elif kind == "heartbeat":
                     self._heartbeat(session, msg.heartbeat)
                 elif kind in ("complete", "fail"):
-                    asyncio.create_task(self._report(session, kind, getattr(msg, kind)))
+                    self.node.supervisor.spawn(self._report(session, kind, getattr(msg, kind)),
+                                               name=f"report-{session.worker_id}")
         except Exception as exc:  # noqa: BLE001 - the stream broke: end the session
             log.info("worker %s stream ended: %r", session.worker_id, exc)
         finally:
@@ -93,30 +107,47 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             valid_tokens=valid, revoked_tokens=revoked)))
 
     async def _report(self, session: WorkerSession, kind: str, msg) -> None:
-        lease = msg.lease
-        max_result = self.node.config.max_result_bytes
-        if kind == "complete":
-            if len(msg.result) > max_result:
-                cmd = c.FailTask(lease.run_id, lease.task_name, lease.fencing_token,
-                                 f"result: {len(msg.result)} bytes exceeds max_result_bytes "
-                                 f"{max_result}", False, 0.5)
-            else:
-                cmd = c.CompleteTask(lease.run_id, lease.task_name, lease.fencing_token,
-                                     bytes(msg.result))
-        else:
-            cmd = c.FailTask(lease.run_id, lease.task_name, lease.fencing_token,
-                             msg.error[:4096], msg.retryable, self.node.rng.random())
+        cmd, turned_into = self._report_command(kind, msg)
         if "skip-token-check" in self.node.config.canaries:
             cmd = self._canary_current_token(cmd)
         try:
             reply = await self.node.proposer.propose(cmd)
-            accepted = not isinstance(reply, Rejected)
-            detail = reply.detail if isinstance(reply, Rejected) else ""
         except (NotCommitted, Overloaded) as exc:
-            accepted, detail = False, f"not committed: {exc}; report again"
-        session.send(worker_pb2.ServerMessage(report_ack=worker_pb2.ReportAck(
-            lease=lease, accepted=accepted, detail=detail)))
+            ack = worker_pb2.ReportAck(accepted=False, retry=True,
+                                       detail=f"not recorded: {exc}; report again")
+        else:
+            if isinstance(reply, Rejected):
+                ack = worker_pb2.ReportAck(accepted=False, detail=reply.detail)
+            elif turned_into:
+                # Recorded, but not as sent: the worker must not believe all is well.
+                ack = worker_pb2.ReportAck(accepted=False, detail=turned_into)
+            else:
+                ack = worker_pb2.ReportAck(accepted=True)
+        ack.lease.CopyFrom(msg.lease)
+        session.send(worker_pb2.ServerMessage(report_ack=ack))
         self.dispatcher.add_credits(session, 0)
+
+    def _report_command(self, kind: str, msg) -> tuple[c.CompleteTask | c.FailTask, str]:
+        """The command for a Complete or Fail, and why it is not what was sent ("" if it is).
+
+        Output tails are cut here (the newest bytes kept), so every replica stores the same."""
+        cfg, lease = self.node.config, msg.lease
+        extra = {
+            "output_tail": _tail(msg.output_tail, cfg.max_output_tail_bytes),
+            "exit_code": msg.exit_code if msg.HasField("exit_code") else None,
+            "duration_ms": max(0, msg.duration_ms),
+        }
+        if kind == "fail":
+            return c.FailTask(lease.run_id, lease.task_name, lease.fencing_token,
+                              _tail(msg.error, MAX_ERROR_BYTES, keep="head"), msg.retryable,
+                              self.node.rng.random(), **extra), ""
+        if len(msg.result) > cfg.max_result_bytes:
+            why = (f"result: {len(msg.result)} bytes exceeds max_result_bytes "
+                   f"{cfg.max_result_bytes}; the task failed for good (dead-lettered)")
+            return c.FailTask(lease.run_id, lease.task_name, lease.fencing_token, why, False,
+                              0.5, **extra), why
+        return c.CompleteTask(lease.run_id, lease.task_name, lease.fencing_token,
+                              bytes(msg.result), **extra), ""
 
     def _canary_current_token(self, cmd):
         """Test-only jepsen canary "skip-token-check": report under the task's current token
