@@ -30,6 +30,9 @@ from ._errors import (
     Unavailable,
 )
 from ._models import (
+    Attempt,
+    AttemptOutcome,
+    ClusterLimits,
     ClusterStatus,
     Consistency,
     CronSchedule,
@@ -37,6 +40,7 @@ from ._models import (
     IntervalSchedule,
     Job,
     JobSpec,
+    LimitsUpdate,
     MisfirePolicy,
     NodeStatus,
     OnceSchedule,
@@ -52,7 +56,7 @@ from ._models import (
     json_payload,
 )
 from ._task import TaskDefinition, task
-from ._worker import Worker
+from ._worker import ReportRefusal, Worker, WorkerStats
 
 __version__ = "0.1.0"
 
@@ -61,6 +65,9 @@ __all__ = [
     "AsyncClient",
     "Client",
     # models
+    "Attempt",
+    "AttemptOutcome",
+    "ClusterLimits",
     "ClusterStatus",
     "Consistency",
     "CronSchedule",
@@ -68,6 +75,7 @@ __all__ = [
     "IntervalSchedule",
     "Job",
     "JobSpec",
+    "LimitsUpdate",
     "MisfirePolicy",
     "NodeStatus",
     "OnceSchedule",
@@ -96,7 +104,9 @@ __all__ = [
     "Unavailable",
     # worker SDK
     "TaskContext",
+    "ReportRefusal",
     "TaskDefinition",
     "Worker",
+    "WorkerStats",
     "task",
 ]

@@ -15,11 +15,14 @@ from typing import Any
 
 from ._cli_spec import bytes_to_data, spec_to_data
 from ._models import (
+    Attempt,
+    ClusterLimits,
     ClusterStatus,
     CronSchedule,
     DeadLetter,
     IntervalSchedule,
     Job,
+    LimitsUpdate,
     Run,
     Schedule,
     TaskInstance,
@@ -28,6 +31,8 @@ from ._models import (
 )
 
 __all__ = [
+    "LIMIT_HELP",
+    "attempt_json",
     "cluster_json",
     "dead_letter_json",
     "fmt_duration",
@@ -36,10 +41,12 @@ __all__ = [
     "job_json",
     "job_state",
     "kv",
+    "limits_json",
     "render_cluster",
     "render_dead_letters",
     "render_job",
     "render_jobs",
+    "render_limits",
     "render_run",
     "render_runs",
     "run_json",
@@ -245,7 +252,9 @@ def _task_duration(t: TaskInstance) -> str:
     return "-"
 
 
-def render_run(run: Run) -> str:
+def render_run(run: Run, *, all_output: bool = False) -> str:
+    """The run, its tasks, every recorded attempt and the latest output tail of each task
+    (``all_output``: the output tail of every attempt)."""
     head = kv(
         [
             ("run", run.run_id),
@@ -280,7 +289,60 @@ def render_run(run: Run) -> str:
         if t.last_error and len(" ".join(t.last_error.split())) > _MAX_CELL
     ]
     full = "\n\nerrors in full:\n" + "\n".join(errors) if errors else ""
-    return f"{head}\n\n{tasks}{full}"
+    return f"{head}\n\n{tasks}{full}{_render_attempts(run, all_output=all_output)}"
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "-"
+    return str(code) if code >= 0 else f"{code} (signal {-code})"
+
+
+def _attempt_duration(a: Attempt) -> str:
+    if a.duration_ms:
+        return fmt_duration(a.duration_ms)
+    if a.started_ms and a.finished_ms:
+        return fmt_duration(a.finished_ms - a.started_ms)
+    return "-"
+
+
+def _indented(text: str) -> str:
+    lines = text.rstrip("\n").splitlines() or [""]
+    return "\n".join(f"  {line}".rstrip() for line in lines)
+
+
+def _render_attempts(run: Run, *, all_output: bool) -> str:
+    rows = [(t, a) for t in run.tasks for a in t.attempts]
+    if not rows:
+        return ""
+    attempts = table(
+        ["TASK", "ATTEMPT", "TOKEN", "WORKER", "OUTCOME", "EXIT", "DURATION", "FINISHED", "ERROR"],
+        [
+            [
+                t.task_name,
+                a.attempt,
+                a.fencing_token or "-",
+                a.worker_id,
+                a.outcome.value,
+                _exit_text(a.exit_code),
+                _attempt_duration(a),
+                fmt_time(a.finished_ms),
+                a.error,
+            ]
+            for t, a in rows
+        ],
+    )
+    out = [f"\n\nattempts:\n{attempts}"]
+    for t in run.tasks:
+        shown = (
+            [a for a in t.attempts if a.output_tail]
+            if all_output
+            else [a for a in reversed(t.attempts) if a.output_tail][:1]
+        )
+        for a in shown:
+            label = f"output of {t.task_name}, attempt {a.attempt} (token {a.fencing_token})"
+            out.append(f"\n\n{label}:\n{_indented(a.output_tail)}")
+    return "".join(out)
 
 
 def task_json(t: TaskInstance) -> dict[str, Any]:
@@ -296,8 +358,25 @@ def task_json(t: TaskInstance) -> dict[str, Any]:
         "finished_ms": t.finished_ms,
         "retry_at_ms": t.retry_at_ms,
         "lease_ttl_ms": t.lease_ttl_ms,
+        "lease_remaining_ms": t.lease_remaining_ms,
         "last_error": t.last_error,
         **bytes_to_data("result", t.result),
+        "attempts": [attempt_json(a) for a in t.attempts],
+    }
+
+
+def attempt_json(a: Attempt) -> dict[str, Any]:
+    return {
+        "attempt": a.attempt,
+        "fencing_token": a.fencing_token,
+        "worker_id": a.worker_id,
+        "started_ms": a.started_ms,
+        "finished_ms": a.finished_ms,
+        "outcome": a.outcome.value,
+        "error": a.error,
+        "exit_code": a.exit_code,
+        "duration_ms": a.duration_ms,
+        "output_tail": a.output_tail,
     }
 
 
@@ -367,7 +446,9 @@ def render_cluster(status: ClusterStatus) -> str:
             ("cluster time", fmt_time(status.clock_ms)),
             ("jobs", status.jobs),
             ("active runs", status.active_runs),
-            ("dead letters", status.dead_letters),
+            ("dead letters", f"{status.dead_letters} ({status.dead_letters_evicted} evicted)"),
+            ("limits version", status.limits_version or "0 (not set yet)"),
+            *([("state digest", status.state_digest)] if status.state_digest else []),
             ("version", status.version),
         ]
     )
@@ -402,6 +483,9 @@ def cluster_json(status: ClusterStatus) -> dict[str, Any]:
         "dead_letters": status.dead_letters,
         "state_digest": status.state_digest,
         "version": status.version,
+        "dead_letters_evicted": status.dead_letters_evicted,
+        "limits_version": status.limits_version,
+        "limits": dict(status.limits.items()),
         "nodes": [
             {
                 "node_id": n.node_id,
@@ -414,3 +498,38 @@ def cluster_json(status: ClusterStatus) -> dict[str, Any]:
             for n in status.nodes
         ],
     }
+
+
+# --- limits ----------------------------------------------------------------------------------
+
+LIMIT_HELP: dict[str, str] = {
+    "dedupe_capacity": "request ids remembered for retries (0: none)",
+    "dedupe_max_age_ms": "how long a request id is remembered (0: no age bound)",
+    "runs_retained_per_job": "terminal runs kept in memory per job (older: history store)",
+    "max_dead_letters": "dead-letter queue entries; beyond, the oldest leave (counted)",
+    "max_attempt_records": "finished attempts kept per task",
+}
+
+
+def _limit_value(name: str, value: int | None) -> str:
+    if value is None:
+        return "-"
+    if name.endswith("_ms") and value > 0:
+        return f"{value} ({fmt_duration(value)})"
+    return str(value)
+
+
+def render_limits(limits: ClusterLimits, version: int) -> str:
+    """The replicated limits as a table, under their version."""
+    head = kv([("limits version", version or "0 (not set yet)")])
+    rows = [
+        [name, _limit_value(name, value), LIMIT_HELP.get(name, "")]
+        for name, value in limits.items()
+    ]
+    return f"{head}\n\n{table(['LIMIT', 'VALUE', 'MEANING'], rows, max_cell=None)}"
+
+
+def limits_json(limits: ClusterLimits | LimitsUpdate, version: int | None = None) -> dict[str, Any]:
+    if isinstance(limits, LimitsUpdate):
+        limits, version = limits.limits, limits.limits_version
+    return {"limits_version": version or 0, "limits": dict(limits.items())}

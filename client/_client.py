@@ -21,11 +21,13 @@ from gnomon.v1 import api_pb2, api_pb2_grpc
 from . import _convert as cv
 from ._errors import DeadlineExceeded, GnomonError, InvalidArgument, error_for_status
 from ._models import (
+    ClusterLimits,
     ClusterStatus,
     Consistency,
     DeadLetter,
     Job,
     JobSpec,
+    LimitsUpdate,
     Run,
     TaskRef,
 )
@@ -110,6 +112,7 @@ class AsyncClient:
 
     @property
     def servers(self) -> tuple[str, ...]:
+        """The node addresses this client was given."""
         return self._config.servers
 
     @property
@@ -118,6 +121,7 @@ class AsyncClient:
         return self._router.current()
 
     async def close(self) -> None:
+        """Close the channels; the client cannot be used afterwards."""
         await self._pool.close()
         self._stubs.clear()
 
@@ -247,13 +251,20 @@ class AsyncClient:
         tenant: str | None = None,
         name: str | None = None,
         expected_version: int = 0,
+        cancel_running: bool = False,
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> None:
+        """Delete a job: it fires no more, and the queued tasks of its unfinished runs are
+        cancelled. Running (leased) tasks finish unless ``cancel_running``, which cancels them
+        too and tells their workers to stop. The job's runs stay readable by run id and by
+        ``list_runs(job_id)``; its name is free again at once. With ``expected_version`` the
+        delete applies only to that version, else Conflict."""
         req = api_pb2.DeleteJobRequest(
             request_id=request_id or _new_request_id(),
             job=cv.job_ref(job_id, tenant, name),
             expected_version=expected_version,
+            cancel_running=cancel_running,
         )
         await self._call(_JOBS, "DeleteJob", req, timeout_s=timeout_s)
 
@@ -266,6 +277,7 @@ class AsyncClient:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Job:
+        """Stop firing a job (runs already started go on); ``resume_job`` undoes it."""
         req = api_pb2.PauseJobRequest(
             request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name)
         )
@@ -313,6 +325,7 @@ class AsyncClient:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> Run:
+        """A run with its tasks and their attempt records; NotFound if there is none."""
         req = api_pb2.GetRunRequest(run_id=run_id, consistency=cv.consistency_to_proto(consistency))
         resp = await self._call(_JOBS, "GetRun", req, timeout_s=timeout_s)
         return cv.run_from_proto(resp.run)
@@ -328,7 +341,9 @@ class AsyncClient:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> list[Run]:
-        """A job's runs, newest first; ``before_ms`` pages back by scheduled time."""
+        """A job's runs, newest first; ``before_ms`` pages back by scheduled time. A deleted
+        job's runs are listed by its ``job_id`` (by name it is NotFound: the name may belong
+        to a new job by now)."""
         req = api_pb2.ListRunsRequest(
             job=cv.job_ref(job_id, tenant, name),
             limit=limit,
@@ -414,17 +429,55 @@ class AsyncClient:
     # --- cluster -----------------------------------------------------------------------------
 
     async def cluster_status(
-        self, *, server: str | None = None, include_digest: bool = False,
+        self,
+        *,
+        server: str | None = None,
+        include_digest: bool = False,
         timeout_s: float | None = None,
     ) -> ClusterStatus:
         """The cluster as seen by ``server`` (a "host:port"; no leader following), or by
-        whichever node answers. ``include_digest`` also hashes the node's whole state
-        (``state_digest``; costs time proportional to the state on that node)."""
+        whichever node answers: nodes, leader, Raft indexes, counts and the replicated
+        limits. ``include_digest`` also hashes the node's whole state (``state_digest``;
+        costs time proportional to the state on that node)."""
         resp = await self._call(
-            _CLUSTER, "GetStatus", api_pb2.GetStatusRequest(include_digest=include_digest),
-            timeout_s=timeout_s, address=server,
+            _CLUSTER,
+            "GetStatus",
+            api_pb2.GetStatusRequest(include_digest=include_digest),
+            timeout_s=timeout_s,
+            address=server,
         )
         return cv.cluster_status_from_proto(resp)
+
+    async def set_limits(
+        self,
+        *,
+        dedupe_capacity: int | None = None,
+        dedupe_max_age_ms: int | None = None,
+        runs_retained_per_job: int | None = None,
+        max_dead_letters: int | None = None,
+        max_attempt_records: int | None = None,
+        expected_version: int = 0,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> LimitsUpdate:
+        """Change the cluster's replicated limits (see ``ClusterLimits``); limits not given
+        keep their value. Returns every limit as it now is and the new limits version. With
+        ``expected_version`` the change applies only at that version, else
+        FailedPrecondition. InvalidArgument names a limit out of range."""
+        limits = _limits_from_kwargs(
+            dedupe_capacity=dedupe_capacity,
+            dedupe_max_age_ms=dedupe_max_age_ms,
+            runs_retained_per_job=runs_retained_per_job,
+            max_dead_letters=max_dead_letters,
+            max_attempt_records=max_attempt_records,
+        )
+        req = api_pb2.SetLimitsRequest(
+            request_id=request_id or _new_request_id(),
+            limits=cv.cluster_limits_to_proto(limits),
+            expected_version=expected_version,
+        )
+        resp = await self._call(_CLUSTER, "SetLimits", req, timeout_s=timeout_s)
+        return cv.limits_update_from_proto(resp)
 
     # --- the one retry loop ------------------------------------------------------------------
 
@@ -517,6 +570,18 @@ class AsyncClient:
         return err
 
 
+def _limits_from_kwargs(**values: int | None) -> ClusterLimits:
+    given = {k: v for k, v in values.items() if v is not None}
+    if not given:
+        raise InvalidArgument("set_limits: give at least one limit to change")
+    for key, value in given.items():
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise InvalidArgument(f"{key}: expected an integer, got {value!r}")
+        if not -(2**63) <= value < 2**63:
+            raise InvalidArgument(f"{key}: {value} is outside the 64-bit range")
+    return ClusterLimits(**given)
+
+
 class _LoopThread:
     """An event loop running in a daemon thread, for the blocking facade."""
 
@@ -589,13 +654,16 @@ class Client:
 
     @property
     def servers(self) -> tuple[str, ...]:
+        """The node addresses this client was given."""
         return self._async.servers
 
     @property
     def target(self) -> str:
+        """The node the next call goes to first (the known leader, once one answered)."""
         return self._async.target
 
     def close(self) -> None:
+        """Close the channels and stop the loop thread; idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -616,10 +684,13 @@ class Client:
             raise RuntimeError("the gnomon client is closed")
         return self._loop.run(coro)
 
+    # --- jobs --------------------------------------------------------------------------------
+
     def create_job(
         self, spec: JobSpec, *, request_id: str | None = None, timeout_s: float | None = None
     ) -> Job:
-        """See ``AsyncClient.create_job``."""
+        """Create a job; AlreadyExists if the tenant has a job of that name. A retry with the
+        same ``request_id`` has one effect (every attempt of this call reuses it)."""
         return self._run(self._async.create_job(spec, request_id=request_id, timeout_s=timeout_s))
 
     def get_job(
@@ -631,7 +702,8 @@ class Client:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> Job:
-        """See ``AsyncClient.get_job``."""
+        """A job by id, or by ``name`` within ``tenant`` ("default" if omitted); NotFound if
+        there is none."""
         return self._run(
             self._async.get_job(
                 job_id, tenant=tenant, name=name, consistency=consistency, timeout_s=timeout_s
@@ -647,7 +719,8 @@ class Client:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> list[Job]:
-        """See ``AsyncClient.list_jobs``."""
+        """One page of jobs (every tenant if ``tenant`` is None), by job id; pass the last
+        job's id as ``after_job_id`` for the next page, or use ``iter_jobs``."""
         return self._run(
             self._async.list_jobs(
                 tenant,
@@ -666,7 +739,8 @@ class Client:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> Iterator[Job]:
-        """See ``AsyncClient.iter_jobs``."""
+        """Every job (of ``tenant``, or of every tenant), fetched page by page as the
+        iterator is consumed; each page is one call with its own deadline."""
         after = ""
         while True:
             jobs, next_after = self._run(
@@ -692,7 +766,9 @@ class Client:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Job:
-        """See ``AsyncClient.update_job``."""
+        """Replace a job's spec (tenant and name cannot change). ``job_id=None`` names the job
+        by the spec's tenant and name. With ``expected_version`` the update applies only to
+        that version, else Conflict."""
         return self._run(
             self._async.update_job(
                 job_id,
@@ -710,16 +786,22 @@ class Client:
         tenant: str | None = None,
         name: str | None = None,
         expected_version: int = 0,
+        cancel_running: bool = False,
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> None:
-        """See ``AsyncClient.delete_job``."""
+        """Delete a job: it fires no more, and the queued tasks of its unfinished runs are
+        cancelled. Running (leased) tasks finish unless ``cancel_running``, which cancels them
+        too and tells their workers to stop. The job's runs stay readable by run id and by
+        ``list_runs(job_id)``. With ``expected_version`` the delete applies only to that
+        version, else Conflict."""
         self._run(
             self._async.delete_job(
                 job_id,
                 tenant=tenant,
                 name=name,
                 expected_version=expected_version,
+                cancel_running=cancel_running,
                 request_id=request_id,
                 timeout_s=timeout_s,
             )
@@ -734,7 +816,7 @@ class Client:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Job:
-        """See ``AsyncClient.pause_job``."""
+        """Stop firing a job (runs already started go on); ``resume_job`` undoes it."""
         return self._run(
             self._async.pause_job(
                 job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
@@ -750,7 +832,7 @@ class Client:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Job:
-        """See ``AsyncClient.resume_job``."""
+        """Resume fires; slots that passed while paused are not caught up."""
         return self._run(
             self._async.resume_job(
                 job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
@@ -766,12 +848,14 @@ class Client:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Run:
-        """See ``AsyncClient.trigger_job``."""
+        """Start a run now, outside the schedule; returns it as created."""
         return self._run(
             self._async.trigger_job(
                 job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
             )
         )
+
+    # --- runs --------------------------------------------------------------------------------
 
     def get_run(
         self,
@@ -780,7 +864,7 @@ class Client:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> Run:
-        """See ``AsyncClient.get_run``."""
+        """A run with its tasks and their attempt records; NotFound if there is none."""
         return self._run(self._async.get_run(run_id, consistency=consistency, timeout_s=timeout_s))
 
     def list_runs(
@@ -794,7 +878,8 @@ class Client:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> list[Run]:
-        """See ``AsyncClient.list_runs``."""
+        """A job's runs, newest first; ``before_ms`` pages back by scheduled time. A deleted
+        job's runs are listed by its ``job_id`` (by name it is NotFound)."""
         return self._run(
             self._async.list_runs(
                 job_id,
@@ -810,7 +895,8 @@ class Client:
     def wait_run(
         self, run_id: str, *, timeout_s: float = 60.0, poll_interval_s: float = 0.5
     ) -> Run:
-        """See ``AsyncClient.wait_run``."""
+        """Poll ``get_run`` until the run is terminal and return it; DeadlineExceeded after
+        ``timeout_s``."""
         return self._run(
             self._async.wait_run(run_id, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
         )
@@ -823,12 +909,15 @@ class Client:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Run:
-        """See ``AsyncClient.cancel_run``."""
+        """Cancel every unfinished task of a run; the workers running its tasks are told to
+        stop at once. Returns the run as cancelled."""
         return self._run(
             self._async.cancel_run(
                 run_id, reason=reason, request_id=request_id, timeout_s=timeout_s
             )
         )
+
+    # --- dead letters ------------------------------------------------------------------------
 
     def list_dead_letters(
         self,
@@ -838,7 +927,7 @@ class Client:
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
     ) -> list[DeadLetter]:
-        """See ``AsyncClient.list_dead_letters``."""
+        """Dead-lettered tasks (every tenant if ``tenant`` is None)."""
         return self._run(
             self._async.list_dead_letters(
                 tenant, limit=limit, consistency=consistency, timeout_s=timeout_s
@@ -854,17 +943,58 @@ class Client:
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> list[TaskRef]:
-        """See ``AsyncClient.replay_dead_letters``."""
+        """Start a fresh attempt series (same idempotency key) for dead-lettered tasks: the
+        named ``tasks``, or every one of ``tenant``, or with ``all=True`` every one of every
+        tenant. Returns the tasks replayed."""
         return self._run(
             self._async.replay_dead_letters(
                 tasks, tenant=tenant, all=all, request_id=request_id, timeout_s=timeout_s
             )
         )
 
+    # --- cluster -----------------------------------------------------------------------------
+
     def cluster_status(
-        self, *, server: str | None = None, include_digest: bool = False,
+        self,
+        *,
+        server: str | None = None,
+        include_digest: bool = False,
         timeout_s: float | None = None,
     ) -> ClusterStatus:
-        """See ``AsyncClient.cluster_status``."""
-        return self._run(self._async.cluster_status(
-            server=server, include_digest=include_digest, timeout_s=timeout_s))
+        """The cluster as seen by ``server`` (a "host:port"; no leader following), or by
+        whichever node answers: nodes, leader, Raft indexes, counts and the replicated
+        limits. ``include_digest`` also hashes the node's whole state (``state_digest``)."""
+        return self._run(
+            self._async.cluster_status(
+                server=server, include_digest=include_digest, timeout_s=timeout_s
+            )
+        )
+
+    def set_limits(
+        self,
+        *,
+        dedupe_capacity: int | None = None,
+        dedupe_max_age_ms: int | None = None,
+        runs_retained_per_job: int | None = None,
+        max_dead_letters: int | None = None,
+        max_attempt_records: int | None = None,
+        expected_version: int = 0,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> LimitsUpdate:
+        """Change the cluster's replicated limits (see ``ClusterLimits``); limits not given
+        keep their value. Returns every limit as it now is and the new limits version. With
+        ``expected_version`` the change applies only at that version, else
+        FailedPrecondition."""
+        return self._run(
+            self._async.set_limits(
+                dedupe_capacity=dedupe_capacity,
+                dedupe_max_age_ms=dedupe_max_age_ms,
+                runs_retained_per_job=runs_retained_per_job,
+                max_dead_letters=max_dead_letters,
+                max_attempt_records=max_attempt_records,
+                expected_version=expected_version,
+                request_id=request_id,
+                timeout_s=timeout_s,
+            )
+        )

@@ -69,6 +69,19 @@ class OutputTail:
         return data[-self._limit :].decode(errors="ignore") if self._limit else ""
 
 
+class ExitCode:
+    """The process exit code a task recorded (``TaskContext.set_exit_code``); None if none.
+    One attribute, written by the task's thread and read by the event loop: no lock."""
+
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value: int | None = None
+
+
+_INT32 = range(-(2**31), 2**31)
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class TaskContext:
     """The one argument of a task function: what to run, under which lease.
@@ -94,6 +107,7 @@ class TaskContext:
     worker_id: str = ""
     _lease: LeaseState = field(default_factory=LeaseState, repr=False)
     _output: OutputTail = field(default_factory=OutputTail, repr=False)
+    _exit_code: ExitCode = field(default_factory=ExitCode, repr=False)
 
     @property
     def scheduled_for(self) -> datetime:
@@ -120,5 +134,25 @@ class TaskContext:
         return self._lease.cancelled.wait(timeout_s)
 
     def write(self, text: str) -> None:
-        """Append to the task's output; its tail is reported with the result."""
+        """Append to the task's output; its tail is reported with the result or failure and
+        kept in the task's attempt record (``Attempt.output_tail``, ``gnomon run get``)."""
         self._output.write(text)
+
+    def output_tail(self) -> str:
+        """The tail of what the task wrote so far, as it would be reported now."""
+        return self._output.tail()
+
+    def set_exit_code(self, code: int | None) -> None:
+        """Record the exit code of the process this attempt ran (negative: killed by that
+        signal, as Python's ``returncode``); reported with the result or failure
+        (``Attempt.exit_code``). None clears it."""
+        if code is not None and (isinstance(code, bool) or not isinstance(code, int)):
+            raise TypeError(f"an exit code is an int, not {type(code).__name__}")
+        if code is not None and code not in _INT32:
+            raise ValueError(f"exit code {code} is outside the 32-bit range")
+        self._exit_code.value = code
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code recorded with ``set_exit_code`` (None if none)."""
+        return self._exit_code.value

@@ -15,8 +15,12 @@ from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 from ._context import LeaseState, OutputTail, TaskContext
 from ._errors import InvalidArgument
 from ._models import (
+    CLUSTER_LIMIT_NAMES,
     DEFAULT_QUEUE,
     DEFAULT_TENANT,
+    Attempt,
+    AttemptOutcome,
+    ClusterLimits,
     ClusterStatus,
     Consistency,
     CronSchedule,
@@ -24,6 +28,7 @@ from ._models import (
     IntervalSchedule,
     Job,
     JobSpec,
+    LimitsUpdate,
     MisfirePolicy,
     NodeStatus,
     OnceSchedule,
@@ -74,6 +79,15 @@ _TASK_STATE = {
     TaskState.CANCELLED: types_pb2.TASK_STATE_CANCELLED,
 }
 _TASK_STATE_BACK = {v: k for k, v in _TASK_STATE.items()}
+
+_ATTEMPT_OUTCOME = {
+    AttemptOutcome.UNSPECIFIED: types_pb2.ATTEMPT_OUTCOME_UNSPECIFIED,
+    AttemptOutcome.SUCCEEDED: types_pb2.ATTEMPT_OUTCOME_SUCCEEDED,
+    AttemptOutcome.FAILED: types_pb2.ATTEMPT_OUTCOME_FAILED,
+    AttemptOutcome.EXPIRED: types_pb2.ATTEMPT_OUTCOME_EXPIRED,
+    AttemptOutcome.CANCELLED: types_pb2.ATTEMPT_OUTCOME_CANCELLED,
+}
+_ATTEMPT_OUTCOME_BACK = {v: k for k, v in _ATTEMPT_OUTCOME.items()}
 
 _CONSISTENCY: dict[str, Any] = {
     "linearizable": api_pb2.CONSISTENCY_LINEARIZABLE,
@@ -208,6 +222,38 @@ def job_from_proto(msg: types_pb2.Job) -> Job:
     )
 
 
+def attempt_to_proto(a: Attempt) -> types_pb2.Attempt:
+    msg = types_pb2.Attempt(
+        attempt=a.attempt,
+        fencing_token=a.fencing_token,
+        worker_id=a.worker_id,
+        started_ms=a.started_ms,
+        finished_ms=a.finished_ms,
+        outcome=_ATTEMPT_OUTCOME[a.outcome],
+        error=a.error,
+        duration_ms=a.duration_ms,
+        output_tail=a.output_tail,
+    )
+    if a.exit_code is not None:
+        msg.exit_code = a.exit_code
+    return msg
+
+
+def attempt_from_proto(msg: types_pb2.Attempt) -> Attempt:
+    return Attempt(
+        attempt=msg.attempt,
+        fencing_token=msg.fencing_token,
+        worker_id=msg.worker_id,
+        started_ms=msg.started_ms,
+        finished_ms=msg.finished_ms,
+        outcome=_ATTEMPT_OUTCOME_BACK.get(msg.outcome, AttemptOutcome.UNSPECIFIED),
+        error=msg.error,
+        exit_code=msg.exit_code if msg.HasField("exit_code") else None,
+        duration_ms=msg.duration_ms,
+        output_tail=msg.output_tail,
+    )
+
+
 def task_instance_to_proto(ti: TaskInstance) -> types_pb2.TaskInstance:
     return types_pb2.TaskInstance(
         task_name=ti.task_name,
@@ -223,6 +269,8 @@ def task_instance_to_proto(ti: TaskInstance) -> types_pb2.TaskInstance:
         last_error=ti.last_error,
         result=ti.result,
         lease_ttl_ms=ti.lease_ttl_ms,
+        lease_remaining_ms=ti.lease_remaining_ms,
+        attempts=[attempt_to_proto(a) for a in ti.attempts],
     )
 
 
@@ -241,6 +289,8 @@ def task_instance_from_proto(msg: types_pb2.TaskInstance) -> TaskInstance:
         last_error=msg.last_error,
         result=msg.result,
         lease_ttl_ms=msg.lease_ttl_ms,
+        lease_remaining_ms=msg.lease_remaining_ms,
+        attempts=tuple(attempt_from_proto(a) for a in msg.attempts),
     )
 
 
@@ -329,6 +379,31 @@ def node_status_from_proto(msg: api_pb2.NodeStatus) -> NodeStatus:
     )
 
 
+def cluster_limits_to_proto(limits: ClusterLimits) -> types_pb2.ClusterLimits:
+    """Only the fields that are not None are set (an unset field keeps its value)."""
+    return types_pb2.ClusterLimits(
+        **{name: value for name, value in limits.items() if value is not None}
+    )
+
+
+def cluster_limits_from_proto(msg: types_pb2.ClusterLimits) -> ClusterLimits:
+    return ClusterLimits(
+        **{name: getattr(msg, name) for name in CLUSTER_LIMIT_NAMES if msg.HasField(name)}
+    )
+
+
+def limits_update_to_proto(update: LimitsUpdate) -> api_pb2.SetLimitsResponse:
+    return api_pb2.SetLimitsResponse(
+        limits=cluster_limits_to_proto(update.limits), limits_version=update.limits_version
+    )
+
+
+def limits_update_from_proto(msg: api_pb2.SetLimitsResponse) -> LimitsUpdate:
+    return LimitsUpdate(
+        limits=cluster_limits_from_proto(msg.limits), limits_version=msg.limits_version
+    )
+
+
 def cluster_status_to_proto(status: ClusterStatus) -> api_pb2.GetStatusResponse:
     return api_pb2.GetStatusResponse(
         node_id=status.node_id,
@@ -344,6 +419,9 @@ def cluster_status_to_proto(status: ClusterStatus) -> api_pb2.GetStatusResponse:
         dead_letters=status.dead_letters,
         state_digest=status.state_digest,
         version=status.version,
+        limits=cluster_limits_to_proto(status.limits),
+        limits_version=status.limits_version,
+        dead_letters_evicted=status.dead_letters_evicted,
     )
 
 
@@ -362,6 +440,9 @@ def cluster_status_from_proto(msg: api_pb2.GetStatusResponse) -> ClusterStatus:
         dead_letters=msg.dead_letters,
         state_digest=msg.state_digest,
         version=msg.version,
+        limits=cluster_limits_from_proto(msg.limits),
+        limits_version=msg.limits_version,
+        dead_letters_evicted=msg.dead_letters_evicted,
     )
 
 

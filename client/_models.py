@@ -10,11 +10,14 @@ from __future__ import annotations
 import enum
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, fields
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 __all__ = [
+    "Attempt",
+    "AttemptOutcome",
+    "ClusterLimits",
     "ClusterStatus",
     "Consistency",
     "CronSchedule",
@@ -34,6 +37,7 @@ __all__ = [
     "TaskRef",
     "TaskSpec",
     "TaskState",
+    "LimitsUpdate",
     "json_payload",
 ]
 
@@ -55,6 +59,10 @@ def _payload_bytes(value: bytes | bytearray | memoryview | Mapping[str, Any]) ->
     if isinstance(value, Mapping):
         return json_payload(dict(value))
     raise TypeError(f"payload must be bytes or a mapping (JSON), not {type(value).__name__}")
+
+
+def _utc(ms: int) -> datetime | None:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms else None
 
 
 class MisfirePolicy(enum.StrEnum):
@@ -111,6 +119,18 @@ class TaskState(enum.StrEnum):
 _TERMINAL_TASK_STATES = frozenset(
     {TaskState.SUCCEEDED, TaskState.DEAD, TaskState.UPSTREAM_FAILED, TaskState.CANCELLED}
 )
+
+
+class AttemptOutcome(enum.StrEnum):
+    """How one finished attempt of a task ended."""
+
+    UNSPECIFIED = "unspecified"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    """The worker reported a failure."""
+    EXPIRED = "expired"
+    """The lease ran out (the worker went away) or the task's timeout passed (see ``error``)."""
+    CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True, slots=True)
@@ -268,8 +288,44 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class Attempt:
+    """One finished attempt of a task: who ran it under which fencing token, how it ended,
+    and the tail of its output."""
+
+    attempt: int
+    fencing_token: int = 0
+    worker_id: str = ""
+    started_ms: int = 0
+    finished_ms: int = 0
+    outcome: AttemptOutcome = AttemptOutcome.UNSPECIFIED
+    error: str = ""
+    exit_code: int | None = None
+    """The exit code of the process the worker ran (negative: killed by that signal, as in
+    Python's ``returncode``); None when the worker ran no process."""
+    duration_ms: int = 0
+    """Run time as the worker measured it (0 if the worker did not say, e.g. an expiry)."""
+    output_tail: str = ""
+    """The last bytes of the task's output (at most the cluster's ``max_output_tail_bytes``)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "outcome", AttemptOutcome(self.outcome))
+
+    @property
+    def started(self) -> datetime | None:
+        """``started_ms`` as an aware UTC datetime (None if unset)."""
+        return _utc(self.started_ms)
+
+    @property
+    def finished(self) -> datetime | None:
+        """``finished_ms`` as an aware UTC datetime (None if unset)."""
+        return _utc(self.finished_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class TaskInstance:
-    """One task of one run."""
+    """One task of one run. ``attempts`` are its most recent finished attempts, oldest first
+    (the cluster keeps at most ``ClusterLimits.max_attempt_records``); the attempt in progress,
+    if any, is described by ``attempt``, ``fencing_token`` and ``worker_id``."""
 
     task_name: str
     state: TaskState = TaskState.UNSPECIFIED
@@ -284,6 +340,25 @@ class TaskInstance:
     last_error: str = ""
     result: bytes = b""
     lease_ttl_ms: int = 0
+    lease_remaining_ms: int = 0
+    """Lease time left at the leader's last checkpoint (0: none since the grant)."""
+    attempts: tuple[Attempt, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attempts", tuple(self.attempts))
+
+    @property
+    def last_attempt(self) -> Attempt | None:
+        """The most recent finished attempt, or None if none finished yet."""
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def output_tail(self) -> str:
+        """The output tail of the most recent finished attempt that has one ("" if none)."""
+        for attempt in reversed(self.attempts):
+            if attempt.output_tail:
+                return attempt.output_tail
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,8 +428,43 @@ class NodeStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterLimits:
+    """The replicated limits: bounds that change what the cluster's state machine does, the
+    same on every node whatever its own config says. In ``set_limits`` a field left None keeps
+    its value; in a status every field the node knows is set."""
+
+    dedupe_capacity: int | None = None
+    """Request ids remembered for retries (0: none)."""
+    dedupe_max_age_ms: int | None = None
+    """How long a request id is remembered at most (0: no age bound)."""
+    runs_retained_per_job: int | None = None
+    """Terminal runs kept in memory per job; older ones move to the history store."""
+    max_dead_letters: int | None = None
+    """Dead-letter queue entries (>= 1); beyond it the oldest leave the queue, counted in
+    ``ClusterStatus.dead_letters_evicted``."""
+    max_attempt_records: int | None = None
+    """Finished attempts kept per task (``TaskInstance.attempts``)."""
+
+    def items(self) -> list[tuple[str, int | None]]:
+        """``(name, value)`` of every limit, in declaration order."""
+        return [(name, getattr(self, name)) for name in CLUSTER_LIMIT_NAMES]
+
+
+CLUSTER_LIMIT_NAMES: tuple[str, ...] = tuple(f.name for f in fields(ClusterLimits))
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsUpdate:
+    """What ``set_limits`` answers: every limit as it now is, and its new version."""
+
+    limits: ClusterLimits
+    limits_version: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
-    """The answering node's view of the cluster."""
+    """The answering node's view of the cluster. ``limits_version`` 0 means the first leader
+    has not set the replicated limits yet."""
 
     node_id: str
     leader_node_id: str = ""
@@ -368,7 +478,12 @@ class ClusterStatus:
     active_runs: int = 0
     dead_letters: int = 0
     state_digest: str = ""
+    """Only when asked for (``include_digest``)."""
     version: str = ""
+    limits: ClusterLimits = field(default_factory=ClusterLimits)
+    limits_version: int = 0
+    dead_letters_evicted: int = 0
+    """Dead letters that left the queue because of ``limits.max_dead_letters``."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import dataclasses
 import logging
 import os
 import random
@@ -20,9 +21,9 @@ import socket
 import time
 import traceback
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 import grpc.aio
@@ -45,7 +46,7 @@ from ._transport import (
     reason_of,
 )
 
-__all__ = ["Worker"]
+__all__ = ["ReportRefusal", "Worker", "WorkerStats"]
 
 log = logging.getLogger("gnomon.client.worker")
 
@@ -73,6 +74,46 @@ _DEADLINE = "deadline"
 _SHUTDOWN = "shutdown"
 
 
+@dataclass(frozen=True, slots=True)
+class ReportRefusal:
+    """A Complete or Fail of this worker that the cluster did not record as sent (passed to
+    the worker's ``on_report_refused`` and counted in ``Worker.stats``).
+
+    ``final=True``: the cluster decided (the fencing token is stale, the task is no longer
+    leased, or it turned a Complete into a failure, e.g. a result over its
+    ``max_result_bytes``); sending the report again would change nothing. ``final=False``: the
+    report was never recorded (leader change, overload) and the worker stopped sending it
+    again (the lease lapsed, or it was refused too often); the cluster will expire the lease
+    and retry the task. ``detail`` is the cluster's reason."""
+
+    run_id: str
+    task_name: str
+    fencing_token: int
+    kind: Literal["complete", "fail"]
+    detail: str
+    final: bool
+
+    @property
+    def idempotency_key(self) -> str:
+        return f"{self.run_id}:{self.task_name}"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerStats:
+    """Counters of a worker's reports since it was created (``Worker.stats``)."""
+
+    tasks_started: int = 0
+    """Task functions called."""
+    reports_accepted: int = 0
+    """Completes and Fails the cluster recorded as sent."""
+    reports_refused: int = 0
+    """Reports the cluster decided otherwise about (``ReportRefusal.final``)."""
+    reports_resent: int = 0
+    """Times a report the cluster had not recorded was sent again."""
+    reports_abandoned: int = 0
+    """Reports never recorded that the worker stopped sending (``final=False``)."""
+
+
 class _StreamStalled(Exception):
     """Heartbeats went unacknowledged for too long: the stream is reopened."""
 
@@ -95,6 +136,9 @@ class _Execution:
     report_attempts: int = 0
     slot_released: bool = True
     deadline_handle: asyncio.TimerHandle | None = None
+    # time.monotonic() when the task function was called and when it returned or raised.
+    started_at: float | None = None
+    finished_at: float | None = None
 
     @property
     def token(self) -> int:
@@ -106,6 +150,12 @@ class _Execution:
 
     def describe(self) -> str:
         return f"{self.ctx.run_id}:{self.ctx.task_name} (token {self.ctx.fencing_token})"
+
+    def duration_ms(self) -> int:
+        if self.started_at is None:
+            return 0
+        end = self.finished_at if self.finished_at is not None else time.monotonic()
+        return max(0, round((end - self.started_at) * 1000))
 
 
 @dataclass
@@ -133,6 +183,12 @@ class Worker:
     Use ``await worker.run()`` (returns after ``shutdown()``) or ``async with worker:``.
     ``shutdown()`` stops taking work, lets running tasks finish for up to ``shutdown_grace_s``,
     then cancels the rest (reporting them as retryable failures) and closes the stream.
+
+    Every Complete and Fail carries the task's output tail (``ctx.write``), the attempt's
+    duration and, if the task recorded one (``ctx.set_exit_code``), its exit code. A report
+    the cluster did not record as sent is logged and passed to ``on_report_refused`` (a
+    ``ReportRefusal``; called on the worker's event loop, so keep it short); ``stats`` counts
+    them. A report the cluster could not commit is sent again while the lease holds.
     """
 
     def __init__(
@@ -152,6 +208,7 @@ class Worker:
         reconnect_initial_s: float = 0.1,
         reconnect_max_s: float = 5.0,
         hello_timeout_s: float = 10.0,
+        on_report_refused: Callable[[ReportRefusal], object] | None = None,
     ) -> None:
         if isinstance(client_or_servers, AsyncClient | Client):
             self._config: ChannelConfig = client_or_servers._config
@@ -184,6 +241,8 @@ class Worker:
         self._output_tail_bytes = output_tail_bytes
         self._backoff = Backoff(initial_s=reconnect_initial_s, maximum_s=reconnect_max_s)
         self._hello_timeout_s = hello_timeout_s
+        self._on_report_refused = on_report_refused
+        self._stats = WorkerStats()
         self._rng = random.Random()
 
         self._executor = concurrent.futures.ThreadPoolExecutor(
@@ -213,7 +272,20 @@ class Worker:
 
     @property
     def connected(self) -> bool:
+        """Whether a stream to the leader is open right now."""
         return self._call is not None
+
+    @property
+    def stats(self) -> WorkerStats:
+        """A snapshot of the worker's counters (tasks started, reports accepted, refused,
+        resent and abandoned)."""
+        return self._stats
+
+    def _count(self, **increments: int) -> None:
+        self._stats = dataclasses.replace(
+            self._stats,
+            **{name: getattr(self._stats, name) + n for name, n in increments.items()},
+        )
 
     async def __aenter__(self) -> Worker:
         self._run_task = asyncio.create_task(self.run(), name=f"gnomon-worker-{self.worker_id}")
@@ -436,12 +508,7 @@ class Worker:
             elif kind == "report_ack":
                 self._on_report_ack(msg.report_ack)
             elif kind == "cancel":
-                ex = self._executions.get(msg.cancel.lease.fencing_token)
-                if ex is not None:
-                    log.info(
-                        "task %s cancelled by the cluster: %s", ex.describe(), msg.cancel.reason
-                    )
-                    self._drop(ex, "cancelled")
+                self._on_cancel(msg.cancel)
             else:
                 log.warning("worker %s: unexpected %s message ignored", self.worker_id, kind)
 
@@ -552,28 +619,78 @@ class Worker:
                 log.warning("lease %s revoked by the cluster; stopping it", ex.describe())
                 self._drop(ex, "revoked")
 
+    def _on_cancel(self, cancel: worker_pb2.Cancel) -> None:
+        ex = self._executions.get(cancel.lease.fencing_token)
+        if ex is not None:
+            log.info("task %s cancelled by the cluster: %s", ex.describe(), cancel.reason)
+            self._drop(ex, "cancelled")
+
     def _on_report_ack(self, ack: worker_pb2.ReportAck) -> None:
         ex = self._executions.get(ack.lease.fencing_token)
         if ex is None or not ex.report_sent:
             return
-        if not ack.accepted:
-            ex.report_sent = False
-            ex.report_attempts += 1
-            # The leader may not have committed it (overload, leader change): send it again
-            # while the lease holds. A report for a stale token is rejected again, harmlessly,
-            # and the next heartbeat ack revokes the lease.
-            if ex.report_attempts < _MAX_REPORT_ATTEMPTS and ex.lease.valid():
-                delay = _REPORT_BACKOFF.delay(ex.report_attempts - 1, self._rng)
-                log.info(
-                    "report for %s not accepted (%s); sending it again in %.2fs",
-                    ex.describe(),
-                    ack.detail,
-                    delay,
-                )
-                asyncio.get_running_loop().call_later(delay, self._resend_report, ex)
-                return
-            log.warning("report for %s rejected: %s", ex.describe(), ack.detail)
+        if ack.accepted:
+            self._count(reports_accepted=1)
+            self._forget(ex)
+            return
+        ex.report_sent = False
+        ex.report_attempts += 1
+        if not ack.retry:
+            # The cluster decided (stale token, no longer leased, or the report turned into a
+            # failure): sending it again would change nothing.
+            self._refused(ex, ack.detail, final=True)
+            return
+        # Not recorded (not committed: leader change, overload): send it again while the
+        # lease holds.
+        if ex.report_attempts < _MAX_REPORT_ATTEMPTS and ex.lease.valid():
+            delay = _REPORT_BACKOFF.delay(ex.report_attempts - 1, self._rng)
+            log.info(
+                "report for %s not recorded (%s); sending it again in %.2fs",
+                ex.describe(),
+                ack.detail,
+                delay,
+            )
+            asyncio.get_running_loop().call_later(delay, self._resend_report, ex)
+            return
+        reason = (
+            "the lease is no longer valid"
+            if not ex.lease.valid()
+            else (f"not recorded after {ex.report_attempts} attempts")
+        )
+        self._refused(ex, f"{ack.detail} ({reason})", final=False)
+
+    def _refused(self, ex: _Execution, detail: str, *, final: bool) -> None:
+        """The cluster did not record ``ex``'s report as sent: log it, count it, tell the
+        application, forget the lease."""
+        kind = ex.report.WhichOneof("msg") if ex.report is not None else "fail"
+        refusal = ReportRefusal(
+            run_id=ex.ctx.run_id,
+            task_name=ex.ctx.task_name,
+            fencing_token=ex.token,
+            kind="complete" if kind == "complete" else "fail",
+            detail=detail,
+            final=final,
+        )
+        if final:
+            self._count(reports_refused=1)
+            # A result the cluster did not keep as a success deserves more than a warning.
+            level = logging.ERROR if refusal.kind == "complete" else logging.WARNING
+            log.log(level, "%s of %s refused by the cluster: %s", kind, ex.describe(), detail)
+        else:
+            self._count(reports_abandoned=1)
+            log.warning(
+                "%s of %s was not recorded and is not sent again: %s; the cluster will retry "
+                "the task once the lease expires",
+                kind,
+                ex.describe(),
+                detail,
+            )
         self._forget(ex)
+        if self._on_report_refused is not None:
+            try:
+                self._on_report_refused(refusal)
+            except Exception:  # noqa: BLE001 - the application's hook must not stop the worker
+                log.exception("on_report_refused raised for %s", ex.describe())
 
     # --- executing -----------------------------------------------------------------------------
 
@@ -582,12 +699,15 @@ class Worker:
         thread: concurrent.futures.Future[Any] | None = None
         try:
             report: worker_pb2.WorkerMessage | None
+            self._count(tasks_started=1)
+            ex.started_at = time.monotonic()
             try:
                 if ex.definition.is_async:
                     value = await ex.definition.fn(ex.ctx)
                 else:
                     thread = self._executor.submit(ex.definition.fn, ex.ctx)
                     value = await asyncio.wrap_future(thread)
+                ex.finished_at = time.monotonic()
                 ex.awaiting_fn = False
                 result = encode_result(value)
                 if len(result) > self._max_result_bytes:
@@ -598,17 +718,15 @@ class Worker:
                         retryable=False,
                     )
                 else:
-                    report = worker_pb2.WorkerMessage(
-                        complete=worker_pb2.Complete(
-                            lease=ex.ref, result=result, output_tail=ex.output.tail()
-                        )
-                    )
+                    report = self._complete(ex, result)
             except asyncio.CancelledError:
+                ex.finished_at = time.monotonic()
                 ex.awaiting_fn = False
                 if ex.cancel_reason is None:
                     raise
                 report = self._cancel_report(ex)
             except Exception as e:
+                ex.finished_at = ex.finished_at or time.monotonic()
                 ex.awaiting_fn = False
                 ex.output.write("".join(traceback.format_exception(e)))
                 report = self._fail(
@@ -644,15 +762,28 @@ class Worker:
             return self._fail(ex, "worker shut down before the task finished", retryable=True)
         return None
 
-    def _fail(self, ex: _Execution, error: str, *, retryable: bool) -> worker_pb2.WorkerMessage:
-        return worker_pb2.WorkerMessage(
-            fail=worker_pb2.Fail(
-                lease=ex.ref,
-                error=error[:_MAX_ERROR_CHARS],
-                retryable=retryable,
-                output_tail=ex.output.tail(),
-            )
+    def _complete(self, ex: _Execution, result: bytes) -> worker_pb2.WorkerMessage:
+        complete = worker_pb2.Complete(
+            lease=ex.ref,
+            result=result,
+            output_tail=ex.output.tail(),
+            duration_ms=ex.duration_ms(),
         )
+        if ex.ctx.exit_code is not None:
+            complete.exit_code = ex.ctx.exit_code
+        return worker_pb2.WorkerMessage(complete=complete)
+
+    def _fail(self, ex: _Execution, error: str, *, retryable: bool) -> worker_pb2.WorkerMessage:
+        fail = worker_pb2.Fail(
+            lease=ex.ref,
+            error=error[:_MAX_ERROR_CHARS],
+            retryable=retryable,
+            output_tail=ex.output.tail(),
+            duration_ms=ex.duration_ms(),
+        )
+        if ex.ctx.exit_code is not None:
+            fail.exit_code = ex.ctx.exit_code
+        return worker_pb2.WorkerMessage(fail=fail)
 
     async def _finish(self, ex: _Execution, report: worker_pb2.WorkerMessage | None) -> None:
         if report is None or self._executions.get(ex.token) is not ex:
@@ -681,11 +812,13 @@ class Worker:
             ex.report_sent = False
 
     def _resend_report(self, ex: _Execution) -> None:
+        if self._executions.get(ex.token) is not ex:
+            return
         if ex.lease.valid():
+            self._count(reports_resent=1)
             self._spawn(self._send_report(ex))
         else:
-            log.warning("not reporting %s again: the lease is no longer valid", ex.describe())
-            self._forget(ex)
+            self._refused(ex, "not recorded, and the lease is no longer valid", final=False)
 
     def _report_soon(self, ex: _Execution, report: worker_pb2.WorkerMessage) -> None:
         ex.report = report

@@ -15,6 +15,9 @@ same for every attempt: dedupe on it), ``X-Gnomon-Fencing-Token`` (strictly incr
 attempt: reject lower ones), ``X-Gnomon-Run-Id``, ``X-Gnomon-Attempt``, ``X-Gnomon-Job-Id``,
 ``X-Gnomon-Task-Name``, ``X-Gnomon-Scheduled-For-Ms``; these override the payload's headers.
 
+Every attempt's output (``Attempt.output_tail``) is the request line with the response status
+and the response body's tail (or the connection error); its duration is reported too.
+
 Outcome: 2xx succeeds (result ``{"status": 200, "body": <tail>}``); 5xx, 408, 425, 429, a
 timeout or a connection error is retried per the task's retry policy; any other status
 (4xx, and 3xx: redirects are not followed) or a malformed payload dead-letters.
@@ -191,11 +194,15 @@ def send_request(
     except (urllib.error.URLError, OSError, http.client.HTTPException) as e:
         reason = getattr(e, "reason", None) or e
         log.info("%s attempt %d: %s failed: %s", ctx.idempotency_key, ctx.attempt, what, reason)
+        ctx.write(f"{what}: {reason}\n")
         raise RequestFailed(f"{what}: {reason}") from None
     log.info("%s attempt %d: %s -> %d", ctx.idempotency_key, ctx.attempt, what, status)
+    # The attempt's output (Attempt.output_tail): the status line and the response's tail.
+    body_tail = _tail(data)
+    ctx.write(f"{what} -> HTTP {status}\n{body_tail}")
     if 200 <= status < 300:
-        return {"status": status, "body": _tail(data)}
-    message = f"{what} -> HTTP {status}: {_tail(data)[:500] or 'no body'}"
+        return {"status": status, "body": body_tail}
+    message = f"{what} -> HTTP {status}: {body_tail[:500] or 'no body'}"
     if status >= 500 or status in _RETRYABLE_4XX:
         raise RequestFailed(message)
     raise RequestRejected(message)

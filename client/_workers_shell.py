@@ -16,6 +16,9 @@ The command sees the task in its environment: ``GNOMON_RUN_ID``, ``GNOMON_JOB_ID
 ``GNOMON_FENCING_TOKEN``, ``GNOMON_DEADLINE_MS`` (0: none) and ``GNOMON_WORKER_ID``; these
 override the payload's ``env``.
 
+Every attempt reports the process's exit code (negative: killed by that signal), the tail of
+its output (stdout and stderr interleaved) and its duration: ``gnomon run get RUN`` shows them.
+
 Outcome: exit 0 succeeds (result ``{"exit_code": 0, "output_tail": ...}``); a non-zero exit
 fails the attempt, retried per the task's retry policy unless ``retry_on_exit`` is false or the
 code is in ``fatal_exit_codes``; death by a signal is retried; a command that cannot start (not
@@ -236,6 +239,9 @@ async def run_command(
         if proc.returncode is None:
             # Cancelled again while terminating: do not leave the group running.
             _signal_group(proc.pid, signal.SIGKILL)
+        else:
+            # Reported with the Complete or Fail (Attempt.exit_code), also after a timeout.
+            ctx.set_exit_code(proc.returncode)
     elapsed = time.monotonic() - started
     log.info("%s: pid %d exited with %d after %.2fs", ctx.idempotency_key, proc.pid, code, elapsed)
     if code == 0:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import difflib
 import json
 import os
 import re
@@ -18,10 +19,12 @@ from ._cli_render import (
     dead_letter_json,
     fmt_time,
     job_json,
+    limits_json,
     render_cluster,
     render_dead_letters,
     render_job,
     render_jobs,
+    render_limits,
     render_run,
     render_runs,
     run_json,
@@ -48,7 +51,7 @@ from ._errors import (
     Unauthenticated,
     Unavailable,
 )
-from ._models import Job, JobSpec, MisfirePolicy, Run, RunState, TaskRef
+from ._models import CLUSTER_LIMIT_NAMES, Job, JobSpec, MisfirePolicy, Run, RunState, TaskRef
 
 __all__ = ["EXIT_CODES", "build_parser", "error_line", "exit_code_for", "main"]
 
@@ -75,7 +78,7 @@ commands:
   job create|get|list|update|delete|pause|resume|trigger   manage jobs
   run list|get|cancel                                      inspect and cancel runs
   dlq list|replay                                          the dead-letter queue
-  cluster status                                           nodes, leader, Raft indexes
+  cluster status|limits                                    nodes, leader, replicated limits
   worker shell|http|python                                 ready-made workers
   dev                                                      a local 3-node cluster with demos
 
@@ -332,6 +335,12 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--request-id", help="dedupe key")
         if name == "delete":
             p.add_argument("--expected-version", type=int, default=0, metavar="N")
+            p.add_argument(
+                "--cancel-running",
+                action="store_true",
+                help="also cancel running tasks of its runs and stop their workers "
+                "(queued tasks are always cancelled)",
+            )
     p = leaf(job, "trigger", "start a run now, outside the schedule")
     _add_job_arg(p)
     p.add_argument("--request-id", help="dedupe key")
@@ -348,8 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--before", type=_instant_arg, metavar="TIME", help="only runs scheduled before TIME"
     )
-    p = leaf(run, "get", "one run and its tasks")
+    p = leaf(run, "get", "one run, its tasks, their attempts and the latest output")
     p.add_argument("run_id", metavar="RUN")
+    p.add_argument("--output", action="store_true", help="print the output tail of every attempt")
     _add_wait(p)
     p = leaf(run, "cancel", "cancel a run's unfinished tasks (running ones are stopped)")
     p.add_argument("run_id", metavar="RUN")
@@ -373,8 +383,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p = leaf(cluster, "status", "nodes, roles, leader and Raft indexes")
     p.add_argument("--node", metavar="ADDR", help="ask this node (no leader following)")
-    p.add_argument("--digest", action="store_true",
-                   help="also hash the node's whole state (slow on large states)")
+    p.add_argument(
+        "--digest",
+        action="store_true",
+        help="also hash the node's whole state (slow on large states)",
+    )
+    p = leaf(
+        cluster,
+        "limits",
+        "the replicated limits (every node applies the same); --set changes them",
+    )
+    p.add_argument(
+        "--set",
+        dest="set_limits",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one limit (repeatable; the others keep their value); keys: "
+        + ", ".join(CLUSTER_LIMIT_NAMES)
+        + " (_ms keys also take durations such as 1d)",
+    )
+    p.add_argument(
+        "--expected-version",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --set: apply only at this limits version",
+    )
+    p.add_argument("--request-id", help="dedupe key")
 
     worker = groups.add_parser("worker", help="ready-made workers").add_subparsers(
         dest="action", metavar="KIND", required=True
@@ -742,13 +778,25 @@ def _cmd_job_update(ctx: _Ctx) -> int:
 
 
 def _cmd_job_delete(ctx: _Ctx) -> int:
-    ref = _job_ref(ctx.args.job, ctx.args.tenant)
+    a = ctx.args
+    ref = _job_ref(a.job, a.tenant)
     job_id, kw = _ref_kwargs(ref)
     ctx.client.delete_job(
-        job_id, **kw, expected_version=ctx.args.expected_version, request_id=ctx.args.request_id
+        job_id,
+        **kw,
+        expected_version=a.expected_version,
+        cancel_running=a.cancel_running,
+        request_id=a.request_id,
     )
+    tasks = "queued and running tasks" if a.cancel_running else "queued tasks"
     ctx.emit(
-        f"deleted job {ctx.args.job}", {"deleted": True, **{k: v for k, v in ref.items() if v}}
+        f"deleted job {a.job}; its {tasks} are cancelled; its runs stay readable by run id "
+        "and by job id (gnomon run list JOB_ID)",
+        {
+            "deleted": True,
+            "cancel_running": a.cancel_running,
+            **{k: v for k, v in ref.items() if v},
+        },
     )
     return EXIT_OK
 
@@ -777,8 +825,12 @@ def _finish_run(ctx: _Ctx, run: Run, started: str) -> int:
         run = ctx.client.wait_run(run.run_id, timeout_s=ctx.args.wait_timeout)
     except DeadlineExceeded:
         run = ctx.client.get_run(run.run_id)
-    ctx.emit(render_run(run), run_json(run))
+    ctx.emit(_render_run(ctx, run), run_json(run))
     return EXIT_OK if run.state == RunState.SUCCEEDED else EXIT_RUN_NOT_SUCCEEDED
+
+
+def _render_run(ctx: _Ctx, run: Run) -> str:
+    return render_run(run, all_output=getattr(ctx.args, "output", False))
 
 
 def _cmd_job_trigger(ctx: _Ctx) -> int:
@@ -791,7 +843,20 @@ def _cmd_run_list(ctx: _Ctx) -> int:
     if (ctx.args.job is None) == (ctx.args.job_flag is None):
         raise UsageError("name one job: gnomon run list JOB (or --job JOB)")
     job_id, kw = _ref_kwargs(_job_ref(ctx.args.job or ctx.args.job_flag, ctx.args.tenant))
-    runs = ctx.client.list_runs(job_id, **kw, limit=ctx.args.limit, before_ms=ctx.args.before or 0)
+    try:
+        runs = ctx.client.list_runs(
+            job_id, **kw, limit=ctx.args.limit, before_ms=ctx.args.before or 0
+        )
+    except NotFound as e:
+        if job_id is not None:
+            raise
+        # A deleted job has no name any more, but its runs are kept under its id.
+        raise NotFound(
+            f"{e.message} (if the job was deleted, list its runs by job id: "
+            "gnomon run list JOB_ID)",
+            code=e.code,
+            reason=e.reason,
+        ) from None
     ctx.emit(render_runs(runs), [run_json(r) for r in runs])
     return EXIT_OK
 
@@ -800,7 +865,7 @@ def _cmd_run_get(ctx: _Ctx) -> int:
     run = ctx.client.get_run(ctx.args.run_id)
     if ctx.args.wait and not run.done:
         return _finish_run(ctx, run, f"waiting for run {run.run_id} ({run.state.value})")
-    ctx.emit(render_run(run), run_json(run))
+    ctx.emit(_render_run(ctx, run), run_json(run))
     if ctx.args.wait and run.state != RunState.SUCCEEDED:
         return EXIT_RUN_NOT_SUCCEEDED
     return EXIT_OK
@@ -846,6 +911,60 @@ def _cmd_dlq_replay(ctx: _Ctx) -> int:
 def _cmd_cluster_status(ctx: _Ctx) -> int:
     status = ctx.client.cluster_status(server=ctx.args.node, include_digest=ctx.args.digest)
     ctx.emit(render_cluster(status), cluster_json(status))
+    return EXIT_OK
+
+
+def parse_limit_settings(settings: Sequence[str]) -> dict[str, int]:
+    """``--set KEY=VALUE`` options as set_limits keyword arguments; UsageError names the key."""
+    out: dict[str, int] = {}
+    for text in settings:
+        key, sep, value = text.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise UsageError(f"--set {text}: expected KEY=VALUE, e.g. dedupe_capacity=50000")
+        if key not in CLUSTER_LIMIT_NAMES:
+            close = difflib.get_close_matches(key, CLUSTER_LIMIT_NAMES, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise UsageError(
+                f"--set {key}: unknown limit ({hint}limits: {', '.join(CLUSTER_LIMIT_NAMES)})"
+            )
+        if key in out:
+            raise UsageError(f"--set {key}: given twice")
+        if not value:
+            raise UsageError(f"--set {key}: no value")
+        if key.endswith("_ms"):
+            try:
+                out[key] = parse_duration_ms(value, key)
+            except UsageError as e:
+                raise UsageError(f"--set {e}") from None
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise UsageError(f"--set {key}: {value!r} is not an integer") from None
+    return out
+
+
+def _cmd_cluster_limits(ctx: _Ctx) -> int:
+    a = ctx.args
+    changes = parse_limit_settings(a.set_limits)
+    if not changes:
+        if a.expected_version or a.request_id:
+            raise UsageError("--expected-version and --request-id go with --set")
+        status = ctx.client.cluster_status()
+        ctx.emit(
+            render_limits(status.limits, status.limits_version),
+            limits_json(status.limits, status.limits_version),
+        )
+        return EXIT_OK
+    update = ctx.client.set_limits(
+        **changes, expected_version=a.expected_version, request_id=a.request_id
+    )
+    changed = ", ".join(f"{k}={v}" for k, v in changes.items())
+    ctx.emit(
+        f"set {changed}\n\n{render_limits(update.limits, update.limits_version)}",
+        limits_json(update),
+    )
     return EXIT_OK
 
 
@@ -907,6 +1026,7 @@ _COMMAND_TABLE: dict[tuple[str, str | None], Callable[[_Ctx], int]] = {
     ("dlq", "list"): _cmd_dlq_list,
     ("dlq", "replay"): _cmd_dlq_replay,
     ("cluster", "status"): _cmd_cluster_status,
+    ("cluster", "limits"): _cmd_cluster_limits,
     ("worker", "shell"): _cmd_worker,
     ("worker", "http"): _cmd_worker,
     ("worker", "python"): _cmd_worker,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import replace
 from typing import Any
 
@@ -12,6 +13,10 @@ import pytest
 
 from gnomon.client import (
     AlreadyExists,
+    Attempt,
+    AttemptOutcome,
+    ClusterLimits,
+    ClusterStatus,
     Conflict,
     CronSchedule,
     DeadLetter,
@@ -22,14 +27,17 @@ from gnomon.client import (
     InvalidArgument,
     Job,
     JobSpec,
+    LimitsUpdate,
     NotFound,
     OnceSchedule,
     ResourceExhausted,
     RetryPolicy,
     Run,
     RunState,
+    TaskInstance,
     TaskRef,
     TaskSpec,
+    TaskState,
     Unavailable,
 )
 from gnomon.client._cli_spec import UsageError
@@ -388,9 +396,41 @@ def test_pause_resume_delete(fake):
     code, out, _ = run(fake, "job", "resume", "j1", "--json")
     assert code == 0 and json.loads(out)["paused"] is False
     code, out, _ = run(fake, "job", "delete", "j1", "--json")
-    assert code == 0 and json.loads(out) == {"deleted": True, "job_id": "j1"}
+    assert code == 0
+    assert json.loads(out) == {"deleted": True, "cancel_running": False, "job_id": "j1"}
+    assert fake.method_calls("delete_job")[0][1]["cancel_running"] is False
     code, _, err = run(fake, "job", "delete", "j1")
     assert code == 1 and err.startswith("gnomon: not found: job: no job j1")
+
+
+def test_delete_can_cancel_running_tasks(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")))
+    code, out, _ = run(fake, "job", "delete", "x", "--cancel-running")
+    assert code == 0 and "queued and running tasks are cancelled" in out
+    assert "gnomon run list JOB_ID" in out
+    (args, kw) = fake.method_calls("delete_job")[0]
+    assert args == (None,) and kw["name"] == "x" and kw["cancel_running"] is True
+
+
+def test_run_list_of_a_deleted_job(fake):
+    # By id the node answers a deleted job's runs; by name it is NOT_FOUND, and the message
+    # says to use the id.
+    fake.runs["j9@5"] = Run("j9@5", "j9", state=RunState.CANCELLED)
+    code, out, _ = run(fake, "run", "list", "j9", "--json")
+    assert code == 0 and [r["run_id"] for r in json.loads(out)] == ["j9@5"]
+
+    def by_name(job_id=None, **kw):
+        if job_id is None:
+            raise NotFound("job: no job named 'gone' in tenant 'default'",
+                           code=grpc.StatusCode.NOT_FOUND)
+        return []
+
+    fake._list_runs = by_name
+    code, _, err = run(fake, "run", "list", "gone")
+    assert code == 1
+    assert err.startswith("gnomon: not found: job: no job named 'gone'")
+    assert "list its runs by job id: gnomon run list JOB_ID" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_trigger_and_wait(fake):
@@ -428,6 +468,61 @@ def test_runs(fake):
     assert (code, out) == (0, "run j1@5 is cancelled\n")
     code, out, _ = run(fake, "run", "get", "j1@5")
     assert code == 0 and "running" in out
+
+
+def _attempted_run() -> Run:
+    first = Attempt(
+        1, fencing_token=11, worker_id="w-a", started_ms=T0, finished_ms=T0 + 1200,
+        outcome=AttemptOutcome.FAILED, error="exit code 3; output tail: failing",
+        exit_code=3, duration_ms=1200, output_tail="first try\nfailing\n",
+    )
+    second = Attempt(
+        2, fencing_token=12, worker_id="w-b", started_ms=T0 + 5000, finished_ms=T0 + 5300,
+        outcome=AttemptOutcome.SUCCEEDED, exit_code=0, duration_ms=300,
+        output_tail="second try\nok\n",
+    )
+    task = TaskInstance(
+        "main", state=TaskState.SUCCEEDED, attempt=2, fencing_token=12, worker_id="w-b",
+        attempts=(first, second),
+    )
+    return Run("j1@7", "j1", state=RunState.SUCCEEDED, tasks=(task,))
+
+
+def test_run_get_shows_attempts_and_the_latest_output(fake):
+    fake.runs["j1@7"] = _attempted_run()
+    code, out, _ = run(fake, "run", "get", "j1@7")
+    assert code == 0
+    table = out[out.index("attempts:"):].splitlines()
+    assert table[1].split() == [
+        "TASK", "ATTEMPT", "TOKEN", "WORKER", "OUTCOME", "EXIT", "DURATION", "FINISHED", "ERROR"
+    ]
+    first, second = table[2].split(), table[3].split()
+    assert first[:7] == ["main", "1", "11", "w-a", "failed", "3", "1.2s"]
+    assert "exit code 3; output tail: failing" in table[2]
+    assert second[:7] == ["main", "2", "12", "w-b", "succeeded", "0", "300ms"]
+    # Only the latest output by default...
+    assert "output of main, attempt 2 (token 12):\n  second try\n  ok" in out
+    assert "first try" not in out
+    # ...every attempt's with --output.
+    code, out, _ = run(fake, "run", "get", "j1@7", "--output")
+    assert code == 0
+    assert out.index("attempt 1 (token 11):\n  first try\n  failing") < out.index(
+        "attempt 2 (token 12):\n  second try"
+    )
+
+
+def test_run_get_json_carries_every_attempt(fake):
+    fake.runs["j1@7"] = _attempted_run()
+    code, out, _ = run(fake, "run", "get", "j1@7", "--json")
+    assert code == 0
+    (task,) = json.loads(out)["tasks"]
+    assert [a["attempt"] for a in task["attempts"]] == [1, 2]
+    assert task["attempts"][0] == {
+        "attempt": 1, "fencing_token": 11, "worker_id": "w-a", "started_ms": T0,
+        "finished_ms": T0 + 1200, "outcome": "failed",
+        "error": "exit code 3; output tail: failing", "exit_code": 3, "duration_ms": 1200,
+        "output_tail": "first try\nfailing\n",
+    }
 
 
 def test_dlq(fake):
@@ -528,3 +623,95 @@ def test_cluster_status_pins_a_node(fake):
     assert code == 0 and json.loads(out)["node_id"] == "n1"
     assert fake.method_calls("cluster_status")[0][1] == {"server": "127.0.0.1:7702",
                                                           "include_digest": False}
+
+
+LIMITS = ClusterLimits(
+    dedupe_capacity=100_000, dedupe_max_age_ms=86_400_000, runs_retained_per_job=20,
+    max_dead_letters=100_000, max_attempt_records=10,
+)
+
+
+def test_cluster_status_shows_limits_version_and_evictions(fake):
+    fake._cluster_status = lambda **kw: ClusterStatus(
+        node_id="n1", leader_node_id="n1", dead_letters=4, dead_letters_evicted=7,
+        limits=LIMITS, limits_version=3,
+    )
+    code, out, _ = run(fake, "cluster", "status")
+    assert code == 0
+    head = out.split("\n\n")[0].splitlines()
+    lines = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in head)
+    assert lines["limits version"] == "3"
+    assert lines["dead letters"] == "4 (7 evicted)"
+    code, out, _ = run(fake, "cluster", "status", "--json")
+    data = json.loads(out)
+    assert data["limits_version"] == 3 and data["dead_letters_evicted"] == 7
+    assert data["limits"]["runs_retained_per_job"] == 20
+
+
+def test_cluster_limits_table_and_json(fake):
+    fake._cluster_status = lambda **kw: ClusterStatus(
+        node_id="n1", limits=LIMITS, limits_version=3
+    )
+    code, out, _ = run(fake, "cluster", "limits")
+    assert code == 0
+    rows = {line.split()[0]: line.split()[1] for line in out.splitlines()[3:]}
+    assert rows == {
+        "dedupe_capacity": "100000", "dedupe_max_age_ms": "86400000",
+        "runs_retained_per_job": "20", "max_dead_letters": "100000",
+        "max_attempt_records": "10",
+    }
+    assert "limits version  3" in out and "(1d00h)" in out
+    code, out, _ = run(fake, "cluster", "limits", "--json")
+    assert json.loads(out) == {"limits_version": 3, "limits": dict(LIMITS.items())}
+    assert not fake.method_calls("set_limits")
+
+
+def test_cluster_limits_set(fake):
+    def set_limits(**kw):
+        changed = {k: v for k, v in kw.items() if k in dict(LIMITS.items())}
+        return LimitsUpdate(replace(LIMITS, **changed), 4)
+
+    fake._set_limits = set_limits
+    code, out, _ = run(
+        fake, "cluster", "limits", "--set", "dedupe_capacity=50000",
+        "--set", "runs_retained_per_job=5", "--set", "dedupe_max_age_ms=2h",
+        "--expected-version", "3", "--json",
+    )
+    assert code == 0
+    assert fake.method_calls("set_limits") == [((), {
+        "dedupe_capacity": 50000, "runs_retained_per_job": 5, "dedupe_max_age_ms": 7_200_000,
+        "expected_version": 3, "request_id": None,
+    })]
+    data = json.loads(out)
+    assert data["limits_version"] == 4 and data["limits"]["dedupe_capacity"] == 50000
+    code, out, _ = run(fake, "cluster", "limits", "--set", "max_attempt_records=3")
+    assert code == 0 and out.startswith("set max_attempt_records=3\n")
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("dedup_capacity=5", "--set dedup_capacity: unknown limit (did you mean dedupe_capacity?"),
+        ("frobs=5", "--set frobs: unknown limit (limits: dedupe_capacity, "),
+        ("dedupe_capacity", "--set dedupe_capacity: expected KEY=VALUE"),
+        ("dedupe_capacity=lots", "--set dedupe_capacity: 'lots' is not an integer"),
+        ("dedupe_capacity=", "--set dedupe_capacity: no value"),
+        ("dedupe_max_age_ms=soon", "--set dedupe_max_age_ms: 'soon' is not a duration"),
+    ],
+)
+def test_cluster_limits_bad_settings_are_usage_errors(fake, setting, message):
+    code, _, err = run(fake, "cluster", "limits", "--set", setting)
+    assert code == 2 and err.startswith(f"gnomon: {message}"), err
+    assert fake.calls == []  # nothing was sent (no client was even made)
+
+
+def test_cluster_limits_refused_by_the_cluster(fake):
+    fake.fail = InvalidArgument(
+        "limits.max_dead_letters: must be >= 1, got 0", code=grpc.StatusCode.INVALID_ARGUMENT
+    )
+    code, _, err = run(fake, "cluster", "limits", "--set", "max_dead_letters=0")
+    assert code == 1
+    assert err == "gnomon: invalid argument: limits.max_dead_letters: must be >= 1, got 0\n"
+    assert run(fake, "cluster", "limits", "--set", "a", "--set", "a=1")[0] == 2
+    assert run(fake, "cluster", "limits", "--set", "max_dead_letters=1",
+               "--set", "max_dead_letters=2")[0] == 2

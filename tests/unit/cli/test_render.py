@@ -7,6 +7,9 @@ import json
 import pytest
 
 from gnomon.client import (
+    Attempt,
+    AttemptOutcome,
+    ClusterLimits,
     ClusterStatus,
     CronSchedule,
     DeadLetter,
@@ -28,10 +31,12 @@ from gnomon.client._cli_render import (
     fmt_schedule,
     fmt_time,
     job_json,
+    limits_json,
     render_cluster,
     render_dead_letters,
     render_job,
     render_jobs,
+    render_limits,
     render_run,
     render_runs,
     run_json,
@@ -220,6 +225,43 @@ def test_cluster():
     )
     text = render_cluster(status)
     assert "n2 (127.0.0.1:7702)" in text and "n2    leader    127.0.0.1:7702" in text
+    assert "limits version  0 (not set yet)" in text and "state digest" not in text
     data = cluster_json(status)
     assert data["leader_node_id"] == "n2" and data["nodes"][1]["role"] == "leader"
+    assert data["limits"] == {name: None for name, _ in ClusterLimits().items()}
     json.dumps(data)
+    digested = render_cluster(ClusterStatus(node_id="n1", state_digest="ab12", limits_version=2))
+    assert "state digest    ab12" in digested and "limits version  2" in digested
+
+
+def test_run_without_attempts_has_no_attempt_section():
+    assert "attempts:" not in render_run(_run())
+    assert all(t["attempts"] == [] for t in run_json(_run())["tasks"])
+
+
+def test_attempts_of_a_run():
+    killed = Attempt(
+        1, fencing_token=5, worker_id="w1", outcome=AttemptOutcome.FAILED, exit_code=-9,
+        error="killed by SIGKILL", started_ms=T0, finished_ms=T0 + 2500, output_tail="",
+    )
+    expired = Attempt(2, fencing_token=6, worker_id="w2", outcome=AttemptOutcome.EXPIRED,
+                      error="lease expired")
+    run = Run("j1@1", "j1", tasks=[TaskInstance("a", attempts=(killed, expired))])
+    text = render_run(run)
+    row1, row2 = text[text.index("attempts:"):].splitlines()[2:4]
+    # No duration from the worker: the recorded start and finish; an unknown exit code is -.
+    assert "-9 (signal 9)" in row1 and "2.5s" in row1
+    assert row2.split()[:7] == ["a", "2", "6", "w2", "expired", "-", "-"]
+    assert "output of" not in text  # neither attempt has output
+
+
+def test_limits():
+    limits = ClusterLimits(dedupe_capacity=0, dedupe_max_age_ms=90_000)
+    text = render_limits(limits, 5)
+    assert text.splitlines()[0] == "limits version  5"
+    rows = {line.split()[0]: line for line in text.splitlines()[3:]}
+    assert rows["dedupe_capacity"].split()[1] == "0"
+    assert "90000 (1m30s)" in rows["dedupe_max_age_ms"]
+    assert rows["max_attempt_records"].split()[1] == "-"
+    assert "request ids remembered" in rows["dedupe_capacity"]
+    assert limits_json(limits, 5) == {"limits_version": 5, "limits": dict(limits.items())}

@@ -116,6 +116,22 @@ async def test_shell_failures(payload, error, text):
     assert isinstance(err.value, NonRetryableError) == (error is not CommandFailed)
 
 
+@pytest.mark.parametrize(
+    ("command", "code"),
+    [("echo fine", 0), ("echo failing; exit 3", 3), ("echo dying; kill -9 $$", -9)],
+)
+async def test_shell_records_the_exit_code_and_output_on_the_context(command, code):
+    ctx = make_context(payload={"command": command})
+    assert ctx.exit_code is None
+    try:
+        await run_command(ctx, base_env=dict(os.environ))
+    except CommandFailed:
+        assert code != 0
+    # The Worker reports both with the Complete or Fail (Attempt.exit_code / output_tail).
+    assert ctx.exit_code == code
+    assert command.split(";")[0].removeprefix("echo ") in ctx.output_tail()
+
+
 async def test_shell_non_json_payload_is_bad():
     with pytest.raises(BadPayload, match="not JSON"):
         await run_command(make_context(payload=b"{"), base_env={})
@@ -134,6 +150,7 @@ async def test_cancel_kills_the_process_group(tmp_path):
     with pytest.raises(asyncio.CancelledError):
         await job
     assert not _alive(shell_pid)  # reaped by the worker
+    assert ctx.exit_code == -15  # SIGTERM; reported if the attempt still reports (a timeout)
     # The child is not ours to reap (init does), so wait for it to be gone or a zombie.
     await _until(lambda: not _alive(child_pid) or _zombie(child_pid))
 
@@ -204,16 +221,16 @@ def _ctx(payload, **kw) -> TaskContext:
 
 
 def test_http_success_carries_the_context(server):
-    result = send_request(
-        _ctx(
-            {
-                "url": f"{server}/200",
-                "body": {"a": 1},
-                "headers": {"Authorization": "Bearer x", "idempotency-key": "spoofed"},
-            }
-        )
+    ctx = _ctx(
+        {
+            "url": f"{server}/200",
+            "body": {"a": 1},
+            "headers": {"Authorization": "Bearer x", "idempotency-key": "spoofed"},
+        }
     )
+    result = send_request(ctx)
     assert result == {"status": 200, "body": "answer 200"}
+    assert ctx.output_tail() == f"POST {server}/200 -> HTTP 200\nanswer 200"
     ((path, headers, body),) = _Recorder.requests
     assert path == "/200" and json.loads(body) == {"a": 1}
     assert headers["Idempotency-Key"] == "j4@2000:notify"
@@ -246,16 +263,21 @@ def test_http_default_body_is_the_context_and_text_bodies(server):
     ],
 )
 def test_http_status_classes(server, status, error):
+    ctx = _ctx({"url": f"{server}/{status}"})
     with pytest.raises(error, match=f"HTTP {status}: answer {status}"):
-        send_request(_ctx({"url": f"{server}/{status}"}))
+        send_request(ctx)
     assert len(_Recorder.requests) == 1  # a redirect is not followed
+    # The failed attempt's output: the status line and the response body.
+    assert ctx.output_tail() == f"POST {server}/{status} -> HTTP {status}\nanswer {status}"
 
 
 def test_http_connection_refused_is_retryable():
     from tests.unit.client.fakes import closed_address
 
+    ctx = _ctx({"url": f"http://{closed_address()}/x"})
     with pytest.raises(RequestFailed, match="refused"):
-        send_request(_ctx({"url": f"http://{closed_address()}/x"}))
+        send_request(ctx)
+    assert "refused" in ctx.output_tail() and ctx.exit_code is None
 
 
 @pytest.mark.parametrize(

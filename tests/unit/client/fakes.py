@@ -88,6 +88,16 @@ def default_response(method: str, request: Any) -> Any:
         )
     if method == "ReplayDeadLetters":
         return api_pb2.ReplayDeadLettersResponse(replayed=request.tasks)
+    if method == "SetLimits":
+        full = types_pb2.ClusterLimits(
+            dedupe_capacity=100_000,
+            dedupe_max_age_ms=86_400_000,
+            runs_retained_per_job=20,
+            max_dead_letters=100_000,
+            max_attempt_records=10,
+        )
+        full.MergeFrom(request.limits)
+        return api_pb2.SetLimitsResponse(limits=full, limits_version=2)
     return getattr(api_pb2, f"{method}Response")()
 
 
@@ -137,7 +147,7 @@ def _delegate(name: str) -> Callable[..., Any]:
     return method
 
 
-for _name in JOB_METHODS:
+for _name in [*JOB_METHODS, "SetLimits"]:
     setattr(FakeNode, _name, _delegate(_name))
 
 

@@ -11,6 +11,7 @@ import pytest
 from gnomon.client import (
     AsyncClient,
     Client,
+    ClusterLimits,
     Conflict,
     CronSchedule,
     DeadlineExceeded,
@@ -210,10 +211,83 @@ async def test_every_mutating_call_carries_a_request_id(serve):
         await client.trigger_job("j1")
         await client.cancel_run("j1@0")
         await client.replay_dead_letters(all=True)
+        await client.set_limits(max_attempt_records=5)
     ids = node.request_ids
-    assert len(ids) == 8 and len(set(ids)) == 8 and all(ids)
+    assert len(ids) == 9 and len(set(ids)) == 9 and all(ids)
     (_, update) = node.calls[1]
     assert update.job == api_pb2.JobRef(tenant="default", name="nightly")
+
+
+async def test_delete_job_cancel_running_is_sent(serve):
+    node = FakeNode()
+    addr = await serve(node)
+    async with fast(addr) as client:
+        await client.delete_job("j1")
+        await client.delete_job("j2", cancel_running=True, expected_version=3)
+    (_, plain), (_, cancelling) = node.calls
+    assert plain.job.job_id == "j1" and not plain.cancel_running
+    assert cancelling.job.job_id == "j2" and cancelling.cancel_running
+    assert cancelling.expected_version == 3
+
+
+async def test_set_limits_sends_only_the_given_limits_and_reuses_its_request_id(serve):
+    leader = FakeNode([Abort(grpc.StatusCode.UNAVAILABLE, "not committed: leader changed")])
+    addr = await serve(leader)
+    async with fast(addr) as client:
+        update = await client.set_limits(
+            dedupe_capacity=50_000, runs_retained_per_job=0, expected_version=1
+        )
+    assert [m for m, _ in leader.calls] == ["SetLimits", "SetLimits"]
+    (_, first), (_, second) = leader.calls
+    assert first == second and first.request_id and first.expected_version == 1
+    # Unset fields keep their value on the cluster; 0 is a value (sent, not "unset").
+    assert first.limits.HasField("dedupe_capacity") and first.limits.dedupe_capacity == 50_000
+    assert first.limits.HasField("runs_retained_per_job")
+    assert first.limits.runs_retained_per_job == 0
+    assert not first.limits.HasField("max_dead_letters")
+    assert update.limits_version == 2
+    assert update.limits == ClusterLimits(
+        dedupe_capacity=50_000,
+        dedupe_max_age_ms=86_400_000,
+        runs_retained_per_job=0,
+        max_dead_letters=100_000,
+        max_attempt_records=10,
+    )
+
+
+async def test_set_limits_is_validated_before_sending(serve):
+    node = FakeNode()
+    addr = await serve(node)
+    async with fast(addr) as client:
+        with pytest.raises(InvalidArgument, match="at least one limit"):
+            await client.set_limits()
+        with pytest.raises(InvalidArgument, match="max_dead_letters"):
+            await client.set_limits(max_dead_letters="5")  # type: ignore[arg-type]
+        with pytest.raises(InvalidArgument, match="dedupe_capacity"):
+            await client.set_limits(dedupe_capacity=True)
+        with pytest.raises(TypeError):
+            await client.set_limits(100)  # type: ignore[misc]  # keyword-only
+    assert node.calls == []
+
+
+async def test_status_carries_limits_and_eviction_count(serve):
+    class Node(FakeNode):
+        async def GetStatus(self, request, context):
+            self.calls.append(("GetStatus", request))
+            return api_pb2.GetStatusResponse(
+                node_id="n1",
+                limits=types_pb2.ClusterLimits(dedupe_capacity=5, max_attempt_records=3),
+                limits_version=4,
+                dead_letters_evicted=9,
+            )
+
+    node = Node()
+    addr = await serve(node)
+    async with fast(addr) as client:
+        status = await client.cluster_status(include_digest=True)
+    assert node.calls[0][1].include_digest
+    assert status.limits == ClusterLimits(dedupe_capacity=5, max_attempt_records=3)
+    assert (status.limits_version, status.dead_letters_evicted) == (4, 9)
 
 
 async def test_wait_run_polls_until_terminal(serve):

@@ -7,6 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gnomon.client import (
+    Attempt,
+    AttemptOutcome,
+    ClusterLimits,
     ClusterStatus,
     CronSchedule,
     DeadLetter,
@@ -14,6 +17,7 @@ from gnomon.client import (
     InvalidArgument,
     Job,
     JobSpec,
+    LimitsUpdate,
     MisfirePolicy,
     NodeStatus,
     OnceSchedule,
@@ -80,6 +84,19 @@ jobs = st.builds(
     created_ms=INT64,
     updated_ms=INT64,
 )
+attempts = st.builds(
+    Attempt,
+    attempt=INT32,
+    fencing_token=UINT64,
+    worker_id=TEXT,
+    started_ms=INT64,
+    finished_ms=INT64,
+    outcome=st.sampled_from(AttemptOutcome),
+    error=TEXT,
+    exit_code=st.none() | INT32,
+    duration_ms=INT64,
+    output_tail=TEXT,
+)
 task_instances = st.builds(
     TaskInstance,
     task_name=NAME,
@@ -95,6 +112,8 @@ task_instances = st.builds(
     last_error=TEXT,
     result=st.binary(max_size=32),
     lease_ttl_ms=INT64,
+    lease_remaining_ms=INT64,
+    attempts=st.lists(attempts, max_size=3).map(tuple),
 )
 runs = st.builds(
     Run,
@@ -128,6 +147,15 @@ node_statuses = st.builds(
     match_index=INT64,
     connected=st.booleans(),
 )
+OPTIONAL_INT64 = st.none() | INT64
+cluster_limits = st.builds(
+    ClusterLimits,
+    dedupe_capacity=OPTIONAL_INT64,
+    dedupe_max_age_ms=OPTIONAL_INT64,
+    runs_retained_per_job=OPTIONAL_INT64,
+    max_dead_letters=OPTIONAL_INT64,
+    max_attempt_records=OPTIONAL_INT64,
+)
 cluster_statuses = st.builds(
     ClusterStatus,
     node_id=TEXT,
@@ -143,6 +171,9 @@ cluster_statuses = st.builds(
     dead_letters=INT64,
     state_digest=TEXT,
     version=TEXT,
+    limits=cluster_limits,
+    limits_version=INT64,
+    dead_letters_evicted=INT64,
 )
 
 
@@ -201,6 +232,42 @@ def test_cluster_status_round_trip(status):
     assert cv.cluster_status_from_proto(_wire(cv.cluster_status_to_proto(status))) == status
 
 
+@given(attempts)
+def test_attempt_round_trip(attempt):
+    assert cv.attempt_from_proto(_wire(cv.attempt_to_proto(attempt))) == attempt
+
+
+@given(cluster_limits)
+def test_cluster_limits_round_trip(limits):
+    assert cv.cluster_limits_from_proto(_wire(cv.cluster_limits_to_proto(limits))) == limits
+
+
+@given(cluster_limits, INT64)
+def test_limits_update_round_trip(limits, version):
+    update = LimitsUpdate(limits, version)
+    assert cv.limits_update_from_proto(_wire(cv.limits_update_to_proto(update))) == update
+
+
+def test_zero_is_a_value_and_unset_is_none():
+    # exit code 0 is not "no process"; a limit of 0 is not "keep the value".
+    assert cv.attempt_to_proto(Attempt(1, exit_code=0)).HasField("exit_code")
+    assert not cv.attempt_to_proto(Attempt(1)).HasField("exit_code")
+    assert cv.attempt_from_proto(types_pb2.Attempt(attempt=1)).exit_code is None
+    msg = cv.cluster_limits_to_proto(ClusterLimits(runs_retained_per_job=0))
+    assert msg.HasField("runs_retained_per_job")
+    assert not msg.HasField("dedupe_capacity")
+    assert [f.name for f, _ in msg.ListFields()] == ["runs_retained_per_job"]
+
+
+def test_limit_fields_match_the_proto():
+    assert list(ClusterLimits.__dataclass_fields__) == [
+        f.name for f in types_pb2.ClusterLimits.DESCRIPTOR.fields
+    ]
+    assert all(
+        f.has_presence for f in types_pb2.ClusterLimits.DESCRIPTOR.fields
+    ), "every limit must be optional on the wire (unset keeps its value)"
+
+
 @given(NAME, NAME)
 def test_task_ref_round_trip(run_id, task_name):
     ref = TaskRef(run_id, task_name)
@@ -230,12 +297,16 @@ def test_wire_defaults_are_normalised():
 
 def test_unknown_enum_values_from_a_newer_server_map_to_unspecified():
     run = types_pb2.Run(
-        run_id="j1@0", state=99, trigger=42, tasks=[types_pb2.TaskInstance(state=77)]
+        run_id="j1@0",
+        state=99,
+        trigger=42,
+        tasks=[types_pb2.TaskInstance(state=77, attempts=[types_pb2.Attempt(outcome=55)])],
     )
     converted = cv.run_from_proto(run)
     assert converted.state is RunState.UNSPECIFIED
     assert converted.trigger is RunTrigger.UNSPECIFIED
     assert converted.tasks[0].state is TaskState.UNSPECIFIED
+    assert converted.tasks[0].attempts[0].outcome is AttemptOutcome.UNSPECIFIED
 
 
 def test_every_enum_member_has_a_wire_value():
@@ -247,6 +318,9 @@ def test_every_enum_member_has_a_wire_value():
         assert cv._RUN_TRIGGER_BACK[cv._RUN_TRIGGER[member]] is member
     for member in MisfirePolicy:
         assert cv._MISFIRE_BACK[cv._MISFIRE[member]] is member
+    for member in AttemptOutcome:
+        assert cv._ATTEMPT_OUTCOME_BACK[cv._ATTEMPT_OUTCOME[member]] is member
+    assert set(cv._ATTEMPT_OUTCOME_BACK) == set(types_pb2.AttemptOutcome.values())
     # Every proto enum value is covered (UNSPECIFIED misfire means RUN_ALL).
     assert set(cv._RUN_STATE_BACK) == set(types_pb2.RunState.values())
     assert set(cv._TASK_STATE_BACK) == set(types_pb2.TaskState.values())

@@ -14,8 +14,11 @@ from gnomon.client import testing
 PUBLIC = [
     "AlreadyExists",
     "AsyncClient",
+    "Attempt",
+    "AttemptOutcome",
     "Cancelled",
     "Client",
+    "ClusterLimits",
     "ClusterStatus",
     "Conflict",
     "Consistency",
@@ -28,11 +31,13 @@ PUBLIC = [
     "InvalidArgument",
     "Job",
     "JobSpec",
+    "LimitsUpdate",
     "MisfirePolicy",
     "NodeStatus",
     "NonRetryableError",
     "NotFound",
     "OnceSchedule",
+    "ReportRefusal",
     "ResourceExhausted",
     "RetryPolicy",
     "Run",
@@ -48,6 +53,7 @@ PUBLIC = [
     "Unauthenticated",
     "Unavailable",
     "Worker",
+    "WorkerStats",
     "json_payload",
     "task",
 ]
@@ -92,6 +98,45 @@ def test_no_protobuf_type_in_public_signatures():
             hints = getattr(fn, "__annotations__", {})
         for hint in hints.values():
             assert "_pb2" not in repr(hint), f"{fn!r} exposes a protobuf type: {hint!r}"
+
+
+def _calls(cls):
+    return {
+        name: inspect.signature(member)
+        for name, member in vars(cls).items()
+        if not name.startswith("_") and callable(member)
+    }
+
+
+def test_client_and_async_client_offer_the_same_calls():
+    blocking, asynchronous = _calls(gnomon.client.Client), _calls(gnomon.client.AsyncClient)
+    assert blocking.keys() == asynchronous.keys()
+    for name, sig in asynchronous.items():
+        other = blocking[name]
+        assert [(p.name, p.kind, p.default) for p in sig.parameters.values()] == [
+            (p.name, p.kind, p.default) for p in other.parameters.values()
+        ], name
+
+
+def test_every_public_method_has_a_docstring_of_its_own():
+    for cls in (gnomon.client.Client, gnomon.client.AsyncClient, gnomon.client.Worker):
+        for name, member in vars(cls).items():
+            if name.startswith("_"):
+                continue
+            doc = (member.fget if isinstance(member, property) else member).__doc__ or ""
+            assert doc.strip(), f"{cls.__name__}.{name} has no docstring"
+            assert not doc.startswith("See "), f"{cls.__name__}.{name}: {doc!r}"
+
+
+def test_options_of_public_calls_are_keyword_only():
+    # Beyond the subject of a call (a job id, a spec, a run id, tenant, tasks), options are
+    # keyword-only, so that adding one never shifts another.
+    subjects = {"self", "spec", "job_id", "run_id", "tenant", "tasks", "servers"}
+    for cls in (gnomon.client.Client, gnomon.client.AsyncClient):
+        for name, sig in _calls(cls).items():
+            for p in sig.parameters.values():
+                if p.kind is p.POSITIONAL_OR_KEYWORD:
+                    assert p.name in subjects, f"{cls.__name__}.{name}({p.name}) is positional"
 
 
 def test_importing_the_client_does_not_import_the_node():

@@ -8,6 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gnomon.client import (
+    Attempt,
+    AttemptOutcome,
+    ClusterLimits,
     CronSchedule,
     DeadLetter,
     IntervalSchedule,
@@ -94,3 +97,24 @@ def test_task_definition_spec():
     assert spec == TaskSpec(
         "load", queue="etl", depends_on=("extract",), payload=b'{"k":1}', timeout_ms=500
     )
+
+
+def test_attempt_records():
+    first = Attempt(1, fencing_token=4, outcome="failed", exit_code=3, output_tail="boom\n")
+    second = Attempt(2, fencing_token=9, outcome=AttemptOutcome.EXPIRED, started_ms=1000)
+    ti = TaskInstance("a", attempts=[first, second])  # type: ignore[arg-type]
+    assert ti.attempts == (first, second) and hash(ti.attempts)
+    assert first.outcome is AttemptOutcome.FAILED
+    assert ti.last_attempt is second
+    # The latest output there is, even if the last attempt (an expiry) has none.
+    assert ti.output_tail == "boom\n"
+    assert TaskInstance("b").last_attempt is None and TaskInstance("b").output_tail == ""
+    assert second.started == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert second.finished is None
+
+
+def test_cluster_limits_items_are_in_declaration_order():
+    limits = ClusterLimits(max_attempt_records=5)
+    assert limits.items()[-1] == ("max_attempt_records", 5)
+    assert [name for name, _ in limits.items()][0] == "dedupe_capacity"
+    assert all(value is None for _, value in limits.items()[:-1])

@@ -81,3 +81,21 @@ def test_definition_is_still_callable():
 def test_task_name_is_validated():
     with pytest.raises(ValueError):
         task(name="has space")(lambda ctx: None)
+
+
+def test_exit_code_and_output_tail_on_the_context():
+    ctx = make_context()
+    assert ctx.exit_code is None and ctx.output_tail() == ""
+    ctx.write("a\n")
+    ctx.set_exit_code(2)
+    assert (ctx.exit_code, ctx.output_tail()) == (2, "a\n")
+    ctx.set_exit_code(None)
+    assert ctx.exit_code is None
+    with pytest.raises(TypeError):
+        ctx.set_exit_code(True)
+    with pytest.raises(TypeError):
+        ctx.set_exit_code("1")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        ctx.set_exit_code(2**31)
+    # Each context has its own record.
+    assert make_context().exit_code is None

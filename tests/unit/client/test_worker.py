@@ -18,6 +18,7 @@ from gnomon.client import (
     AsyncClient,
     GnomonError,
     NonRetryableError,
+    ReportRefusal,
     TaskContext,
     Worker,
     task,
@@ -172,6 +173,8 @@ async def test_revoked_token_cancels_the_task_without_a_report(serve):
 
 
 async def test_cancel_message_stops_the_task(serve):
+    # The real leader pushes Cancel as soon as the run is cancelled (tests/integration/
+    # test_sdk_cancel.py shows it against real nodes); here only the SDK's side.
     svc = FakeWorkerService()
     addr = await serve(svc)
     gate = Gate()
@@ -240,7 +243,8 @@ async def test_skipped_heartbeat_acks_reconnect_instead_of_fencing(serve):
     assert not gate.cancelled
 
 
-async def test_report_not_accepted_is_sent_again(serve):
+async def test_report_not_recorded_is_sent_again(serve):
+    # accepted=false, retry=true: the leader could not commit it; the same report goes again.
     svc = FakeWorkerService(auto_report_ack=False)
     addr = await serve(svc)
 
@@ -258,6 +262,7 @@ async def test_report_not_accepted_is_sent_again(serve):
             report_ack={
                 "lease": first.lease,
                 "accepted": False,
+                "retry": True,
                 "detail": "not committed: leader changed; report again",
             }
         )
@@ -266,6 +271,146 @@ async def test_report_not_accepted_is_sent_again(serve):
         assert 71 in worker._executions
         stream.send(report_ack={"lease": first.lease, "accepted": True})
         await wait_until(lambda: not worker._executions)
+        assert worker.stats.reports_resent == 1 and worker.stats.reports_accepted == 1
+        assert worker.stats.reports_refused == worker.stats.reports_abandoned == 0
+
+
+async def test_report_the_cluster_decided_on_is_surfaced_not_resent(serve, caplog):
+    # accepted=false, retry=false (here: a Complete the cluster turned into a failure): the
+    # worker must not resend it, must say so loudly and tell the application.
+    svc = FakeWorkerService(auto_report_ack=False)
+    addr = await serve(svc)
+    refusals: list[ReportRefusal] = []
+    told = asyncio.Event()
+
+    def on_refused(refusal: ReportRefusal) -> None:
+        refusals.append(refusal)
+        told.set()
+        raise RuntimeError("a broken hook must not stop the worker")
+
+    @task(name="main")
+    async def quick(ctx: TaskContext) -> str:
+        return "done"
+
+    detail = "result: 70000 bytes exceeds max_result_bytes 65536; recorded as a failure"
+    async with make_worker(
+        addr, [quick], max_concurrency=1, on_report_refused=on_refused
+    ) as worker:
+        await svc.expect("credits")
+        stream = svc.streams[0]
+        stream.send(assign=assign(72))
+        _, first = await svc.expect("complete")
+        await svc.expect("credits")
+        with caplog.at_level("WARNING", logger="gnomon.client.worker"):
+            stream.send(report_ack={"lease": first.lease, "accepted": False, "detail": detail})
+            await asyncio.wait_for(told.wait(), 5)
+        # Forgotten at once: a resend needs the held lease, so none can follow.
+        assert 72 not in worker._executions
+        assert refusals == [
+            ReportRefusal("j1@1000", "main", 72, kind="complete", detail=detail, final=True)
+        ]
+        assert refusals[0].idempotency_key == "j1@1000:main"
+        assert worker.stats.reports_refused == 1 and worker.stats.reports_resent == 0
+        errors = [r for r in caplog.records if r.levelname == "ERROR" and detail in r.message]
+        assert errors, caplog.text
+        # The worker goes on: the next task is served and its report accepted.
+        stream.send(assign=assign(73))
+        _, nxt = await svc.expect("complete")
+        assert nxt.lease.fencing_token == 73
+        stream.send(report_ack={"lease": nxt.lease, "accepted": True})
+        await wait_until(lambda: worker.stats.reports_accepted == 1)
+
+
+async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeypatch):
+    import gnomon.client._worker as worker_module
+
+    monkeypatch.setattr(worker_module, "_MAX_REPORT_ATTEMPTS", 2)
+    monkeypatch.setattr(worker_module, "_REPORT_BACKOFF", worker_module.Backoff(0.001, 0.002))
+    svc = FakeWorkerService(auto_report_ack=False)
+    addr = await serve(svc)
+    refusals: list[ReportRefusal] = []
+
+    @task(name="main")
+    async def failing(ctx: TaskContext) -> str:
+        raise ConnectionError("db down")
+
+    async with make_worker(
+        addr, [failing], max_concurrency=1, on_report_refused=refusals.append
+    ) as worker:
+        await svc.expect("credits")
+        stream = svc.streams[0]
+        stream.send(assign=assign(74))
+        not_committed = "not committed: overloaded; report again"
+        for _ in range(2):
+            _, fail = await svc.expect("fail", skip=("heartbeat", "credits"))
+            stream.send(
+                report_ack={
+                    "lease": fail.lease,
+                    "accepted": False,
+                    "retry": True,
+                    "detail": not_committed,
+                }
+            )
+        await wait_until(lambda: refusals)
+        assert not worker._executions
+    (refusal,) = refusals
+    assert refusal.kind == "fail" and not refusal.final and not_committed in refusal.detail
+    assert worker.stats.reports_resent == 1 and worker.stats.reports_abandoned == 1
+
+
+async def test_reports_carry_output_tail_duration_and_exit_code(serve):
+    svc = FakeWorkerService()
+    addr = await serve(svc)
+    gate = asyncio.Event()
+
+    @task(name="proc")
+    async def proc(ctx: TaskContext) -> str:
+        ctx.write("line 1\n")
+        await gate.wait()
+        ctx.write("line 2\n")
+        ctx.set_exit_code(0)
+        return "ok"
+
+    @task(name="crash")
+    def crash(ctx: TaskContext) -> None:
+        ctx.write("about to crash\n")
+        ctx.set_exit_code(-9)
+        raise RuntimeError("killed")
+
+    @task(name="plain")
+    async def plain(ctx: TaskContext) -> None:
+        return None
+
+    async with make_worker(addr, [proc, crash, plain], max_concurrency=1) as worker:
+        await svc.expect("credits")
+        stream = svc.streams[0]
+        stream.send(assign=assign(81, task_name="proc"))
+        # At least one heartbeat interval passes while the task is held: a measurable run.
+        await svc.expect("heartbeat", skip=("credits",))
+        gate.set()
+        _, complete = await svc.expect("complete")
+        assert complete.output_tail == "line 1\nline 2\n"
+        assert complete.HasField("exit_code") and complete.exit_code == 0
+        assert complete.duration_ms > 0
+        await svc.expect("credits")
+
+        stream.send(assign=assign(82, task_name="crash"))
+        _, fail = await svc.expect("fail")
+        assert fail.exit_code == -9 and "about to crash" in fail.output_tail
+        assert fail.duration_ms >= 0 and fail.error == "RuntimeError: killed"
+        await svc.expect("credits")
+
+        stream.send(assign=assign(83, task_name="plain"))
+        _, complete = await svc.expect("complete")
+        assert not complete.HasField("exit_code") and complete.output_tail == ""
+        await svc.expect("credits")
+
+        # Never started (no such task): no duration, no exit code.
+        stream.send(assign=assign(84, task_name="nope"))
+        _, fail = await svc.expect("fail")
+        assert fail.duration_ms == 0 and not fail.HasField("exit_code")
+        await wait_until(lambda: worker.stats.reports_accepted == 4)
+        assert worker.stats.tasks_started == 3
 
 
 async def test_deadline_cancels_and_reports_retryable(serve):
