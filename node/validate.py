@@ -26,6 +26,7 @@ from gnomon.node.schedules import ScheduleError, check_schedule, job_hash_id
 __all__ = [
     "SpecLimits",
     "ValidationError",
+    "validate_id",
     "validate_request_id",
     "validate_spec",
     "validate_worker_id",
@@ -36,6 +37,9 @@ _QUEUE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _NAME_CHARS = re.compile(r"[A-Za-z0-9_.-]+")
 _WORKER_ID = re.compile(r"[A-Za-z0-9_.:-]{1,128}")
 MAX_REQUEST_ID_BYTES = 128
+# Ids the cluster assigns ("j12", "j12@1700000000000") are far shorter; the bound keeps any id a
+# valid LMDB key (at most 511 bytes) in the run history store.
+MAX_ID_BYTES = 256
 MIN_PRIORITY = -100
 MAX_PRIORITY = 100
 _MISFIRE_POLICIES = (MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST, MisfirePolicy.SKIP)
@@ -107,6 +111,17 @@ def validate_request_id(request_id: str) -> None:
         raise ValidationError(
             "request_id", f"{size} bytes exceeds the maximum of {MAX_REQUEST_ID_BYTES}"
         )
+
+
+def validate_id(field: str, value: str, *, required: bool = True) -> None:
+    """An id the cluster assigned (job_id, run_id): at most 256 bytes; empty only if optional."""
+    if not value:
+        if required:
+            raise ValidationError(field, "required")
+        return
+    size = len(value.encode("utf-8"))
+    if size > MAX_ID_BYTES:
+        raise ValidationError(field, f"{size} bytes exceeds the maximum of {MAX_ID_BYTES}")
 
 
 def validate_worker_id(worker_id: str) -> None:
