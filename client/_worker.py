@@ -728,7 +728,8 @@ class Worker:
             except Exception as e:
                 ex.finished_at = ex.finished_at or time.monotonic()
                 ex.awaiting_fn = False
-                ex.output.write("".join(traceback.format_exception(e)))
+                if getattr(e, "_gnomon_traceback_in_output", True):
+                    ex.output.write("".join(traceback.format_exception(e)))
                 report = self._fail(
                     ex,
                     f"{type(e).__name__}: {e}",

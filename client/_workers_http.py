@@ -56,9 +56,13 @@ _PAYLOAD_KEYS = ("url", "method", "body", "headers", "timeout_s")
 class RequestFailed(Exception):
     """5xx, 408/425/429, timeout or connection error: retryable."""
 
+    _gnomon_traceback_in_output = False
+
 
 class RequestRejected(NonRetryableError):
     """Any other non-2xx status: retrying the same request cannot help."""
+
+    _gnomon_traceback_in_output = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +204,8 @@ def send_request(
     # The attempt's output (Attempt.output_tail): the status line and the response's tail.
     body_tail = _tail(data)
     ctx.write(f"{what} -> HTTP {status}\n{body_tail}")
+    if body_tail and not body_tail.endswith("\n"):
+        ctx.write("\n")
     if 200 <= status < 300:
         return {"status": status, "body": body_tail}
     message = f"{what} -> HTTP {status}: {body_tail[:500] or 'no body'}"

@@ -72,13 +72,22 @@ _PAYLOAD_KEYS = ("argv", "command", "env", "cwd", "retry_on_exit", "fatal_exit_c
 class BadPayload(NonRetryableError):
     """The task's payload is not a valid shell command (retrying cannot help)."""
 
+    # An expected outcome: the output tail keeps the command's output, not a traceback.
+    _gnomon_traceback_in_output = False
+
 
 class CommandFailed(Exception):
     """The command exited non-zero or was killed by a signal (retryable)."""
 
+    # An expected outcome: the output tail keeps the command's output, not a traceback.
+    _gnomon_traceback_in_output = False
+
 
 class CommandFailedFinal(NonRetryableError):
     """The command could not start, or exited with a code the payload marks final."""
+
+    # An expected outcome: the output tail keeps the command's output, not a traceback.
+    _gnomon_traceback_in_output = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,8 +117,72 @@ def test_job_lifecycle_with_json(servers):
     assert run["run_id"] in [r["run_id"] for r in ok_json(servers, "run", "list", job_id)]
     assert ok_json(servers, "run", "cancel", run["run_id"])["state"] == "cancelled"
 
-    assert ok_json(servers, "job", "delete", "every5") == {"deleted": True, "name": "every5"}
+    assert ok_json(servers, "job", "delete", "every5") == {
+        "deleted": True,
+        "cancel_running": False,
+        "name": "every5",
+    }
     assert_one_line_error(gnomon(servers, "job", "get", job_id), 1, "gnomon: not found: ")
+
+
+def test_a_deleted_jobs_runs_are_listed_by_its_id(servers):
+    # Nobody serves this queue: the run stays queued until the delete cancels it.
+    job = ok_json(
+        servers, "job", "create", "--name", "orphan", "--at", "2099-01-01T00:00:00Z",
+        "--queue", "nobody-serves-this",
+    )
+    run = ok_json(servers, "job", "trigger", "orphan")
+    proc = gnomon(servers, "job", "delete", "orphan", "--cancel-running")
+    assert proc.returncode == 0, proc.stderr
+    assert "queued and running tasks are cancelled" in proc.stdout
+    runs = ok_json(servers, "run", "list", job["job_id"])
+    assert [(r["run_id"], r["state"]) for r in runs] == [(run["run_id"], "cancelled")]
+    assert runs[0]["tasks"][0]["state"] == "cancelled"
+    assert ok_json(servers, "run", "get", run["run_id"])["state"] == "cancelled"
+    # By name the job is gone (the name may be a new job's by now); the message says what to do.
+    proc = gnomon(servers, "run", "list", "orphan")
+    assert_one_line_error(proc, 1, "gnomon: not found: ")
+    assert "list its runs by job id: gnomon run list JOB_ID" in proc.stderr
+
+
+def test_cluster_limits_show_and_set(servers):
+    before = ok_json(servers, "cluster", "limits")
+    assert before["limits_version"] >= 1  # the first leader set them from its config
+    assert sorted(before["limits"]) == sorted(
+        ["dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters",
+         "max_attempt_records"]
+    )
+    assert all(isinstance(v, int) for v in before["limits"].values())
+    proc = gnomon(servers, "cluster", "limits")
+    assert proc.returncode == 0
+    assert f"limits version  {before['limits_version']}" in proc.stdout
+    assert "runs_retained_per_job" in proc.stdout and "MEANING" in proc.stdout
+
+    after = ok_json(
+        servers, "cluster", "limits", "--set", "dedupe_capacity=50000",
+        "--set", "runs_retained_per_job=5",
+    )
+    assert after["limits_version"] == before["limits_version"] + 1
+    assert after["limits"] == before["limits"] | {"dedupe_capacity": 50000,
+                                                  "runs_retained_per_job": 5}
+    status = ok_json(servers, "cluster", "status")
+    assert status["limits_version"] == after["limits_version"]
+    assert status["limits"] == after["limits"] and status["dead_letters_evicted"] == 0
+    proc = gnomon(servers, "cluster", "status")
+    assert f"limits version  {after['limits_version']}" in proc.stdout
+    assert "(0 evicted)" in proc.stdout
+
+    # Refused by the cluster (names the limit), a stale version, and a usage error: no change.
+    proc = gnomon(servers, "cluster", "limits", "--set", "max_dead_letters=0")
+    assert_one_line_error(proc, 1, "gnomon: invalid argument: limits.max_dead_letters")
+    stale = gnomon(
+        servers, "cluster", "limits", "--set", "max_attempt_records=3",
+        "--expected-version", str(before["limits_version"]),
+    )
+    assert_one_line_error(stale, 1, "gnomon: conflict: expected_version")
+    proc = gnomon(servers, "cluster", "limits", "--set", "dedupe_capacty=1")
+    assert_one_line_error(proc, 2, "gnomon: --set dedupe_capacty: unknown limit")
+    assert ok_json(servers, "cluster", "limits") == after
 
 
 def test_human_output(servers):

@@ -17,7 +17,16 @@ from typing import Any
 
 import pytest
 
-from gnomon.client import Client, JobSpec, OnceSchedule, RetryPolicy, Run, RunState, TaskState
+from gnomon.client import (
+    AttemptOutcome,
+    Client,
+    JobSpec,
+    OnceSchedule,
+    RetryPolicy,
+    Run,
+    RunState,
+    TaskState,
+)
 from gnomon.node.localcluster import LocalCluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -197,7 +206,9 @@ def test_cancelled_run_stops_the_subprocess(env, tmp_path):
         return False
 
     poll(gone, timeout_s=20, what=f"pid {pid} to be killed and reaped")
-    assert env["client"].get_run(run.run_id).task("main").state == TaskState.CANCELLED
+    main = env["client"].get_run(run.run_id).task("main")
+    assert main.state == TaskState.CANCELLED
+    assert [a.outcome for a in main.attempts] == [AttemptOutcome.CANCELLED]
 
 
 def test_timeout_kills_the_whole_process_group(env, tmp_path):
@@ -254,6 +265,43 @@ def test_shell_exit_codes_retry_or_dead_letter(env):
     assert final.state == RunState.FAILED
     assert final.task("main").attempt == 1
     assert "not retried" in final.task("main").last_error
+
+    # Every attempt is on record: its exit code, output tail, duration, token and worker.
+    first, second = retried.task("main").attempts
+    assert [a.attempt for a in (first, second)] == [1, 2]
+    assert all(a.outcome is AttemptOutcome.FAILED and a.exit_code == 3 for a in (first, second))
+    assert all(a.output_tail == "failing\n" for a in (first, second))
+    assert second.fencing_token > first.fencing_token
+    assert all(a.worker_id and a.duration_ms >= 0 for a in (first, second))
+    (only,) = final.task("main").attempts
+    assert only.exit_code == 3 and only.output_tail == ""
+
+    # `gnomon run get` shows them; --json carries everything.
+    proc = gnomon(env, "run", "get", retried.run_id)
+    assert proc.returncode == 0, proc.stderr
+    rows = proc.stdout[proc.stdout.index("attempts:"):].splitlines()
+    assert rows[1].split()[:6] == ["TASK", "ATTEMPT", "TOKEN", "WORKER", "OUTCOME", "EXIT"]
+    assert rows[2].split()[:2] == ["main", "1"] and rows[2].split()[4:6] == ["failed", "3"]
+    assert rows[3].split()[:2] == ["main", "2"] and rows[3].split()[4:6] == ["failed", "3"]
+    assert "output of main, attempt 2" in proc.stdout
+    assert "output of main, attempt 1" not in proc.stdout
+    proc = gnomon(env, "run", "get", retried.run_id, "--output")
+    assert "output of main, attempt 1" in proc.stdout and "output of main, attempt 2" in proc.stdout
+    proc = gnomon(env, "run", "get", retried.run_id, "--json")
+    attempts = json.loads(proc.stdout)["tasks"][0]["attempts"]
+    assert [(a["outcome"], a["exit_code"], a["output_tail"]) for a in attempts] == [
+        ("failed", 3, "failing\n"),
+        ("failed", 3, "failing\n"),
+    ]
+
+
+def test_shell_success_records_exit_code_zero_and_the_output(env):
+    run = finished(env, start(env, "shell-ok", "shell", {"command": "echo one; echo two >&2"}))
+    assert run.state == RunState.SUCCEEDED
+    (attempt,) = run.task("main").attempts
+    assert attempt.outcome is AttemptOutcome.SUCCEEDED and attempt.exit_code == 0
+    assert sorted(attempt.output_tail.split()) == ["one", "two"]
+    assert run.task("main").output_tail == attempt.output_tail
 
 
 # --- http ----------------------------------------------------------------------------------
@@ -319,6 +367,12 @@ def test_http_5xx_is_retried_and_4xx_dead_lettered(env, hooks):
     flaky, bad = finished(env, flaky), finished(env, bad)
 
     assert flaky.state == RunState.SUCCEEDED and flaky.task("main").attempt == 2
+    # The attempts' output: the request line with the status, then the response body.
+    failed, succeeded = flaky.task("main").attempts
+    assert failed.outcome is AttemptOutcome.FAILED and succeeded.outcome is AttemptOutcome.SUCCEEDED
+    assert failed.output_tail == f"POST {hooks}/flaky -> HTTP 503\nnope\n"
+    assert succeeded.output_tail == f"POST {hooks}/flaky -> HTTP 200\nthanks\n"
+    assert failed.exit_code is None and succeeded.exit_code is None  # no process
     first, second = _Hooks.seen("/flaky")
     # Same idempotency key on every attempt; a strictly higher fencing token on the retry.
     assert first["Idempotency-Key"] == second["Idempotency-Key"] == f"{flaky.run_id}:main"

@@ -230,7 +230,7 @@ def test_http_success_carries_the_context(server):
     )
     result = send_request(ctx)
     assert result == {"status": 200, "body": "answer 200"}
-    assert ctx.output_tail() == f"POST {server}/200 -> HTTP 200\nanswer 200"
+    assert ctx.output_tail() == f"POST {server}/200 -> HTTP 200\nanswer 200\n"
     ((path, headers, body),) = _Recorder.requests
     assert path == "/200" and json.loads(body) == {"a": 1}
     assert headers["Idempotency-Key"] == "j4@2000:notify"
@@ -268,7 +268,7 @@ def test_http_status_classes(server, status, error):
         send_request(ctx)
     assert len(_Recorder.requests) == 1  # a redirect is not followed
     # The failed attempt's output: the status line and the response body.
-    assert ctx.output_tail() == f"POST {server}/{status} -> HTTP {status}\nanswer {status}"
+    assert ctx.output_tail() == f"POST {server}/{status} -> HTTP {status}\nanswer {status}\n"
 
 
 def test_http_connection_refused_is_retryable():
@@ -328,6 +328,30 @@ async def test_worker_catch_all_and_specific_tasks():
             svc.streams[0].send(assign=assign(2, task_name="special", queue="q"))
             _, done = await svc.expect("complete", skip=("heartbeat", "hello", "credits"))
             assert done.result == b"special"
+    finally:
+        await server.stop(None)
+
+
+async def test_shell_worker_reports_exit_code_output_and_duration():
+    svc = FakeWorkerService()
+    server, address = await start_server(svc)
+    worker = Worker(address, tasks=[shell_task("sh")], shutdown_grace_s=2.0)
+    skip = ("heartbeat", "hello", "credits")
+    try:
+        async with worker:
+            await svc.expect("credits")
+            payload = json.dumps({"command": "echo failing; exit 3"}).encode()
+            svc.streams[0].send(assign=assign(1, queue="sh", payload=payload))
+            _, fail = await svc.expect("fail", skip=skip)
+            assert fail.retryable and fail.exit_code == 3
+            # The command's output, not a traceback of the worker's own exception.
+            assert fail.output_tail == "failing\n"
+            assert fail.error.startswith("CommandFailed: exit code 3")
+            payload = json.dumps({"argv": ["echo", "fine"]}).encode()
+            svc.streams[0].send(assign=assign(2, queue="sh", payload=payload))
+            _, done = await svc.expect("complete", skip=skip)
+            assert done.HasField("exit_code") and done.exit_code == 0
+            assert done.output_tail == "fine\n" and done.duration_ms >= 0
     finally:
         await server.stop(None)
 
