@@ -94,6 +94,8 @@ class Config:
     # Snapshots: compact the log after this many entries or seconds.
     snapshot_min_entries: int = 20_000
     snapshot_min_time_s: float = 60.0
+    # The longest a SIGTERM shutdown may take before the process exits anyway.
+    shutdown_timeout_ms: int = 10_000
     # Test-only fault switches (see jepsen canaries); never set in production.
     canaries: tuple[str, ...] = field(default=())
 

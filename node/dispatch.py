@@ -24,6 +24,7 @@ from gnomon.node.core.model import DEFAULT_MAX_ATTEMPTS, TaskState
 from gnomon.node.leases import LeaseTable
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer
 from gnomon.node.replica import Replica
+from gnomon.node.tasks import Supervisor
 from gnomon.v1 import worker_pb2
 
 log = logging.getLogger(__name__)
@@ -48,7 +49,8 @@ class WorkerSession:
 
 class Dispatcher:
     def __init__(self, replica: Replica, proposer: Proposer, leases: LeaseTable, *,
-                 lease_ttl_ms: int, max_credits: int):
+                 lease_ttl_ms: int, max_credits: int, supervisor: Supervisor):
+        self._supervisor = supervisor
         self._replica = replica
         self._proposer = proposer
         self._leases = leases
@@ -101,7 +103,7 @@ class Dispatcher:
             for run in self._replica.state.runs.values():
                 for inst in run.tasks.values():
                     self._index(run, inst)
-        self._task = asyncio.create_task(self._run(), name="dispatch")
+        self._task = self._supervisor.spawn(self._run(), name="dispatch", critical=True)
 
     async def stop(self) -> None:
         if self._task:
@@ -160,7 +162,7 @@ class Dispatcher:
             grants = self._match()
             metrics.READY_TASKS.set(sum(len(h) for h in self._ready.values()))
             if grants:
-                asyncio.create_task(self._grant(grants))
+                self._supervisor.spawn(self._grant(grants), name="dispatch-grant")
 
     def _release_waiting(self, now_ms: int) -> None:
         if not self._waiting or self._waiting[0][0] > now_ms:

@@ -12,6 +12,7 @@ from gnomon.node import metrics
 from gnomon.node.clock import mono_ms
 from gnomon.node.core.commands import Barrier
 from gnomon.node.raft import LEADER, ROLE_NAMES, NotCommitted, Overloaded, Proposer, RaftNode
+from gnomon.node.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
@@ -27,7 +28,9 @@ class Leadership:
         proof_interval_ms: int,
         on_start: Callable[[int], Awaitable[None]],
         on_stop: Callable[[], Awaitable[None]],
+        supervisor: Supervisor,
     ):
+        self._supervisor = supervisor
         self._raft = raft_getter
         self._proposer = proposer_getter
         self.proof_interval_ms = proof_interval_ms
@@ -40,7 +43,7 @@ class Leadership:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="leadership")
+        self._task = self._supervisor.spawn(self._run(), name="leadership", critical=True)
 
     async def stop(self) -> None:
         if self._task:

@@ -21,6 +21,7 @@ from gnomon.node.clock import mono_ms, wall_ms
 from gnomon.node.config import Config
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Code, Rejected
+from gnomon.node.replica import crash_process
 
 log = logging.getLogger(__name__)
 
@@ -180,7 +181,8 @@ class Proposer:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="proposer")
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="proposer")
+        self._task.add_done_callback(_fatal_if_failed)
 
     async def stop(self) -> None:
         if self._task:
@@ -220,7 +222,9 @@ class Proposer:
         self._wake.set()
         timeout = (timeout_ms or self._config.commit_timeout_ms) / 1000
         try:
-            results = await asyncio.wait_for(asyncio.gather(*futures), timeout)
+            # Not wait_for (it can swallow a cancel on 3.11, see trigger.py).
+            async with asyncio.timeout(timeout):
+                results = await asyncio.gather(*futures)
         except TimeoutError:
             raise NotCommitted(f"not committed within {timeout:.1f}s") from None
         return list(results)
@@ -271,6 +275,13 @@ class Proposer:
         for p in waiting:
             if not p.future.done():
                 p.future.set_exception(NotCommitted(f"entry not committed (reason {reason})"))
+
+
+def _fatal_if_failed(task: asyncio.Task) -> None:
+    """The proposer loop only ends by cancellation; anything else is a bug: stop the node."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("proposer failed", exc_info=task.exception())
+        crash_process(f"proposer failed: {task.exception()!r}")
 
 
 def approx_size(cmd: c.Command) -> int:

@@ -27,7 +27,7 @@ from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.decode import DecodeGuard
 from gnomon.node.servicers.jobs import JobServicer
 from gnomon.node.servicers.worker import WorkerServicer
-from gnomon.node.tasks import Supervisor
+from gnomon.node.tasks import Supervisor, run_steps
 from gnomon.node.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.validate import SpecLimits
 from gnomon.v1 import api_pb2_grpc, worker_pb2_grpc
@@ -136,7 +136,7 @@ class Node:
         cfg = self.config
         self.leadership = Leadership(
             lambda: self.raft, lambda: self.proposer, proof_interval_ms=cfg.proof_interval_ms,
-            on_start=self._start_leading, on_stop=self._stop_leading,
+            on_start=self._start_leading, on_stop=self._stop_leading, supervisor=self.supervisor,
         )
         self.replica.add_listener(self._on_applied)
         self.raft = RaftNode(cfg, self.replica, self._on_role)
@@ -157,7 +157,8 @@ class Node:
             supervisor=self.supervisor, rng=self.rng)
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=cfg.lease_ttl_ms,
-                                     max_credits=cfg.max_worker_credits)
+                                     max_credits=cfg.max_worker_credits,
+                                     supervisor=self.supervisor)
         self.proposer.start()
         self.leadership.start()
         server = await self._start_grpc()
@@ -202,16 +203,30 @@ class Node:
         self._stopping.set()
 
     async def _shutdown(self, server: grpc.aio.Server) -> None:
+        """Stop in order, bounded by shutdown_timeout_ms: a step that hangs (a peer that
+        never answers, a disk that never returns) must not keep the process alive."""
         log.info("shutting down")
-        await self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        timeout_s = self.config.shutdown_timeout_ms / 1000
+        stuck = await run_steps([
+            ("health", lambda: self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)),
+            ("leadership transfer", self._transfer_if_leading),
+            ("leader loops", self.leadership.stop),
+            ("gRPC server", lambda: server.stop(grace=min(2.0, timeout_s / 4))),
+            ("proposer", self.proposer.stop),
+            ("background tasks", lambda: self.supervisor.cancel_all(timeout_s / 4)),
+            ("raft", lambda: asyncio.to_thread(self.raft.destroy)),
+            ("history", lambda: asyncio.to_thread(self.replica.history.close)),
+        ], timeout_s)
+        if stuck is not None:
+            log.error("shutdown did not finish within %.1fs (stuck at: %s); exiting now",
+                      timeout_s, stuck)
+            logging.shutdown()
+            os._exit(1)
+        log.info("stopped")
+
+    async def _transfer_if_leading(self) -> None:
         if self.leadership.ready:
             self.raft.transfer_leadership()
-        await self.leadership.stop()
-        await server.stop(grace=2.0)
-        await self.proposer.stop()
-        self.raft.destroy()
-        self.replica.history.close()
-        log.info("stopped")
 
 
 LIMITS_BOOTSTRAP_ID = "gnomon:limits-bootstrap"

@@ -58,6 +58,20 @@ class Supervisor:
                             task.get_name(), timeout_s)
 
 
+async def run_steps(steps: list[tuple[str, Callable[[], Any]]], timeout_s: float) -> str | None:
+    """Run named steps in order (a step returns an awaitable) within `timeout_s` in all;
+    returns None when all finished, else the name of the step that was still running."""
+    current = "start"
+    try:
+        async with asyncio.timeout(timeout_s):
+            for name, step in steps:
+                current = name
+                await step()
+    except TimeoutError:
+        return current
+    return None
+
+
 class Backoff:
     """Exponential delays with full jitter: min(cap, base * 2**n) * U(0.5, 1)."""
 
