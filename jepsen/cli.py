@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gnomon.jepsen.context import WORKLOADS, TestOptions
-from gnomon.jepsen.nemesis import GROUPS
+from gnomon.jepsen.nemesis import FIRST_TIER, GROUPS, SECOND_TIER
 from gnomon.jepsen.net import NetError
 
 DEFAULT_OUT = "store/jepsen"
@@ -28,14 +28,26 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in _csv(text)]
 
 
-def _node_flags(items: list[str]) -> dict[str, str]:
-    out = {}
+TIERS = {"tier1": FIRST_TIER, "tier2": SECOND_TIER}
+
+
+def _node_flags(items: list[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
+    """`key=value` for every node, `n2:key=value` for one node."""
+    common: dict[str, str] = {}
+    per_node: dict[str, dict[str, str]] = {}
     for item in items:
         key, _, value = item.partition("=")
         if not value:
-            raise argparse.ArgumentTypeError(f"--node-flag {item!r}: expected key=value")
-        out[key.strip().lstrip("-").replace("-", "_")] = value
-    return out
+            raise SystemExit(f"gnomon jepsen: --node-flag {item!r}: expected [node:]key=value")
+        node, _, key = key.rpartition(":")
+        key = key.strip().lstrip("-").replace("-", "_")
+        (per_node.setdefault(node.strip(), {}) if node else common)[key] = value
+    return common, per_node
+
+
+def _tiers(names: tuple[str, ...]) -> tuple[str, ...]:
+    """Nemesis names with `tier1` / `tier2` expanded into their groups."""
+    return tuple(dict.fromkeys(g for n in names for g in TIERS.get(n, (n,))))
 
 
 def parser() -> argparse.ArgumentParser:
@@ -56,7 +68,9 @@ def parser() -> argparse.ArgumentParser:
     matrix = sub.add_parser("matrix", help="every nemesis with every workload, 3 and 5 nodes, "
                                            "several seeds")
     matrix.add_argument("--workload", type=_csv, default=WORKLOADS)
-    matrix.add_argument("--nemesis", type=_csv, default=tuple(GROUPS))
+    matrix.add_argument("--nemesis", type=_csv, default=tuple(GROUPS),
+                        help="one run per group or kind; tier1, tier2 stand for their groups "
+                             f"(tier2: {','.join(SECOND_TIER)})")
     matrix.add_argument("--nodes", type=_ints, default=[3, 5])
     matrix.add_argument("--seeds", type=_ints, default=[1, 2, 3])
     _common(matrix, time_limit=60.0)
@@ -71,8 +85,13 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 120.0) -> None:
     p.add_argument("--sdk-workers", type=int, default=2)
     p.add_argument("--zombies", type=int, default=1,
                    help="lease workers that never self-fence")
-    p.add_argument("--node-flag", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra gnomon-node flag for every node (repeatable)")
+    p.add_argument("--node-flag", action="append", default=[], metavar="[NODE:]KEY=VALUE",
+                   help="extra gnomon-node flag for every node, or for one (n2:key=value); "
+                        "repeatable")
+    p.add_argument("--fire-jobs", type=int, default=0,
+                   help="jobs of the fire workload (default 6, 300 with an outage nemesis)")
+    p.add_argument("--disk-mb", type=int, default=96,
+                   help="disk-full: size of the tmpfs under each node's data directory")
     p.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -81,11 +100,12 @@ def options(args: argparse.Namespace, *, workloads: tuple[str, ...], nemeses: tu
     bad = [w for w in workloads if w not in WORKLOADS]
     if bad:
         raise SystemExit(f"gnomon jepsen: unknown workload {bad[0]!r}; known: {WORKLOADS}")
+    common, per_node = _node_flags(args.node_flag)
     return TestOptions(
         workloads=workloads, nemeses=nemeses, nodes=nodes, time_limit_s=args.time_limit,
         seed=seed, out_dir=args.out, canaries=tuple(getattr(args, "canaries", ())),
-        sdk_workers=args.sdk_workers, zombies=args.zombies,
-        node_overrides=_node_flags(args.node_flag))
+        sdk_workers=args.sdk_workers, zombies=args.zombies, node_overrides=common,
+        node_flags=per_node, fire_jobs=args.fire_jobs, disk_mb=args.disk_mb)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +116,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command == "run":
-            results = run_test(options(args, workloads=args.workload, nemeses=args.nemesis,
-                                       nodes=args.nodes, seed=args.seed))
+            results = run_test(options(args, workloads=args.workload,
+                                       nemeses=_tiers(args.nemesis), nodes=args.nodes,
+                                       seed=args.seed))
             print(results["summary"])
             return exit_code([results])
         return run_matrix(args, run_test)
@@ -121,7 +142,7 @@ def run_matrix(args: argparse.Namespace, run_test) -> int:
     rows, results = [], []
     started = time.strftime("%Y%m%dT%H%M%S")
     for nodes in args.nodes:
-        for nemesis in args.nemesis:
+        for nemesis in _tiers(args.nemesis):
             for seed in args.seeds:
                 opts = options(args, workloads=args.workload, nemeses=(nemesis,), nodes=nodes,
                                seed=seed)
@@ -147,18 +168,38 @@ def matrix_row(r: dict[str, Any]) -> dict[str, Any]:
             "valid": r["valid"], "run_dir": r["run_dir"]}
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
-    cols = ["nodes", "nemesis", "workloads", "seed", "operations", "faults", "anomalies",
-            "valid"]
+def _grid(rows: list[dict[str, Any]], cols: list[str]) -> list[str]:
     widths = {c: max(len(c), *(len(str(r[c])) for r in rows)) if rows else len(c)
               for c in cols}
     line = " | ".join(c.ljust(widths[c]) for c in cols)
     sep = "-+-".join("-" * widths[c] for c in cols)
-    body = [" | ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows]
+    return [line, sep, *(" | ".join(str(r[c]).ljust(widths[c]) for c in cols) for r in rows)]
+
+
+def grouped(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (nodes, nemesis): runs and the sums over their seeds."""
+    out: dict[tuple[int, str], dict[str, Any]] = {}
+    for r in rows:
+        g = out.setdefault((r["nodes"], r["nemesis"]), {
+            "nodes": r["nodes"], "nemesis": r["nemesis"], "runs": 0, "operations": 0,
+            "faults": 0, "anomalies": 0, "valid": "yes"})
+        g["runs"] += 1
+        for k in ("operations", "faults", "anomalies"):
+            g[k] += r[k]
+        if r["valid"] is not True:
+            g["valid"] = "no" if r["valid"] is False or g["valid"] == "no" else "unknown"
+    return list(out.values())
+
+
+def format_table(rows: list[dict[str, Any]]) -> str:
+    per_run = _grid(rows, ["nodes", "nemesis", "workloads", "seed", "operations", "faults",
+                           "anomalies", "valid"])
+    per_group = _grid(grouped(rows), ["nodes", "nemesis", "runs", "operations", "faults",
+                                      "anomalies", "valid"])
     total = (f"total: {len(rows)} runs, {sum(r['operations'] for r in rows)} operations, "
              f"{sum(r['faults'] for r in rows)} faults, "
              f"{sum(r['anomalies'] for r in rows)} anomalies")
-    return "\n".join([line, sep, *body, total])
+    return "\n".join([*per_run, "", *per_group, total])
 
 
 if __name__ == "__main__":

@@ -47,9 +47,19 @@ class TestOptions:
     fault_s: tuple[float, float] = (5.0, 10.0)
     # After the final heal every due slot must have executed within this bound.
     heal_bound_s: float = 30.0
+    # Whole-cluster outages: how long (real seconds), and how far outage-clock moves every
+    # node's clock forward (seconds, for the rest of the run).
+    outage_s: tuple[float, float] = (12.0, 25.0)
+    outage_jump_s: tuple[float, float] = (60.0, 150.0)
+    # Jobs of the fire workload; 0: FIRE_JOBS, or OUTAGE_FIRE_JOBS when an outage runs.
+    fire_jobs: int = 0
+    # disk-full: the size of the tmpfs under each node's data directory (MiB).
+    disk_mb: int = 96
     # Vacuity: at least this many successful client operations per second of workload.
     min_ok_rate: float = 0.5
     node_overrides: dict[str, str] = field(default_factory=dict)
+    # Per-node flags (node id -> key -> value), on top of node_overrides.
+    node_flags: dict[str, dict[str, str]] = field(default_factory=dict)
     name: str = ""
 
     @property
@@ -71,6 +81,9 @@ class TestOptions:
             "zombies": self.zombies, "quiet_s": list(self.quiet_s),
             "fault_s": list(self.fault_s), "heal_bound_s": self.heal_bound_s,
             "min_ok_rate": self.min_ok_rate, "node_config": self.node_config(),
+            "node_flags": self.node_flags, "outage_s": list(self.outage_s),
+            "outage_jump_s": list(self.outage_jump_s), "fire_jobs": self.fire_jobs,
+            "disk_mb": self.disk_mb,
         }
 
 
@@ -93,6 +106,9 @@ class Context:
     # Per workload, whatever its final phase read (jobs, runs, registers).
     finals: dict[str, Any] = field(default_factory=dict)
     digests: dict[str, Any] = field(default_factory=dict)
+    # The fault kinds of this run, and each node's replicated limits after the heal.
+    kinds: list[str] = field(default_factory=list)
+    limits: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def child_rng(self, name: str) -> random.Random:
         return random.Random(f"{self.opts.seed}/{name}")

@@ -8,23 +8,45 @@ Kinds (selected by name or by group):
     clock      clock-jump, clock-strobe (one node, libfaketime)
     client     client-chaos (attempts time out after ms; the same request id is sent again)
 
+Second tier (outage.py, storage.py, drift.py):
+
+    outage         outage-stop, outage-kill, outage-clock (every node, long; clocks jump
+                   forward by minutes), then catch-up
+    snapshot-kill  kill -9 one node while it writes a snapshot file
+    corrupt        corrupt-snapshot, corrupt-journal, corrupt-meta (one node must refuse to
+                   start; healed by wiping its data directory)
+    disk-full      fill the tmpfs under one node's data directory (it must stop)
+    config-drift   nodes with different local configs; restart one with fresh values
+
 Node partitions cut node-to-node links only (Raft and node-to-node gRPC): workers and clients
 still reach every node, as in Jepsen. `worker-cut` cuts one worker off from every node.
 `heal_all()` ends every fault: the final phase calls it before the last reads.
+The first faults of a run go through every requested kind once (in a seeded order), so a short
+run with several kinds injects each; then kinds are drawn at random.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import random
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gnomon.jepsen.context import Context
-from gnomon.jepsen.history import FAIL, INFO, INVOKE, NEMESIS, OK
+from gnomon.jepsen import drift, outage, storage
+from gnomon.jepsen.context import Context, TestOptions
+from gnomon.jepsen.disk import DiskError
+from gnomon.jepsen.fault import Skip, StartFn, wall_ms
+from gnomon.jepsen.history import FAIL, INFO, INVOKE, NEMESIS, OK, History
 from gnomon.jepsen.net import NetError, partition_grudge
+
+if TYPE_CHECKING:
+    from gnomon.jepsen.db import DB
+
+__all__ = ["ALL_KINDS", "GROUPS", "Nemesis", "Skip", "expand", "prepare"]
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +56,24 @@ GROUPS = {
     "pause": ("pause-leader", "pause-worker"),
     "clock": ("clock-jump", "clock-strobe"),
     "client": ("client-chaos",),
+    "outage": outage.KINDS,
+    "snapshot-kill": ("snapshot-kill",),
+    "corrupt": tuple(storage.CORRUPT_FILES),
+    "disk-full": ("disk-full",),
+    "config-drift": ("config-drift",),
 }
+FIRST_TIER = ("partition", "kill", "pause", "clock", "client")
+SECOND_TIER = ("outage", "snapshot-kill", "corrupt", "disk-full", "config-drift")
 FIVE_ONLY = {"ring", "bridge"}
 ALL_KINDS = tuple(k for kinds in GROUPS.values() for k in kinds)
-
-
-class Skip(Exception):
-    """The fault cannot be applied now (no leader known, no worker holding a lease)."""
+# Node flags a kind needs (under the user's --node-flag): snapshots often enough that a run
+# sees several, so there is a snapshot file to corrupt and a write to kill.
+KIND_NODE_FLAGS = {
+    "snapshot-kill": {"snapshot_min_entries": "100", "snapshot_min_time_s": "1"},
+    **{k: {"snapshot_min_entries": "200", "snapshot_min_time_s": "2"}
+       for k in storage.CORRUPT_FILES},
+}
+OUTAGE_KINDS = set(outage.KINDS)
 
 
 def expand(names: tuple[str, ...], nodes: int) -> list[str]:
@@ -62,14 +95,33 @@ def expand(names: tuple[str, ...], nodes: int) -> list[str]:
 
 
 def needs_faketime(kinds: list[str]) -> bool:
-    return any(k.startswith("clock") for k in kinds)
+    return any(k.startswith("clock") or k == "outage-clock" for k in kinds)
+
+
+def node_flags_for(kinds: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for kind in kinds:
+        out.update(KIND_NODE_FLAGS.get(kind, {}))
+    return out
+
+
+def prepare(opts: TestOptions, kinds: list[str], db: DB, history: History) -> None:
+    """What the faults need before the nodes first start: data directories on tmpfs
+    (disk-full), per-node configs (config-drift)."""
+    if "disk-full" in kinds:
+        db.mount_disks(opts.disk_mb)
+        history.append(NEMESIS, INFO, "disks", {"tmpfs_mb": opts.disk_mb,
+                                                "mounts": [str(n.mount) for n in
+                                                           db.nodes.values()]})
+    if "config-drift" in kinds:
+        drift.prepare(db, random.Random(f"{opts.seed}/config-drift"), history)
 
 
 @dataclass
 class Fault:
     kind: str
     value: dict[str, Any]
-    stop: Callable[[], Awaitable[None]]
+    stop: Callable[[], Awaitable[dict[str, Any] | None]]
 
 
 class Nemesis:
@@ -80,6 +132,9 @@ class Nemesis:
         self.active: Fault | None = None
         self.worker_pauses: Counter[str] = Counter()
         self._strobe: asyncio.Task | None = None
+        self._order = list(kinds)
+        self.rng.shuffle(self._order)
+        self._picks: Counter[str] = Counter()
 
     # -- schedule ----------------------------------------------------------------------------
 
@@ -92,22 +147,37 @@ class Nemesis:
             if loop.time() + quiet + 1.0 >= deadline:
                 break
             await asyncio.sleep(quiet)
-            kind = self.rng.choice(self.kinds)
+            kind = self._order.pop(0) if self._order else self.rng.choice(self.kinds)
             hold = self._duration(kind)
             if loop.time() + hold >= deadline:
                 hold = max(1.0, deadline - loop.time() - 0.5)
             fault = await self.start(kind, hold)
             if fault is None:
                 continue
-            await asyncio.sleep(hold)
+            # A start may take a while itself (waiting for a node to refuse a file).
+            await asyncio.sleep(max(0.5, min(hold, deadline - loop.time() - 0.5)))
             await self.stop()
 
     def _duration(self, kind: str) -> float:
+        opts = self.ctx.opts
         if kind == "pause-worker":
             # Past the lease TTL, but short enough that the regranted attempt still holds
             # its lease when the paused worker wakes up and reports.
-            return self.ctx.opts.lease_ttl_ms / 1000 + self.rng.uniform(1.0, 2.0)
-        return self.rng.uniform(*self.ctx.opts.fault_s)
+            return opts.lease_ttl_ms / 1000 + self.rng.uniform(1.0, 2.0)
+        if kind == "outage-clock":
+            # Real seconds; the clock jump makes the outage minutes long to the cluster.
+            return self.rng.uniform(*opts.fault_s)
+        if kind in OUTAGE_KINDS:
+            return self.rng.uniform(*opts.outage_s)
+        return self.rng.uniform(*opts.fault_s)
+
+    def pick(self, key: str, count: int) -> int:
+        """The i-th pick under `key` out of `count` options: every option once (from a seeded
+        start), then round again (corruption modes)."""
+        start = random.Random(f"{self.ctx.opts.seed}/{key}").randrange(count)
+        i = self._picks[key]
+        self._picks[key] += 1
+        return (start + i) % count
 
     async def start(self, kind: str, hold: float) -> Fault | None:
         history = self.ctx.history
@@ -117,7 +187,7 @@ class Nemesis:
         except Skip as exc:
             history.append(NEMESIS, INFO, "start", {"kind": kind}, error=f"skipped: {exc}")
             return None
-        except (NetError, OSError) as exc:
+        except (NetError, OSError, DiskError) as exc:
             history.append(NEMESIS, FAIL, "start", {"kind": kind}, error=repr(exc))
             return None
         history.append(NEMESIS, OK, "start", {"kind": kind, **value})
@@ -131,9 +201,10 @@ class Nemesis:
         history = self.ctx.history
         history.append(NEMESIS, INVOKE, "stop", {"kind": fault.kind})
         try:
-            await fault.stop()
-            history.append(NEMESIS, OK, "stop", {"kind": fault.kind, **fault.value})
-        except (NetError, OSError) as exc:
+            extra = await fault.stop()
+            history.append(NEMESIS, OK, "stop", {"kind": fault.kind, **fault.value,
+                                                  **(extra or {})})
+        except (NetError, OSError, DiskError) as exc:
             history.append(NEMESIS, FAIL, "stop", {"kind": fault.kind}, error=repr(exc))
 
     async def heal_all(self) -> None:
@@ -235,12 +306,16 @@ async def _kill(n: Nemesis, victims: list[str]):
     db = n.ctx.db
     for node in victims:
         db.kill(node)
+    down = wall_ms()
 
-    async def restart() -> None:
+    async def restart() -> dict[str, Any]:
+        up = wall_ms()
         for node in victims:
             db.start(node)
+        return {"up_wall_ms": up, "offset_ms": int(db.clock_base_s * 1000)}
 
-    return {"nodes": sorted(victims)}, restart
+    return {"nodes": sorted(victims), "down_wall_ms": down,
+            "offset_ms": int(db.clock_base_s * 1000)}, restart
 
 
 async def _kill_one(n: Nemesis):
@@ -339,10 +414,14 @@ async def _client_chaos(n: Nemesis):
     return {}, calm
 
 
-START: dict[str, Callable[[Nemesis], Awaitable[tuple[dict, Callable[[], Awaitable[None]]]]]] = {
+START: dict[str, StartFn] = {
     "isolate-one": _isolate_one, "isolate-leader": _isolate_leader, "halves": _halves,
     "ring": _ring, "bridge": _bridge, "worker-cut": _worker_cut,
     "kill-one": _kill_one, "kill-minority": _kill_minority, "kill-leader": _kill_leader,
     "kill-all": _kill_all, "pause-leader": _pause_leader, "pause-worker": _pause_worker,
     "clock-jump": _clock_jump, "clock-strobe": _clock_strobe, "client-chaos": _client_chaos,
+    "outage-stop": outage.outage_stop, "outage-kill": outage.outage_kill,
+    "outage-clock": outage.outage_clock, "snapshot-kill": storage.snapshot_kill,
+    **{k: functools.partial(storage.corrupt, kind=k) for k in storage.CORRUPT_FILES},
+    "disk-full": storage.disk_full, "config-drift": drift.config_drift,
 }

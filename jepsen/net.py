@@ -22,6 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gnomon.jepsen.disk import cleanup_mounts
+
 log = logging.getLogger(__name__)
 
 PREFIX = "gj-"
@@ -183,7 +185,8 @@ def partition_grudge(groups: list[list[str]]) -> dict[str, set[str]]:
 
 def cleanup_leftovers() -> list[str]:
     """Remove what an earlier (possibly crashed) run left: processes in our namespaces, the
-    namespaces, our links, stale libfaketime shared-memory files. Returns what was removed."""
+    namespaces, our links, stale libfaketime shared-memory files, our tmpfs mounts. Returns
+    what was removed."""
     removed = []
     for ns in _our_namespaces():
         pids = run(["ip", "netns", "pids", ns], check=False).split()
@@ -195,6 +198,7 @@ def cleanup_leftovers() -> list[str]:
         run(["ip", "link", "del", link], check=False)
         removed.append(link)
     removed += clean_faketime_shm()
+    removed += cleanup_mounts()
     if removed:
         log.info("cleaned leftovers: %s", ", ".join(removed))
     return removed

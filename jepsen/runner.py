@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
+import dataclasses
 import logging
 import random
 import signal
@@ -20,11 +22,20 @@ from typing import Any
 from gnomon.client import AsyncClient
 from gnomon.jepsen import report
 from gnomon.jepsen.checkers import common, lease
+from gnomon.jepsen.checkers import faults as fault_checks
 from gnomon.jepsen.context import Context, TestOptions
 from gnomon.jepsen.db import DB
 from gnomon.jepsen.generator import Workload, run_clients
-from gnomon.jepsen.history import History
-from gnomon.jepsen.nemesis import Nemesis, expand, needs_faketime
+from gnomon.jepsen.history import FINAL, INVOKE, OK, History
+from gnomon.jepsen.nemesis import (
+    GROUPS,
+    SECOND_TIER,
+    Nemesis,
+    expand,
+    needs_faketime,
+    node_flags_for,
+    prepare,
+)
 from gnomon.jepsen.net import BRIDGE_IP, SUBNET, Host, Net, NetError, RunLock, missing_tools
 from gnomon.jepsen.net import require_root as _require_root
 from gnomon.jepsen.procs import Procs
@@ -41,6 +52,9 @@ CANARY_OVERRIDES = {
     # (pysyncobj's own default is 30 s).
     "fire-on-isleader": {"leader_fallback_timeout_s": "20"},
 }
+
+
+SECOND_TIER_KINDS = {k for g in SECOND_TIER for k in GROUPS[g]}
 
 
 class HarnessError(RuntimeError):
@@ -90,10 +104,12 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
     net = Net(hosts)
     history = History(run_dir / "history.jsonl")
     overrides = opts.node_config()
+    overrides.update(node_flags_for(kinds))
     for canary in opts.canaries:
         overrides.update(CANARY_OVERRIDES.get(canary, {}))
     overrides.update(opts.node_overrides)
-    db = DB(run_dir, net, node_ids, tuple(opts.canaries), overrides, needs_faketime(kinds))
+    db = DB(run_dir, net, node_ids, tuple(opts.canaries), overrides, needs_faketime(kinds),
+            node_flags=copy.deepcopy(opts.node_flags))
     witness = Witness(history, BRIDGE_IP, WITNESS_PORT)
     procs = Procs(run_dir, net, db.servers, witness.url, opts.seed)
     admin: AsyncClient | None = None
@@ -108,11 +124,12 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
     try:
         net.setup()
         witness.start()
+        prepare(opts, kinds, db, history)
         db.start_all()
         admin = AsyncClient(db.servers, timeout_s=5.0, attempt_timeout_s=2.0, retries=20,
                             backoff_max_s=0.5)
         ctx = Context(opts, run_dir, history, net, db, procs, witness, admin,
-                      random.Random(opts.seed), node_ids)
+                      random.Random(opts.seed), node_ids, kinds=kinds)
         await wait_for_leader(ctx, 60)
         phase("cluster-up")
         workloads = [make(w) for w in opts.workloads]
@@ -143,11 +160,18 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
         phase("heal")
         for w in workloads:
             await w.final(ctx)
+        await settle(ctx, ctx.heal_wall_ms / 1000 + opts.heal_bound_s)
+        crashed_workers = procs.crashed_workers()
+        await procs.stop()
+        for w in workloads:
+            final_read = getattr(w, "final_read", None)
+            if final_read is not None:
+                await final_read(ctx)
         phase("final-reads")
         ctx.digests = await collect_digests(ctx, 20)
+        ctx.limits = await collect_limits(ctx)
         phase("digests")
-        crashed = db.crashed() + procs.crashed_workers()
-        await procs.stop()
+        crashed = db.crashed() + crashed_workers
         db.stop_all()
         witness.stop()
         history.flush()
@@ -162,6 +186,7 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
             await asyncio.wait_for(procs.stop(), 10)
         procs.kill_workers()
         db.stop_all()
+        db.unmount_disks()
         witness.stop()
         if admin is not None:
             with contextlib.suppress(Exception):
@@ -203,22 +228,57 @@ async def wait_for_leader(ctx: Context, timeout_s: float) -> str:
         await asyncio.sleep(0.2)
 
 
+async def settle(ctx: Context, deadline: float) -> None:
+    """Until the leader reports no active run, or the deadline (wall seconds): after it the
+    workers stop, so the final reads see every completion a worker was told about."""
+    started = time.time()
+    ctx.history.append(FINAL, INVOKE, "settle", None)
+    active = None
+    while time.time() < deadline:
+        leader = await ctx.db.leader(ctx.admin)
+        status = await ctx.db.status(ctx.admin, leader, timeout_s=2.0) if leader else None
+        active = status.active_runs if status else active
+        if active == 0:
+            break
+        await asyncio.sleep(0.3)
+    ctx.history.append(FINAL, OK, "settle", {"active_runs": active,
+                                             "waited_s": round(time.time() - started, 2)})
+
+
 async def collect_digests(ctx: Context, timeout_s: float) -> dict[str, dict[int, str]]:
-    """(applied index -> digest) per node, from two back-to-back status reads that agree, until
-    every node has a sample at a common index."""
+    """(applied index -> digest) per node, from two back-to-back status reads that agree, all
+    nodes sampled at once each round, until every node has a sample at a common index."""
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout_s
     samples: dict[str, dict[int, str]] = {n: {} for n in ctx.node_ids}
     while loop.time() < end:
-        for node_id in ctx.node_ids:
-            a = await ctx.db.status(ctx.admin, node_id, include_digest=True)
-            b = await ctx.db.status(ctx.admin, node_id, include_digest=True)
-            if a and b and a.applied_index == b.applied_index and a.state_digest == b.state_digest:
-                samples[node_id][a.applied_index] = a.state_digest
+        got = await asyncio.gather(*(_stable_digest(ctx, n) for n in ctx.node_ids))
+        for node_id, sample in zip(ctx.node_ids, got, strict=True):
+            if sample is not None:
+                samples[node_id][sample[0]] = sample[1]
         if all(samples.values()) and set.intersection(*(set(s) for s in samples.values())):
             break
         await asyncio.sleep(0.05)
     return {n: s for n, s in samples.items() if s}
+
+
+async def _stable_digest(ctx: Context, node_id: str) -> tuple[int, str] | None:
+    a = await ctx.db.status(ctx.admin, node_id, timeout_s=5.0, include_digest=True)
+    b = await ctx.db.status(ctx.admin, node_id, timeout_s=5.0, include_digest=True)
+    if a and b and a.applied_index == b.applied_index and a.state_digest == b.state_digest:
+        return a.applied_index, a.state_digest
+    return None
+
+
+async def collect_limits(ctx: Context) -> dict[str, dict[str, Any]]:
+    """The replicated limits (and their version) every reachable node reports."""
+    out = {}
+    for node_id in ctx.node_ids:
+        status = await ctx.db.status(ctx.admin, node_id, timeout_s=2.0)
+        if status is not None:
+            out[node_id] = {**dataclasses.asdict(status.limits),
+                            "limits_version": status.limits_version}
+    return out
 
 
 def check(ctx: Context, workloads: list[Workload], kinds: list[str], duration_s: float,
@@ -243,6 +303,9 @@ def check(ctx: Context, workloads: list[Workload], kinds: list[str], duration_s:
         events, workloads=[w.name for w in workloads], requested=list(ctx.opts.nemeses),
         duration_s=duration_s, min_ok_rate=ctx.opts.min_ok_rate)
     checkers["crashes"] = common.check_crashes(crashed)
+    if set(kinds) & SECOND_TIER_KINDS:
+        checkers["faults"] = fault_checks.check(events, kinds, nodes=len(ctx.node_ids),
+                                                limits=ctx.limits)
     valid: bool | str = True
     for c in checkers.values():
         if c["valid"] is False:

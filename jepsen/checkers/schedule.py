@@ -13,15 +13,23 @@ Promises checked (ARCHITECTURE section 1):
   `bound_s` after max(slot, final heal);
 - 4: a completion acknowledged to a worker survives (the task is SUCCEEDED at the end), and a
   run a client once read still exists;
-- counts of scheduled runs per job equal the number of slots.
+- counts of scheduled runs per job equal the number of slots;
+- misfire policies slot by slot (checkers/misfire.py), with the whole-cluster outages the
+  nemesis recorded: a slot due inside one was late by construction;
+- catch-up: after the final heal every job's next slot reached the heal time within the
+  bound (the high-water marks moved past every slot due before the heal).
+
+With clocks moved forward for the rest of a run (outage-clock), slots are in node-clock time
+and executions in real time: a slot's deadline starts when it was first due in real time.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
-from gnomon.jepsen.history import OK, WITNESS, Event
+from gnomon.jepsen.checkers import misfire
+from gnomon.jepsen.history import FINAL, OK, WITNESS, Event
 from gnomon.node.core.model import MisfirePolicy, Schedule
 from gnomon.node.schedules import next_fire_after
 
@@ -45,10 +53,15 @@ def slots(schedule: Schedule, hash_id: str, first: int, boundary: int,
 
 
 def check(jobs: dict[str, dict[str, Any]], runs: dict[str, list[list]], events: list[Event],
-          *, heal_wall_ms: int, bound_s: float, triggered: dict[str, str]) -> dict[str, Any]:
+          *, heal_wall_ms: int, bound_s: float, triggered: dict[str, str],
+          nodes: int = 0, workload: str | None = None) -> dict[str, Any]:
     """`jobs`: job_id -> {name, tenant, schedule (core Schedule), policy, grace_ms, first_ms,
     boundary_ms}; `runs`: job_id -> run summaries (jepsen.client.run_summary);
-    `triggered`: run_id -> request description for acknowledged manual triggers."""
+    `triggered`: run_id -> request description for acknowledged manual triggers; `nodes`: the
+    cluster size (whole-cluster outages); `workload`: whose final `caught-up` read to check."""
+    windows = misfire.outage_windows(events, nodes) if nodes else []
+    timeline = misfire.clock_timeline(events)
+    policy_stats: Counter = Counter()
     anomalies: list[dict[str, Any]] = []
     effects = defaultdict(list)
     for e in witness_events(events, "effect"):
@@ -88,8 +101,9 @@ def check(jobs: dict[str, dict[str, Any]], runs: dict[str, list[list]], events: 
             anomalies.append({"type": "run-count", "job_id": job_id, "runs": len(scheduled),
                               "slots": len(expected)})
         for r in scheduled:
-            anomalies += _check_run(job, r, effects, acks, heal_wall_ms, bound_s)
+            anomalies += _check_run(job, r, effects, acks, heal_wall_ms, bound_s, timeline)
             stats["skipped"] += r[1] == "skipped"
+        anomalies += misfire.check_job(job_id, job, scheduled, windows, policy_stats)
     for run_id, request in sorted(triggered.items()):
         stats["manual_runs"] += 1
         run = all_runs.get(run_id)
@@ -97,7 +111,7 @@ def check(jobs: dict[str, dict[str, Any]], runs: dict[str, list[list]], events: 
             anomalies.append({"type": "lost-run", "run_id": run_id, "trigger": request,
                               "explanation": "an acknowledged manual trigger has no run"})
             continue
-        anomalies += _check_run(None, run, effects, acks, heal_wall_ms, bound_s)
+        anomalies += _check_run(None, run, effects, acks, heal_wall_ms, bound_s, timeline)
     for (run_id, task), evs in sorted(acks.items()):
         if run_id not in all_runs:
             continue
@@ -107,7 +121,25 @@ def check(jobs: dict[str, dict[str, Any]], runs: dict[str, list[list]], events: 
             anomalies.append({"type": "execution-of-unknown-run", "run_id": run_id,
                               "effects": [e.value for e in evs[:5]],
                               "explanation": "a task ran for a run the cluster does not have"})
+    anomalies += _check_catch_up(events, workload)
+    stats["outages"] = len(windows)
+    stats["late_slots"] = dict(sorted(policy_stats.items()))
     return {"valid": not anomalies, "anomalies": anomalies, "stats": stats}
+
+
+def _check_catch_up(events: list[Event], workload: str | None) -> list[dict[str, Any]]:
+    """The final phase's `caught-up` read: `fail` means some job's next slot was still before
+    the heal when the bound ran out (a fire high-water mark that stopped moving)."""
+    last = None
+    for e in events:
+        if e.process == FINAL and e.f == "caught-up" and e.workload == workload \
+                and e.type != "invoke":
+            last = e
+    if last is None or last.type == OK:
+        return []
+    return [{"type": "catch-up-incomplete", "workload": workload, **(last.value or {}),
+             "explanation": "after the final heal some jobs still had due slots unfired at the "
+                            "end of the bound: catch-up stalled"}]
 
 
 def _is_ours(run_id: str, jobs: dict[str, dict[str, Any]]) -> bool:
@@ -119,7 +151,8 @@ def _accepted(run: list, task: str, acks: dict) -> list[Event]:
 
 
 def _check_run(job: dict[str, Any] | None, run: list, effects: dict, acks: dict,
-               heal_wall_ms: int, bound_s: float) -> list[dict[str, Any]]:
+               heal_wall_ms: int, bound_s: float,
+               timeline: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
     run_id, state, slot, _trigger, created_ms, _finished_ms, tasks = run
     out: list[dict[str, Any]] = []
     execs = [e for e in effects.get(run_id, []) if e.value["kind"] in EXECUTION_KINDS]
@@ -138,7 +171,8 @@ def _check_run(job: dict[str, Any] | None, run: list, effects: dict, acks: dict,
                     "explanation": f"a due run is {state} at the end, {bound_s:g}s after the "
                                    "final heal"})
         return out
-    deadline = max(slot, heal_wall_ms) + int(bound_s * 1000)
+    due = misfire.due_real_ms(slot, timeline or [(0, 0)])
+    deadline = max(due, heal_wall_ms) + int(bound_s * 1000)
     for task_name, _tstate, token, worker in tasks:
         mine = [e for e in execs if e.value["task"] == task_name
                 and e.value["fencing_token"] == token and e.value["worker_id"] == worker]

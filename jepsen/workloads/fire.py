@@ -1,4 +1,6 @@
-"""fire: many jobs every 1-5 s whose tasks report each execution to the witness.
+"""fire: jobs every 1-5 s whose tasks report each execution to the witness; with an outage
+nemesis hundreds more (every 15-60 s), so that catch-up after an outage has real size while
+the steady load stays within what two workers execute here.
 
 Checked (checkers/schedule.py): one run per (job, slot) and at most one accepted execution of
 it; every slot between the job's first slot and the pause boundary has a run, SKIPPED only
@@ -19,7 +21,6 @@ from gnomon.client import (
     RetryPolicy,
     TaskSpec,
 )
-from gnomon.jepsen.checkers import schedule
 from gnomon.jepsen.context import Context
 from gnomon.jepsen.workerproc import FIRE_QUEUE
 from gnomon.jepsen.workloads.scheduled import ScheduledWorkload
@@ -27,20 +28,24 @@ from gnomon.jepsen.workloads.scheduled import ScheduledWorkload
 # Lease expiries count as attempts: enough of them that no fault can exhaust a task.
 RETRY = RetryPolicy(max_attempts=50, initial_backoff_ms=200, max_backoff_ms=1000)
 POLICIES = (MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST, MisfirePolicy.SKIP)
+FIRE_JOBS = 6
+OUTAGE_FIRE_JOBS = 300
 
 
 class FireWorkload(ScheduledWorkload):
     name = "fire"
     tenant = "fire"
-    jobs_count = 6
+    jobs_count = FIRE_JOBS
+
+    def configure(self, ctx: Context) -> None:
+        outage = any(k.startswith("outage") for k in ctx.kinds)
+        self.jobs_count = ctx.opts.fire_jobs or (OUTAGE_FIRE_JOBS if outage else FIRE_JOBS)
 
     def make_specs(self, rng: random.Random) -> list[JobSpec]:
+        """The first FIRE_JOBS fast jobs, then slower bulk jobs; policies in rotation."""
         specs = []
         for i in range(self.jobs_count):
-            if rng.random() < 0.5:
-                sched: Any = IntervalSchedule(interval_ms=rng.choice(range(1000, 5001, 500)))
-            else:
-                sched = CronSchedule(f"* * * * * */{rng.choice((1, 2, 3, 5))}")
+            sched = _fast(rng) if i < FIRE_JOBS else _bulk(rng)
             policy = POLICIES[i % len(POLICIES)]
             grace = 0 if policy == MisfirePolicy.RUN_ALL else rng.choice((2000, 3000, 5000))
             specs.append(JobSpec(
@@ -50,7 +55,16 @@ class FireWorkload(ScheduledWorkload):
         return specs
 
     def check(self, ctx: Context) -> dict[str, Any]:
-        jobs, runs = self.schedule_inputs(ctx)
-        triggered = {r: j for r, j in self.triggered.items()}
-        return schedule.check(jobs, runs, ctx.history.snapshot(), heal_wall_ms=ctx.heal_wall_ms,
-                              bound_s=ctx.opts.heal_bound_s, triggered=triggered)
+        return self.check_schedule(ctx)
+
+
+def _fast(rng: random.Random) -> Any:
+    if rng.random() < 0.5:
+        return IntervalSchedule(interval_ms=rng.choice(range(1000, 5001, 500)))
+    return CronSchedule(f"* * * * * */{rng.choice((1, 2, 3, 5))}")
+
+
+def _bulk(rng: random.Random) -> Any:
+    if rng.random() < 0.5:
+        return IntervalSchedule(interval_ms=rng.choice(range(15000, 60001, 5000)))
+    return CronSchedule(f"* * * * * */{rng.choice((15, 20, 30))}")

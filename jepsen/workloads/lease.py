@@ -12,7 +12,7 @@ import random
 from typing import Any
 
 from gnomon.client import IntervalSchedule, JobSpec, MisfirePolicy, TaskSpec
-from gnomon.jepsen.checkers import lease, schedule
+from gnomon.jepsen.checkers import lease
 from gnomon.jepsen.context import Context
 from gnomon.jepsen.workerproc import LEASE_QUEUE
 from gnomon.jepsen.workloads.fire import RETRY
@@ -34,10 +34,9 @@ class LeaseWorkload(ScheduledWorkload):
             misfire_policy=MisfirePolicy.RUN_ALL) for i in range(self.jobs_count)]
 
     def check(self, ctx: Context) -> dict[str, Any]:
-        jobs, runs = self.schedule_inputs(ctx)
+        _jobs, runs = self.schedule_inputs(ctx)
         events = ctx.history.snapshot()
-        sched = schedule.check(jobs, runs, events, heal_wall_ms=ctx.heal_wall_ms,
-                               bound_s=ctx.opts.heal_bound_s, triggered=dict(self.triggered))
+        sched = self.check_schedule(ctx)
         fencing = lease.check(events, runs, set(self.jobs))
         anomalies = sched["anomalies"] + fencing["anomalies"]
         return {"valid": not anomalies, "anomalies": anomalies,
