@@ -20,7 +20,8 @@ from gnomon.node.core.model import (
     RetryPolicy,
     TaskSpec,
 )
-from gnomon.node.core.validate import find_cycle
+from gnomon.node.core.validate import check_dag
+from gnomon.node.core.validate import show as _show
 from gnomon.node.schedules import ScheduleError, check_schedule, job_hash_id
 
 __all__ = [
@@ -140,15 +141,13 @@ def _check_tasks(tasks: tuple[TaskSpec, ...], limits: SpecLimits) -> tuple[TaskS
             "spec.tasks",
             f"{len(tasks)} tasks exceeds max_tasks_per_job {limits.max_tasks_per_job}",
         )
-    index: dict[str, int] = {}
     for i, task in enumerate(tasks):
         _check_name(f"spec.tasks[{i}].name", task.name, limits.max_task_name_len)
-        if task.name in index:
-            raise ValidationError(
-                f"spec.tasks[{i}].name",
-                f"duplicate task name {_show(task.name)} (also spec.tasks[{index[task.name]}])",
-            )
-        index[task.name] = i
+    # The DAG's shape: the core's rules (apply checks the same), one message for both.
+    rejected = check_dag(tasks)
+    if rejected:
+        field, _, rule = rejected.detail.partition(": ")
+        raise ValidationError(field, rule)
 
     normalised = []
     for i, task in enumerate(tasks):
@@ -158,15 +157,6 @@ def _check_tasks(tasks: tuple[TaskSpec, ...], limits: SpecLimits) -> tuple[TaskS
             raise ValidationError(
                 f"{at}.queue", f"must match [A-Za-z0-9_.-]{{1,64}}, got {_show(queue)}"
             )
-        seen: set[str] = set()
-        for dep in task.depends_on:
-            if dep == task.name:
-                raise ValidationError(f"{at}.depends_on", f"task {_show(dep)} depends on itself")
-            if dep not in index:
-                raise ValidationError(f"{at}.depends_on", f"unknown task {_show(dep)}")
-            if dep in seen:
-                raise ValidationError(f"{at}.depends_on", f"{_show(dep)} is listed twice")
-            seen.add(dep)
         if len(task.payload) > limits.max_payload_bytes:
             raise ValidationError(
                 f"{at}.payload",
@@ -183,12 +173,6 @@ def _check_tasks(tasks: tuple[TaskSpec, ...], limits: SpecLimits) -> tuple[TaskS
             )
         _check_retry(f"{at}.retry", task.retry, limits)
         normalised.append(task if task.queue == queue else replace(task, queue=queue))
-
-    cycle = find_cycle({task.name: task.depends_on for task in tasks})
-    if cycle:
-        raise ValidationError(
-            "spec.tasks", f"dependency cycle {' -> '.join(cycle)} (a -> b: a depends on b)"
-        )
     return tuple(normalised)
 
 
@@ -227,10 +211,3 @@ def _check_retry(at: str, retry: RetryPolicy, limits: SpecLimits) -> None:
 def _check_name(field: str, name: str, max_len: int) -> None:
     if not (1 <= len(name) <= max_len and _NAME_CHARS.fullmatch(name)):
         raise ValidationError(field, f"must match [A-Za-z0-9_.-]{{1,{max_len}}}, got {_show(name)}")
-
-
-def _show(value: str, limit: int = 80) -> str:
-    """A bounded repr for messages: user input may be long."""
-    if len(value) <= limit:
-        return repr(value)
-    return repr(value[:limit]) + f"... ({len(value)} characters)"

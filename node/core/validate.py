@@ -1,14 +1,15 @@
-"""Shape rules of a JobSpec's task DAG that the state machine relies on.
+"""Shape rules of a JobSpec's task DAG, and the ranges of the replicated limits: the one
+place of these rules. apply() checks them (it must stay total on any log entry) and the
+leader's input validation (node/validate.py) calls the same functions before proposing, so a
+user sees exactly the message apply would give.
 
-Name syntax, sizes and schedule expressions are the leader's job (before proposing); this
-module only checks what apply() needs to stay total: tasks exist, names are unique, every
-dependency names a task of the job, and the graph is acyclic.
+Name syntax, sizes and schedule expressions are the leader's job alone (before proposing).
 """
 
 from __future__ import annotations
 
 from gnomon.node.core.errors import Code, Rejected
-from gnomon.node.core.model import JobSpec, Limits
+from gnomon.node.core.model import JobSpec, Limits, TaskSpec
 
 # Limits field -> smallest allowed value.
 LIMIT_MINIMUMS = {
@@ -31,54 +32,67 @@ def validate_limits(limits: Limits) -> Rejected | None:
 
 def validate_spec(spec: JobSpec) -> Rejected | None:
     """None if the DAG of `spec` is usable, else INVALID_ARGUMENT naming the field and rule."""
+    return check_dag(spec.tasks)
+
+
+def check_dag(tasks: tuple[TaskSpec, ...]) -> Rejected | None:
+    """The DAG rules: at least one task, unique names, every dependency a task of the job
+    (not itself, not twice), no cycle."""
     return (
-        _check_not_empty(spec)
-        or _check_unique_names(spec)
-        or _check_dependencies(spec)
-        or _check_acyclic(spec)
+        _check_not_empty(tasks)
+        or _check_unique_names(tasks)
+        or _check_dependencies(tasks)
+        or _check_acyclic(tasks)
     )
+
+
+def show(value: str, limit: int = 80) -> str:
+    """A bounded repr for messages: user input may be long."""
+    if len(value) <= limit:
+        return repr(value)
+    return repr(value[:limit]) + f"... ({len(value)} characters)"
 
 
 def _invalid(detail: str) -> Rejected:
     return Rejected(Code.INVALID_ARGUMENT, detail)
 
 
-def _check_not_empty(spec: JobSpec) -> Rejected | None:
-    if not spec.tasks:
-        return _invalid("spec.tasks: a job needs at least one task")
+def _check_not_empty(tasks: tuple[TaskSpec, ...]) -> Rejected | None:
+    if not tasks:
+        return _invalid("spec.tasks: at least one task is required")
     return None
 
 
-def _check_unique_names(spec: JobSpec) -> Rejected | None:
+def _check_unique_names(tasks: tuple[TaskSpec, ...]) -> Rejected | None:
     seen: dict[str, int] = {}
-    for index, task in enumerate(spec.tasks):
+    for index, task in enumerate(tasks):
         if task.name in seen:
             return _invalid(
-                f"spec.tasks[{index}].name: task name {task.name!r} is already used by "
-                f"spec.tasks[{seen[task.name]}]"
+                f"spec.tasks[{index}].name: duplicate task name {show(task.name)} "
+                f"(also spec.tasks[{seen[task.name]}])"
             )
         seen[task.name] = index
     return None
 
 
-def _check_dependencies(spec: JobSpec) -> Rejected | None:
-    names = {task.name for task in spec.tasks}
-    for index, task in enumerate(spec.tasks):
+def _check_dependencies(tasks: tuple[TaskSpec, ...]) -> Rejected | None:
+    names = {task.name for task in tasks}
+    for index, task in enumerate(tasks):
         field = f"spec.tasks[{index}].depends_on"
         listed: dict[str, None] = {}
         for dep in task.depends_on:
             if dep == task.name:
-                return _invalid(f"{field}: task {task.name!r} depends on itself")
+                return _invalid(f"{field}: task {show(task.name)} depends on itself")
             if dep not in names:
-                return _invalid(f"{field}: task {task.name!r} depends on unknown task {dep!r}")
+                return _invalid(f"{field}: unknown task {show(dep)}")
             if dep in listed:
-                return _invalid(f"{field}: task {task.name!r} lists {dep!r} twice")
+                return _invalid(f"{field}: {show(dep)} is listed twice")
             listed[dep] = None
     return None
 
 
-def _check_acyclic(spec: JobSpec) -> Rejected | None:
-    cycle = find_cycle({task.name: task.depends_on for task in spec.tasks})
+def _check_acyclic(tasks: tuple[TaskSpec, ...]) -> Rejected | None:
+    cycle = find_cycle({task.name: task.depends_on for task in tasks})
     if cycle:
         path = " -> ".join(cycle)
         return _invalid(f"spec.tasks: dependency cycle {path} (a -> b: a depends on b)")

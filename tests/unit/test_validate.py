@@ -300,3 +300,25 @@ def test_worker_id_rejected(worker_id: str) -> None:
     with pytest.raises(ValidationError, match="must match") as err:
         validate_worker_id(worker_id)
     assert err.value.field == "worker_id"
+
+
+DAG_CASES = [
+    lambda: with_task(2, name="a", depends_on=()),
+    lambda: with_task(1, depends_on=("zzz",)),
+    lambda: with_task(1, depends_on=("b",)),
+    lambda: with_task(2, depends_on=("a", "a")),
+    lambda: with_deps(("b",), ("a",)),
+    lambda: with_deps((), ("c",), ("b",)),
+    lambda: make_spec(tasks=()),
+]
+
+
+@pytest.mark.parametrize("make", DAG_CASES)
+def test_the_leader_and_apply_state_one_dag_rule_in_one_message(make):
+    """One rule, one place: what the leader answers is what apply would answer."""
+    from gnomon.node.core.validate import validate_spec as core_validate
+
+    spec = make()
+    with pytest.raises(ValidationError) as err:
+        validate_spec(spec, LIMITS)
+    assert str(err.value) == core_validate(spec).detail

@@ -67,8 +67,8 @@ def test_effective_values(policy, attempts, multiplier, jitter):
         ({"a": ["b"], "b": ["c"], "c": ["a"]}, "dependency cycle a -> b -> c -> a"),
         ({"x": [], "a": ["b"], "b": ["a"]}, "dependency cycle a -> b -> a"),
         ({"a": ["a"]}, "spec.tasks[0].depends_on: task 'a' depends on itself"),
-        ({"a": [], "b": ["q"]}, "spec.tasks[1].depends_on: task 'b' depends on unknown task 'q'"),
-        ({"a": [], "b": ["a", "a"]}, "spec.tasks[1].depends_on: task 'b' lists 'a' twice"),
+        ({"a": [], "b": ["q"]}, "spec.tasks[1].depends_on: unknown task 'q'"),
+        ({"a": [], "b": ["a", "a"]}, "spec.tasks[1].depends_on: 'a' is listed twice"),
     ],
 )
 def test_invalid_dags(h, dag, fragment):
@@ -80,7 +80,7 @@ def test_invalid_dags(h, dag, fragment):
 def test_duplicate_names_and_empty(h):
     spec = h.spec({"a": []})
     dup = dataclasses.replace(spec, tasks=spec.tasks * 2)
-    assert "spec.tasks[1].name: task name 'a' is already used by spec.tasks[0]" in (
+    assert "spec.tasks[1].name: duplicate task name 'a' (also spec.tasks[0])" in (
         validate_spec(dup).detail
     )
     assert "at least one task" in validate_spec(dataclasses.replace(spec, tasks=())).detail
