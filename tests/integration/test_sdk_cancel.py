@@ -85,7 +85,7 @@ class RecordingWorker(Worker):
                     return i
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise AssertionError(f"no {what} within {WAIT_S}s; events: {self.events}")
+                raise AssertionError(f"timed out after {WAIT_S}s waiting for {what}; events: {self.events}")
             self._changed.clear()
             try:
                 await asyncio.wait_for(self._changed.wait(), remaining)
