@@ -652,11 +652,10 @@ class Worker:
             )
             asyncio.get_running_loop().call_later(delay, self._resend_report, ex)
             return
-        reason = (
-            "the lease is no longer valid"
-            if not ex.lease.valid()
-            else (f"not recorded after {ex.report_attempts} attempts")
-        )
+        if ex.lease.valid():
+            reason = f"not recorded after {ex.report_attempts} attempts"
+        else:
+            reason = "the lease is no longer valid"
         self._refused(ex, f"{ack.detail} ({reason})", final=False)
 
     def _refused(self, ex: _Execution, detail: str, *, final: bool) -> None:
@@ -852,7 +851,11 @@ class Worker:
                     "the safety margin; stopping the task and discarding its result",
                     ex.describe(),
                 )
+            # A report the cluster answered "not recorded" and that waited to be sent again.
+            unrecorded = ex.report is not None and ex.report_attempts > 0
             self._drop(ex, "lapsed")
+            if unrecorded:
+                self._refused(ex, "not recorded before the lease lapsed", final=False)
 
     def _release_slot(self, ex: _Execution) -> None:
         if ex.slot_released:

@@ -358,6 +358,47 @@ async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeyp
     assert worker.stats.reports_resent == 1 and worker.stats.reports_abandoned == 1
 
 
+async def test_report_waiting_to_be_resent_when_the_lease_lapses_is_abandoned(serve, monkeypatch):
+    import gnomon.client._worker as worker_module
+
+    # The resend would come long after the lease lapsed.
+    monkeypatch.setattr(worker_module, "_REPORT_BACKOFF", worker_module.Backoff(60.0, 60.0))
+    svc = FakeWorkerService(heartbeat_interval_ms=50, lease_ttl_ms=600, auto_report_ack=False)
+    addr = await serve(svc)
+    refusals: list[ReportRefusal] = []
+
+    @task(name="main")
+    async def quick(ctx: TaskContext) -> str:
+        return "done"
+
+    async with make_worker(
+        addr, [quick], max_concurrency=1, safety_margin_s=0.2, on_report_refused=refusals.append
+    ) as worker:
+        await svc.expect("credits")
+        stream = svc.streams[0]
+        stream.send(assign=assign(75))
+        _, complete = await svc.expect("complete")
+        stream.send(
+            report_ack={
+                "lease": complete.lease,
+                "accepted": False,
+                "retry": True,
+                "detail": "not recorded: leader changed; report again",
+            }
+        )
+        await wait_until(
+            lambda: 75 in worker._executions and worker._executions[75].report_attempts == 1
+        )
+        # The leader is gone and none answers: the lease lapses before the resend is due.
+        svc.refuse = True
+        stream.abort(grpc.StatusCode.UNAVAILABLE, "leader lost")
+        await wait_until(lambda: refusals, timeout=10)
+        assert not worker._executions
+    (refusal,) = refusals
+    assert not refusal.final and refusal.kind == "complete" and "lapsed" in refusal.detail
+    assert worker.stats.reports_abandoned == 1 and worker.stats.reports_resent == 0
+
+
 async def test_reports_carry_output_tail_duration_and_exit_code(serve):
     svc = FakeWorkerService()
     addr = await serve(svc)
