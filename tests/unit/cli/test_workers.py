@@ -41,10 +41,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-async def _until(predicate, timeout_s: float = 10.0) -> None:
+async def _until(predicate, what: str, timeout_s: float = 30.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
+        assert time.monotonic() < deadline, f"timed out after {timeout_s}s waiting for {what}"
         await asyncio.sleep(0.02)
 
 
@@ -143,7 +143,7 @@ async def test_cancel_kills_the_process_group(tmp_path):
     cmd = f"sleep 60 & echo $$ $! > {pids}.tmp; mv {pids}.tmp {pids}; wait"
     ctx = make_context(payload={"command": cmd})
     job = asyncio.create_task(run_command(ctx, kill_grace_s=5.0, base_env=dict(os.environ)))
-    await _until(pids.exists)
+    await _until(pids.exists, "the shell to write its pids")
     shell_pid, child_pid = map(int, pids.read_text().split())
     assert _alive(shell_pid) and _alive(child_pid)
     job.cancel()
@@ -152,7 +152,9 @@ async def test_cancel_kills_the_process_group(tmp_path):
     assert not _alive(shell_pid)  # reaped by the worker
     assert ctx.exit_code == -15  # SIGTERM; reported if the attempt still reports (a timeout)
     # The child is not ours to reap (init does), so wait for it to be gone or a zombie.
-    await _until(lambda: not _alive(child_pid) or _zombie(child_pid))
+    await _until(
+        lambda: not _alive(child_pid) or _zombie(child_pid), f"child {child_pid} to be gone"
+    )
 
 
 def _zombie(pid: int) -> bool:
@@ -172,7 +174,7 @@ async def test_sigterm_ignored_then_sigkill_after_grace(tmp_path):
     )
     ctx = make_context(payload={"argv": [PY, "-c", script]})
     job = asyncio.create_task(run_command(ctx, kill_grace_s=0.3, base_env=dict(os.environ)))
-    await _until(ready.exists)
+    await _until(ready.exists, "the script to be ready")
     started = time.monotonic()
     job.cancel()
     with pytest.raises(asyncio.CancelledError):
