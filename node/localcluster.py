@@ -88,6 +88,8 @@ class LocalCluster:
     size: int = 3
     overrides: dict[str, str] = field(default_factory=dict)
     nodes: list[NodeProc] = field(default_factory=list)
+    # Extra environment of every node process (e.g. LD_PRELOAD of libfaketime in tests).
+    env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         ports = free_ports(2 * self.size)
@@ -115,6 +117,7 @@ class LocalCluster:
         for key, value in self.overrides.items():
             args += ["--" + key.replace("_", "-"), str(value)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GNOMON_")}
+        env.update(self.env)
         node.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(node.log_path, "ab")  # noqa: SIM115 - owned by the child
         node.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env)

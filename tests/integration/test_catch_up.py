@@ -38,14 +38,7 @@ def _create_jobs(node, specs: list[types_pb2.JobSpec]) -> list[str]:
 
 
 def _high_water_marks(node) -> dict[str, int]:
-    marks, after = {}, ""
-    while True:
-        page = node.jobs().ListJobs(api_pb2.ListJobsRequest(limit=1000, after_job_id=after),
-                                    timeout=30)
-        marks.update({j.job_id: j.last_fired_ms for j in page.jobs})
-        if not page.next_after_job_id:
-            return marks
-        after = page.next_after_job_id
+    return {j.job_id: j.last_fired_ms for j in _jobs(node)}
 
 
 def test_a_backlog_larger_than_the_proposer_queue_is_caught_up(make_cluster):
@@ -114,3 +107,76 @@ def test_misfire_policies_hold_slot_by_slot_after_an_outage(make_cluster):
         else:
             # At most the latest due slot at each catch-up decision runs.
             assert len(missed) - len(skipped) <= 1, name
+
+
+def test_ten_thousand_jobs_catch_up_a_ten_minute_outage_through_a_clock_jump(tmp_path):
+    """The scale of the issue and beyond: 10,000 every-minute jobs, the node's clock jumps
+    ten minutes ahead (libfaketime), about 100,000 slots fall due at once; every one is
+    fired or skipped by its job's policy, and the API answers meanwhile."""
+    from gnomon.jepsen.db import SITECUSTOMIZE
+    from gnomon.jepsen.net import libfaketime
+    from gnomon.node.localcluster import LocalCluster
+
+    preload = libfaketime()
+    if preload is None:
+        pytest.skip("libfaketime is not installed (Debian package libfaketime)")
+    clock = tmp_path / "clock"
+    clock.write_text("+0\n")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    cluster = LocalCluster(tmp_path / "c", 1, {}, env={
+        "LD_PRELOAD": preload, "FAKETIME_DONT_FAKE_MONOTONIC": "1",
+        "FAKETIME_FORCE_MONOTONIC_FIX": "0", "FAKETIME_TIMESTAMP_FILE": str(clock),
+        "FAKETIME_NO_CACHE": "1", "PYTHONPATH": str(site),
+    }).start()
+    try:
+        _ten_thousand_jobs(cluster, clock)
+    finally:
+        cluster.stop()
+
+
+def _ten_thousand_jobs(cluster, clock) -> None:
+    node = cluster.leader(timeout_s=60)
+    policies = [types_pb2.MISFIRE_POLICY_RUN_ALL, types_pb2.MISFIRE_POLICY_RUN_LATEST,
+                types_pb2.MISFIRE_POLICY_SKIP]
+    specs = [types_pb2.JobSpec(
+        name=f"m{i}", misfire_policy=policies[i % 3],
+        schedule=types_pb2.Schedule(cron=types_pb2.CronSchedule(expression="* * * * *")),
+        tasks=[types_pb2.TaskSpec(name="main", queue="nobody")]) for i in range(10_000)]
+    job_ids = _create_jobs(node, specs)
+    created = {j.job_id: j.next_fire_ms for j in _jobs(node)}
+    clock.write_text("+600\n")  # ten minutes pass in an instant
+    jumped_ms = int(time.time() * 1000) + 600_000
+
+    def caught_up():
+        node.cluster().GetStatus(api_pb2.GetStatusRequest(), timeout=10)  # the API answers
+        return all(m >= jumped_ms - 60_000 for m in _high_water_marks(node).values())
+
+    wait_for(caught_up, timeout_s=300, interval_s=1, what="catch-up of 10,000 jobs")
+    for i in (0, 1, 2, 9_997, 9_998, 9_999):
+        runs = node.jobs().ListRuns(api_pb2.ListRunsRequest(
+            job=api_pb2.JobRef(job_id=job_ids[i]), limit=100), timeout=30).runs
+        slots = sorted(r.scheduled_for_ms for r in runs)
+        assert slots[0] <= created[job_ids[i]]
+        assert slots == list(range(slots[0], slots[-1] + 60_000, 60_000)), "a slot was lost"
+        assert len(slots) >= 10
+        # Decided more than the grace (60 s) after its slot, and not the latest due slot.
+        late = [r for r in runs if r.created_ms - r.scheduled_for_ms > 60_000
+                and r.scheduled_for_ms < jumped_ms - 120_000]
+        skipped = [r for r in late if r.state == types_pb2.RUN_STATE_SKIPPED]
+        if specs[i].misfire_policy == types_pb2.MISFIRE_POLICY_RUN_ALL:
+            assert not skipped
+        else:
+            assert len(skipped) == len(late), (i, [r.state for r in late])
+
+
+def _jobs(node) -> list[types_pb2.Job]:
+    out, after = [], ""
+    while True:
+        page = node.jobs().ListJobs(api_pb2.ListJobsRequest(limit=1000, after_job_id=after),
+                                    timeout=30)
+        out += page.jobs
+        if not page.next_after_job_id:
+            return out
+        after = page.next_after_job_id

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import RawWorker, wait_for
+from tests.integration.cluster import RawWorker
 from tests.integration.test_cluster import once_job
 
 pytestmark = pytest.mark.integration
