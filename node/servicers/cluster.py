@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 from importlib.metadata import PackageNotFoundError, version
 
+import grpc
+
 from gnomon.node import codec
 from gnomon.node.core import commands as c
 from gnomon.node.core import digest
+from gnomon.node.core.results import LimitsReply
+from gnomon.node.core.validate import validate_limits
 from gnomon.node.raft import ROLE_NAMES
 from gnomon.node.servicers.base import ServicerBase, translated
-from gnomon.node.servicers.errors import check
+from gnomon.node.servicers.errors import ServiceError, check
 from gnomon.node.validate import validate_request_id
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
@@ -75,7 +79,12 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
         with self.lock:
             current = self.node.replica.state.limits
         limits = codec.limits_from_proto(request.limits, current)
+        check(validate_limits(limits))  # apply checks too; refusing here commits nothing
         reply = check(await self.node.proposer.propose(
             c.SetLimits(request.request_id, limits, request.expected_version)))
+        if not isinstance(reply, LimitsReply):  # dedupe: another request's request_id
+            raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"request_id: {request.request_id!r} already answered a "
+                               "different request; use a new request_id for each request")
         return api_pb2.SetLimitsResponse(limits=codec.limits_to_proto(limits),
                                          limits_version=reply.version)

@@ -11,6 +11,7 @@ from gnomon.node import codec
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind
+from gnomon.node.core.results import Done, JobReply, Replayed, RunReply
 from gnomon.node.schedules import first_fire_ms, job_hash_id, next_fire_after
 from gnomon.node.servicers.base import ServicerBase, translated
 from gnomon.node.servicers.errors import ServiceError, check
@@ -19,12 +20,43 @@ from gnomon.node.validate import validate_id, validate_request_id, validate_spec
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 MAX_PAGE = 1000
+# A page of jobs stays under this many bytes (the rest follows via next_after_job_id), below
+# gRPC's default 4 MiB receive limit: 1000 jobs of up to 100 tasks with 64 KiB payloads would
+# not fit even the 16 MiB limit of the node and the SDK.
+MAX_PAGE_BYTES = 4_000_000
+_MISFIRE_NUMBERS = tuple(types_pb2.MisfirePolicy.values())
 
 
 def _page(limit: int, default: int) -> int:
     if limit < 0:
         raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT, "limit: must not be negative")
     return min(limit or default, MAX_PAGE)
+
+
+def _check_enums(spec: types_pb2.JobSpec) -> None:
+    # codec maps enum numbers to names and fails on one it does not know.
+    if spec.misfire_policy not in _MISFIRE_NUMBERS:
+        names = ", ".join(types_pb2.MisfirePolicy.keys())
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"spec.misfire_policy: must be one of {names}, got {spec.misfire_policy}")
+
+
+_REPLIES = {c.CreateJob: JobReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
+            c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply,
+            c.ReplayDeadLetters: Replayed}
+
+
+def _answering(command, reply):
+    """`reply`, if it can answer `command`. Dedupe answers by request_id alone: a request_id
+    already used by another request returns that request's reply, which must not pass for
+    this one's (it crashed ReplayDeadLetters and made a DeleteJob report success)."""
+    job_id = getattr(command, "job_id", None)
+    if isinstance(reply, _REPLIES[type(command)]) and (
+            not isinstance(reply, JobReply) or not job_id or reply.job_id == job_id):
+        return reply
+    raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                       f"request_id: {command.request_id!r} already answered a different "
+                       "request; use a new request_id for each request")
 
 
 def _check_ref(ref: api_pb2.JobRef) -> None:
@@ -117,19 +149,37 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         raise ServiceError(grpc.StatusCode.NOT_FOUND,
                            f"job.job_id: no job {ref.job_id!r} was ever created")
 
+    def _check_identity(self, job_id: str, spec) -> None:
+        """apply refuses a new tenant or name too, but only after committing the request:
+        refuse it before proposing, so that it changes nothing."""
+        with self.lock:
+            job = self.node.replica.state.jobs.get(job_id)
+        if job is None:  # deleted meanwhile, or a retry answered by dedupe: apply decides
+            return
+        if spec.tenant != job.spec.tenant:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"spec.tenant: job {job_id!r} belongs to tenant "
+                               f"{job.spec.tenant!r}, not {spec.tenant!r} (a job cannot change "
+                               "tenant)")
+        if spec.name != job.spec.name:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"spec.name: job {job_id!r} is named {job.spec.name!r}, not "
+                               f"{spec.name!r} (a job cannot be renamed)")
+
     def _now_ms(self) -> int:
         """Never before cluster time: a slot computed from it is after every fired slot."""
         with self.lock:
             return max(wall_ms(), self.node.replica.state.clock_ms)
 
     def _spec(self, msg: types_pb2.JobSpec):
+        _check_enums(msg)
         return validate_spec(codec.spec_from_proto(msg), self.node.spec_limits)
 
     async def _propose(self, command):
         self.require_leader()
         if "no-dedupe" in self.node.config.canaries:  # test-only jepsen canary
             command = dataclasses.replace(command, request_id="")
-        return check(await self.node.proposer.propose(command))
+        return _answering(command, check(await self.node.proposer.propose(command)))
 
     # -- jobs --------------------------------------------------------------------------------
 
@@ -158,8 +208,14 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             st = self.node.replica.state
             order = st.tenant_job_order.get(request.tenant) if request.tenant else st.job_order
             seqs = order.page(after, limit + 1, lambda n: f"j{n}" in st.jobs) if order else []
-            for seq in seqs[:limit]:
-                codec.job_to_proto(st.jobs[f"j{seq}"], out.jobs.add())
+            size = 0
+            for i, seq in enumerate(seqs[:limit]):
+                job = codec.job_to_proto(st.jobs[f"j{seq}"])
+                size += job.ByteSize()
+                if size > MAX_PAGE_BYTES and i:
+                    limit = i
+                    break
+                out.jobs.append(job)
         if len(seqs) > limit:
             out.next_after_job_id = f"j{seqs[limit - 1]}"
         return out
@@ -167,8 +223,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def UpdateJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
-        job_id = await self._write_job_id(request.job, request.request_id)
         spec = self._spec(request.spec)
+        job_id = await self._write_job_id(request.job, request.request_id)
+        self._check_identity(job_id, spec)
         nxt = first_fire_ms(spec.schedule, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(
             c.UpdateJob(request.request_id, job_id, spec, request.expected_version, nxt))
