@@ -1,0 +1,422 @@
+"""A leader in one process for the loop and servicer unit tests: everything real but pysyncobj.
+
+What is real: the `Replica` (over a real `HistorySink` and `HistoryStore` in tmp_path), the
+core, the codec, the `Proposer`, the leader loops, `Leadership`, the servicers, and the effect
+routing, which is `server.Node`'s own (`_on_applied`, `_route_effects`, `_to_loop`,
+`_start_leading`, `_stop_leading` are borrowed from the class, not copied), so a change there
+shows here.
+
+What stands in: `LocalRaft`, for pysyncobj only. `submit(data, callback)` applies the entry
+through `replica.apply_entry` on a later loop turn, in submission order, and calls back with
+the replies and FAIL_REASON.SUCCESS, as pysyncobj's tick thread does after commit. Knobs:
+`hold()`/`release()` (a commit that is late), `fail(...)` (an entry that does not commit:
+leader changed, not leader, pysyncobj's queue full), `refuse_submits` (submit raises).
+
+Time: `Clock` replaces `wall_ms` and `mono_ms` in every module that imported them (the loops
+import the functions by name), and moves only when a test says so. asyncio's own timers stay
+real; the loops' ticks are made short instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import FAIL_REASON
+
+from gnomon.node import codec
+from gnomon.node.config import Config, Member
+from gnomon.node.core import commands as c
+from gnomon.node.core.model import (
+    JobSpec,
+    MisfirePolicy,
+    RetryPolicy,
+    Schedule,
+    ScheduleKind,
+    TaskSpec,
+)
+from gnomon.node.core.results import JobReply
+from gnomon.node.dispatch import Dispatcher
+from gnomon.node.history import HistoryStore
+from gnomon.node.leadership import Leadership
+from gnomon.node.leases import LeaseTable, LeaseTiming
+from gnomon.node.raft import LEADER, Proposer
+from gnomon.node.replica import HistorySink, Replica
+from gnomon.node.server import Node
+from gnomon.node.tasks import Supervisor
+from gnomon.node.trigger import TriggerLimits, TriggerLoop
+from gnomon.node.validate import SpecLimits
+
+T0 = 1_700_000_000_000  # wall ms at the start of every test
+M0 = 5_000_000  # mono ms at the start of every test
+HOUR = 3_600_000
+
+# Every module that imported a clock function by name: (module, attribute, which clock).
+CLOCK_USERS = [
+    ("gnomon.node.trigger", "wall_ms", "wall"),
+    ("gnomon.node.leases", "wall_ms", "wall"),
+    ("gnomon.node.leases", "mono_ms", "mono"),
+    ("gnomon.node.dispatch", "wall_ms", "wall"),
+    ("gnomon.node.leadership", "mono_ms", "mono"),
+    ("gnomon.node.raft", "wall_ms", "wall"),
+    ("gnomon.node.raft", "mono_ms", "mono"),
+    ("gnomon.node.servicers.jobs", "wall_ms", "wall"),
+]
+
+MEMBERS = (
+    Member("n1", "127.0.0.1:7001", "127.0.0.1:8001"),
+    Member("n2", "127.0.0.1:7002", "127.0.0.1:8002"),
+    Member("n3", "127.0.0.1:7003", "127.0.0.1:8003"),
+)
+
+
+class Clock:
+    """Wall and monotonic milliseconds that move only when told."""
+
+    def __init__(self) -> None:
+        self.wall = T0
+        self.mono = M0
+
+    def wall_ms(self) -> int:
+        return self.wall
+
+    def mono_ms(self) -> int:
+        return self.mono
+
+    def advance(self, ms: int) -> None:
+        self.wall += ms
+        self.mono += ms
+
+    def install(self, monkeypatch) -> None:
+        import importlib
+
+        for module, attr, which in CLOCK_USERS:
+            fn = self.wall_ms if which == "wall" else self.mono_ms
+            # raising=True: a module that stopped importing the clock shows up here.
+            monkeypatch.setattr(importlib.import_module(module), attr, fn)
+
+
+class Aborted(Exception):
+    """What the stand-in context raises from abort(), as grpc.aio raises AbortError."""
+
+    def __init__(self, code, details: str, trailing: tuple) -> None:
+        super().__init__(f"{code}: {details}")
+        self.code = code
+        self.details = details
+        self.trailing = dict(trailing)
+
+
+class Context:
+    """The part of grpc.aio.ServicerContext the servicers use."""
+
+    def __init__(self) -> None:
+        self.written: list = []
+        self.aborted: Aborted | None = None
+        self._wrote = asyncio.Event()
+
+    async def abort(self, code, details: str = "", trailing_metadata: tuple = ()):
+        self.aborted = Aborted(code, details, tuple(trailing_metadata))
+        raise self.aborted
+
+    async def write(self, message) -> None:
+        self.written.append(message)
+        self._wrote.set()
+
+
+@dataclasses.dataclass
+class _Failure:
+    when: Callable[[c.Batch], bool]
+    reason: int
+    times: int
+
+
+class LocalRaft:
+    """pysyncobj's place: commits entries in order on later loop turns (see module doc)."""
+
+    def __init__(self, replica: Replica, config: Config) -> None:
+        self._replica = replica
+        self._config = config
+        self._loop = asyncio.get_running_loop()
+        self._queue: deque = deque()
+        self._held = False
+        self._failures: list[_Failure] = []
+        self.leader_flag = True
+        self.leader_member: Member | None = config.self_member
+        self.current_term = 1
+        self.refuse_submits: Exception | None = None
+        self.submitted: list[c.Batch] = []  # every entry handed over, in order
+        self.committed: list[c.Batch] = []  # every entry applied, in order
+        self.failed: list[tuple[c.Batch, int]] = []  # entries answered with a failure
+        self.errors: list[BaseException] = []  # apply_entry raised (the node would stop)
+
+    # -- what the Proposer, Leadership and servicers call ---------------------------------
+
+    def term(self) -> int:
+        return self.current_term
+
+    def is_leader(self) -> bool:
+        return self.leader_flag
+
+    def leader(self) -> Member | None:
+        return self.leader_member
+
+    def status(self) -> dict:
+        n = len(self.committed)
+        out: dict[str, Any] = {"raft_term": self.current_term, "commit_idx": n,
+                               "last_applied": n, "state": LEADER if self.leader_flag else 0}
+        for m in self._config.peers:
+            out[f"partner_node_status_server_{m.raft_addr}"] = 2
+            out[f"match_idx_server_{m.raft_addr}"] = n
+        return out
+
+    def submit(self, data: bytes, callback) -> None:
+        if self.refuse_submits is not None:
+            raise self.refuse_submits
+        batch = codec.batch_from_bytes(data)
+        self.submitted.append(batch)
+        self._queue.append((data, batch, callback))
+        self._loop.call_soon(self._drain)
+
+    # -- knobs ----------------------------------------------------------------------------
+
+    def hold(self) -> None:
+        """Entries wait (a slow commit) until release()."""
+        self._held = True
+
+    def release(self) -> None:
+        self._held = False
+        self._loop.call_soon(self._drain)
+
+    def fail(self, when: Callable[[c.Batch], bool] = lambda b: True, *,
+             reason: int = FAIL_REASON.LEADER_CHANGED, times: int = 1) -> None:
+        """The next `times` entries matching `when` do not commit (callback gets `reason`)."""
+        self._failures.append(_Failure(when, reason, times))
+
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    # -- committing -----------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        while self._queue and not self._held:
+            data, batch, callback = self._queue.popleft()
+            reason = self._failure_for(batch)
+            if reason is not None:
+                self.failed.append((batch, reason))
+                callback(None, reason)
+                continue
+            try:
+                replies = self._replica.apply_entry(data)
+            except BaseException as exc:  # noqa: BLE001 - the harness reports it
+                self.errors.append(exc)
+                callback(None, FAIL_REASON.DISCARDED)
+                continue
+            self.committed.append(batch)
+            callback(replies, FAIL_REASON.SUCCESS)
+
+    def _failure_for(self, batch: c.Batch) -> int | None:
+        for f in self._failures:
+            if f.times > 0 and f.when(batch):
+                f.times -= 1
+                return f.reason
+        return None
+
+
+def has(kind: type) -> Callable[[c.Batch], bool]:
+    """An entry predicate: the entry holds a command of type `kind`."""
+    return lambda batch: any(isinstance(cmd, kind) for cmd in batch.commands)
+
+
+def commands_of(batches: list[c.Batch], kind: type) -> list:
+    return [cmd for b in batches for cmd in b.commands if isinstance(cmd, kind)]
+
+
+class RecordingProposer(Proposer):
+    """The real Proposer, counting the calls the loops make (their chunks) as they happen."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.calls: list[list] = []
+        self.inflight: dict[type, int] = {}
+        self.max_inflight: dict[type, int] = {}
+
+    async def propose_many(self, commands: list, *, timeout_ms: int | None = None) -> list:
+        kinds = {type(cmd) for cmd in commands}
+        self.calls.append(list(commands))
+        for k in kinds:
+            self.inflight[k] = self.inflight.get(k, 0) + 1
+            self.max_inflight[k] = max(self.max_inflight.get(k, 0), self.inflight[k])
+        try:
+            return await super().propose_many(commands, timeout_ms=timeout_ms)
+        finally:
+            for k in kinds:
+                self.inflight[k] -= 1
+
+    def chunks(self, kind: type) -> list[list]:
+        return [call for call in self.calls if call and isinstance(call[0], kind)]
+
+
+def node_config(**overrides) -> Config:
+    base = Config(
+        node_id="n1", members=MEMBERS, cluster_secret="unit-test-secret",
+        proof_interval_ms=50, lease_ttl_ms=10_000, heartbeat_interval_ms=2_000,
+        lease_checkpoint_interval_ms=20, trigger_tick_ms=10, commit_timeout_ms=5_000,
+        max_output_tail_bytes=64, max_result_bytes=1_024,
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+class Harness:
+    """One node's leader side in-process. The node-like surface the servicers use
+    (servicers/base.py NodeApi) is this object's."""
+
+    # Borrowed from the composition root, so the routing under test is the node's.
+    _on_applied = Node._on_applied
+    _route_effects = Node._route_effects
+    _to_loop = Node._to_loop
+    _start_leading = Node._start_leading
+    _stop_leading = Node._stop_leading
+    _bootstrap_limits = Node._bootstrap_limits
+    leader_grpc_addr = Node.leader_grpc_addr
+
+    def __init__(self, data_dir: Path, clock: Clock, config: Config,
+                 trigger_limits: TriggerLimits | None = None) -> None:
+        self.clock = clock
+        self.config = config
+        self.rng = random.Random(7)
+        self.spec_limits = SpecLimits(
+            max_payload_bytes=config.max_payload_bytes,
+            max_tasks_per_job=config.max_tasks_per_job,
+            max_attempts=config.max_attempts,
+            min_interval_ms=config.min_interval_ms,
+        )
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.crashes: list[str] = []
+        self.fatal: list[str] = []
+        self.history = HistorySink(HistoryStore(str(data_dir / "history"), map_size=64 << 20))
+        self.replica = Replica(self.history, crash=self.crashes.append)
+        self.supervisor = Supervisor(self.fatal.append)
+        self._loop = asyncio.get_running_loop()
+        self.raft = LocalRaft(self.replica, config)
+        self.leadership = Leadership(
+            lambda: self.raft, lambda: self.proposer, proof_interval_ms=config.proof_interval_ms,
+            on_start=self._start_leading, on_stop=self._stop_leading, supervisor=self.supervisor,
+        )
+        self.proposer = RecordingProposer(self.raft, config, self.leadership.committed)
+        self.leases = LeaseTable(
+            self.replica, self.proposer,
+            LeaseTiming(heartbeat_interval_ms=config.heartbeat_interval_ms,
+                        ack_slack_ms=3 * config.proof_interval_ms,
+                        checkpoint_interval_ms=config.lease_checkpoint_interval_ms),
+            rng=self.rng, supervisor=self.supervisor)
+        self.trigger = TriggerLoop(
+            self.replica, self.proposer,
+            trigger_limits or TriggerLimits(
+                tick_ms=config.trigger_tick_ms,
+                max_fires_per_proposal=config.max_fires_per_proposal,
+                max_proposals_inflight=config.max_fire_proposals_inflight,
+                max_slots_per_job=config.max_catch_up_slots_per_job),
+            supervisor=self.supervisor, rng=self.rng)
+        self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
+                                     lease_ttl_ms=config.lease_ttl_ms,
+                                     max_credits=config.max_worker_credits,
+                                     supervisor=self.supervisor)
+        self.replica.add_listener(self._on_applied)
+        self.proposer.start()
+        self.leadership.start()
+
+    @property
+    def state(self):
+        return self.replica.state
+
+    # -- leadership ---------------------------------------------------------------------
+
+    async def lead(self) -> None:
+        """Become leader the way a node does: role change, own barrier, loops started."""
+        self.raft.leader_flag = True
+        self.raft.leader_member = self.config.self_member
+        self.leadership.role_changed(0, LEADER)
+        await until(lambda: self.leadership.ready, "the leader session starts")
+        # The bootstrap SetLimits proposal of a new cluster's first leader.
+        await until(lambda: self.state.limits_version > 0 or self.fatal, "initial limits")
+
+    async def demote(self, leader: Member | None = None) -> None:
+        self.raft.leader_flag = False
+        self.raft.leader_member = leader
+        self.leadership.role_changed(LEADER, 0)
+        await until(lambda: not self.leadership.ready, "the leader session ends")
+
+    # -- proposing through the real proposer ---------------------------------------------
+
+    async def propose(self, *commands):
+        replies = await self.proposer.propose_many(list(commands))
+        return replies[0] if len(replies) == 1 else replies
+
+    async def create_job(self, name: str = "job", *, tenant: str = "acme",
+                         next_fire_ms: int = 0, **spec_kw) -> str:
+        spec = make_spec(name, tenant=tenant, **spec_kw)
+        reply = await self.propose(c.CreateJob("", spec, next_fire_ms or T0 + HOUR))
+        assert isinstance(reply, JobReply), reply
+        return reply.job_id
+
+    def inst(self, run_id: str, task: str = "a"):
+        return self.state.runs[run_id].tasks[task]
+
+    async def close(self) -> None:
+        self.raft.release()
+        await self.leadership.stop()
+        await self.proposer.stop()
+        await self.supervisor.cancel_all(2.0)
+        self.history.close()
+
+    def check_healthy(self) -> None:
+        assert self.raft.errors == [], self.raft.errors
+        assert self.crashes == [], self.crashes
+        assert self.fatal == [], self.fatal
+
+
+def make_spec(name: str = "job", *, tenant: str = "acme", interval_ms: int = HOUR,
+              tasks: dict[str, tuple[str, ...]] | None = None, queue: str = "default",
+              priority: int = 0, misfire_policy: str = MisfirePolicy.RUN_ALL,
+              misfire_grace_ms: int = 0, paused: bool = False, payload: bytes = b"p",
+              timeout_ms: int = 0, max_attempts: int = 3, schedule: Schedule | None = None,
+              anchor_ms: int = T0) -> JobSpec:
+    """A job spec; the default schedule is every `interval_ms` from `anchor_ms` (slots
+    T0 + k * interval_ms)."""
+    dag = tasks if tasks is not None else {"a": ()}
+    retry = RetryPolicy(max_attempts=max_attempts, initial_backoff_ms=1_000,
+                        max_backoff_ms=10_000, multiplier=2.0, jitter=-1.0)
+    return JobSpec(
+        tenant=tenant, name=name,
+        schedule=schedule or Schedule(ScheduleKind.INTERVAL, interval_ms=interval_ms,
+                                      anchor_ms=anchor_ms),
+        tasks=tuple(TaskSpec(t, queue=queue, depends_on=deps, payload=payload,
+                             timeout_ms=timeout_ms, retry=retry) for t, deps in dag.items()),
+        priority=priority, misfire_policy=misfire_policy, misfire_grace_ms=misfire_grace_ms,
+        paused=paused,
+    )
+
+
+async def until(predicate: Callable[[], object], what: str, timeout_s: float = 5.0):
+    """Wait until `predicate()` is truthy (checked every loop turn and every millisecond),
+    at most `timeout_s`; fail naming `what` otherwise. Returns the truthy value."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for: {what}")
+        await asyncio.sleep(0.001)
+
+
+async def turns(n: int = 50) -> None:
+    """Give the loop `n` turns (for 'nothing more happens' checks when nothing is timed)."""
+    for _ in range(n):
+        await asyncio.sleep(0)

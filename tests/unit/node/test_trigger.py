@@ -1,0 +1,220 @@
+"""Trigger loop (node/trigger.py): due slots -> Fire commands, chunked, CAS, misfire policy."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from pysyncobj import FAIL_REASON
+
+from gnomon.node.core.commands import Barrier, DeleteJob, Fire, SetPaused
+from gnomon.node.core.model import MisfirePolicy, RunState
+from gnomon.node.core.results import Done, RunReply
+from gnomon.node.trigger import TriggerLimits
+
+from .harness import T0, commands_of, has, turns, until
+
+SECOND = 1_000
+MINUTE = 60_000
+
+
+def runs_of(h, job_id: str) -> dict[int, str]:
+    """scheduled_for_ms -> run state, for the job's scheduled runs in memory."""
+    return {r.scheduled_for_ms: r.state for r in h.state.runs.values()
+            if r.job_id == job_id and r.trigger == "schedule"}
+
+
+def fires_for(batches, job_id: str, slot: int | None = None) -> list[Fire]:
+    return [f for f in commands_of(batches, Fire)
+            if f.job_id == job_id and (slot is None or f.scheduled_for_ms == slot)]
+
+
+async def test_a_due_slot_fires_once_and_a_repeated_fire_is_a_no_op(leader, clock):
+    slot = T0 + MINUTE
+    job = await leader.create_job("tick", interval_ms=MINUTE, next_fire_ms=slot)
+    clock.wall = slot - 1
+    await turns()
+    assert runs_of(leader, job) == {}  # not due yet
+    clock.wall = slot
+    await until(lambda: f"{job}@{slot}" in leader.state.runs, "the due slot's run")
+    assert leader.state.jobs[job].next_fire_ms == slot + MINUTE
+    assert len(fires_for(leader.raft.submitted, job, slot)) == 1
+
+    # The same slot proposed again (a retry after a timeout, a deposed leader): no second run.
+    assert await leader.propose(Fire(job, slot, slot + MINUTE)) == RunReply("")
+    assert runs_of(leader, job) == {slot: RunState.RUNNING}
+    assert leader.state.jobs[job].next_fire_ms == slot + MINUTE
+
+
+async def test_the_same_slot_twice_in_one_entry_gives_one_run(h):
+    job = await h.create_job("cas", interval_ms=MINUTE, next_fire_ms=T0)
+    fire = Fire(job, T0, T0 + MINUTE)
+    assert await h.propose(fire, fire) == [RunReply(f"{job}@{T0}"), RunReply("")]
+    assert runs_of(h, job) == {T0: RunState.RUNNING}
+
+
+async def test_catch_up_goes_out_in_bounded_chunks_oldest_first(make, clock):
+    limits = TriggerLimits(tick_ms=5, max_fires_per_proposal=10, max_proposals_inflight=2,
+                           max_slots_per_job=4)
+    h = await make(trigger_limits=limits)
+    await h.lead()
+    jobs = [await h.create_job(f"j{k}", interval_ms=SECOND, next_fire_ms=T0 + SECOND + 10 * k,
+                               anchor_ms=T0 + 10 * k)
+            for k in range(5)]
+    first = {job: T0 + SECOND + 10 * k for k, job in enumerate(jobs)}
+    h.raft.hold()
+    clock.wall = T0 + 40 * SECOND  # 40 due slots for jobs 0-3, 39 for job 4
+    await until(lambda: h.proposer.inflight.get(Fire) == 2, "two chunks in flight")
+    await turns(200)
+    assert len(h.proposer.chunks(Fire)) == 2, "a third chunk went out while two were in flight"
+
+    # The first chunk: the oldest slots, at most 4 per job, 10 in all.
+    chunk = h.proposer.chunks(Fire)[0]
+    assert [(f.job_id, f.scheduled_for_ms) for f in chunk] == (
+        [(jobs[0], first[jobs[0]] + i * SECOND) for i in range(4)]
+        + [(jobs[1], first[jobs[1]] + i * SECOND) for i in range(4)]
+        + [(jobs[2], first[jobs[2]] + i * SECOND) for i in range(2)])
+
+    h.raft.release()
+    await until(lambda: all(h.state.jobs[j].next_fire_ms > clock.wall for j in jobs),
+                "the catch-up to finish")
+    assert h.proposer.max_inflight[Fire] == 2
+    for call in h.proposer.chunks(Fire):
+        assert len(call) <= 10
+        per_job: dict[str, list[Fire]] = {}
+        for f in call:
+            per_job.setdefault(f.job_id, []).append(f)
+        assert all(len(fs) <= 4 for fs in per_job.values()), call
+        # Chained: each Fire's next slot is the following Fire's slot.
+        for fs in per_job.values():
+            assert all(a.next_fire_ms == b.scheduled_for_ms for a, b in zip(fs, fs[1:], strict=False))
+        # Oldest first inside a chunk: jobs ordered by the slot they start at.
+        starts = [fs[0].scheduled_for_ms for fs in per_job.values()]
+        assert starts == sorted(starts), call
+    for job in jobs:
+        expected = list(range(first[job], clock.wall + 1, SECOND))
+        proposed = [f.scheduled_for_ms for f in fires_for(h.raft.submitted, job)]
+        assert proposed == expected  # every slot once, oldest first, none skipped
+        assert runs_of(h, job) == dict.fromkeys(expected, RunState.RUNNING)
+
+
+async def test_no_room_in_the_proposer_backs_off_then_catches_up_fully(make, clock, caplog):
+    caplog.set_level(logging.INFO, logger="gnomon.node.trigger")
+    h = await make(max_pending_commands=40, max_loop_pending_commands=30, max_inflight_batches=1)
+    await h.lead()
+    job = await h.create_job("busy", interval_ms=SECOND, next_fire_ms=T0 + SECOND)
+    h.raft.hold()
+    clients = [asyncio.create_task(h.proposer.propose(Barrier()))]
+    await until(lambda: h.raft.waiting() == 1, "an entry waiting for commit")
+    clients += [asyncio.create_task(h.proposer.propose(Barrier())) for _ in range(30)]
+    await until(lambda: h.proposer.pending() == 30, "client commands filling the queue")
+    clock.wall = T0 + 20 * SECOND
+    await until(lambda: "trigger backs off" in caplog.text, "the trigger to back off")
+    assert h.proposer.chunks(Fire) == []
+    assert "no room beyond its client reserve" in caplog.text
+
+    h.raft.release()
+    assert await asyncio.gather(*clients) == [Done()] * 31  # no client request dropped
+    await until(lambda: h.state.jobs[job].next_fire_ms == T0 + 21 * SECOND, "catch-up")
+    assert runs_of(h, job) == {T0 + i * SECOND: RunState.RUNNING for i in range(1, 21)}
+
+
+@pytest.mark.parametrize("reason", [FAIL_REASON.LEADER_CHANGED, FAIL_REASON.NOT_LEADER,
+                                    FAIL_REASON.QUEUE_FULL],
+                         ids=["leader-changed", "not-leader", "pysyncobj-queue-full"])
+async def test_a_chunk_that_did_not_commit_is_proposed_again(leader, clock, reason):
+    job = await leader.create_job("retry", interval_ms=SECOND, next_fire_ms=T0 + SECOND)
+    leader.raft.fail(has(Fire), reason=reason)
+    clock.wall = T0 + 4 * SECOND
+    await until(lambda: leader.state.jobs[job].next_fire_ms == T0 + 5 * SECOND, "catch-up")
+    assert [reason] == [r for _, r in leader.raft.failed]
+    slots = [T0 + i * SECOND for i in range(1, 5)]
+    assert runs_of(leader, job) == dict.fromkeys(slots, RunState.RUNNING)
+    for slot in slots:  # proposed twice (the failed chunk, then again), committed once
+        assert len(fires_for(leader.raft.submitted, job, slot)) == 2
+        assert len(fires_for(leader.raft.committed, job, slot)) == 1
+
+
+async def test_a_chunk_whose_submit_raises_is_proposed_again(leader, clock):
+    job = await leader.create_job("raises", interval_ms=MINUTE, next_fire_ms=T0 + MINUTE)
+    leader.raft.refuse_submits = RuntimeError("pysyncobj stopped")
+    clock.wall = T0 + MINUTE
+    await until(lambda: leader.proposer.chunks(Fire), "a first chunk")
+    await turns()
+    assert runs_of(leader, job) == {}
+    leader.raft.refuse_submits = None
+    await until(lambda: runs_of(leader, job), "the slot fired after all")
+    assert runs_of(leader, job) == {T0 + MINUTE: RunState.RUNNING}
+
+
+async def test_paused_and_deleted_jobs_are_not_fired(leader, clock):
+    slot = T0 + MINUTE
+    paused_at_create = await leader.create_job("p1", next_fire_ms=slot, paused=True)
+    paused_later = await leader.create_job("p2", next_fire_ms=slot)
+    deleted = await leader.create_job("gone", next_fire_ms=slot)
+    control = await leader.create_job("live", interval_ms=MINUTE, next_fire_ms=slot)
+    await leader.propose(SetPaused("", paused_later, True))
+    assert await leader.propose(DeleteJob("", deleted)) == Done()
+    clock.wall = slot
+    await until(lambda: f"{control}@{slot}" in leader.state.runs, "the control job's run")
+    clock.wall = slot + MINUTE  # one more pass over the heap
+    await until(lambda: f"{control}@{slot + MINUTE}" in leader.state.runs, "a second pass")
+    for job in (paused_at_create, paused_later, deleted):
+        assert fires_for(leader.raft.submitted, job) == []
+        assert runs_of(leader, job) == {}
+
+    # Resumed: the next slot after now, not the paused period.
+    resume_at = clock.wall + MINUTE
+    await leader.propose(SetPaused("", paused_later, False, resume_at))
+    await turns()
+    assert fires_for(leader.raft.submitted, paused_later) == []
+    clock.wall = resume_at
+    await until(lambda: runs_of(leader, paused_later), "the resumed job's slot")
+    assert runs_of(leader, paused_later) == {resume_at: RunState.RUNNING}
+
+
+# Five slots a minute apart, the newest 45 s late; the next one (15 s ahead) is not due.
+S = [T0 - 45_000 - (4 - k) * MINUTE for k in range(5)]
+RUN, SKIP = RunState.RUNNING, RunState.SKIPPED
+
+
+@pytest.mark.parametrize("policy, grace, expected", [
+    (MisfirePolicy.RUN_ALL, 30_000, [RUN, RUN, RUN, RUN, RUN]),
+    (MisfirePolicy.SKIP, 30_000, [SKIP, SKIP, SKIP, SKIP, SKIP]),
+    (MisfirePolicy.RUN_LATEST, 30_000, [SKIP, SKIP, SKIP, SKIP, RUN]),
+    # Within the grace a slot is on time whatever the policy (0 = the default, 60 s).
+    (MisfirePolicy.SKIP, 0, [SKIP, SKIP, SKIP, SKIP, RUN]),
+    (MisfirePolicy.SKIP, 50_000, [SKIP, SKIP, SKIP, SKIP, RUN]),
+    (MisfirePolicy.RUN_LATEST, 50_000, [SKIP, SKIP, SKIP, SKIP, RUN]),
+    (MisfirePolicy.RUN_LATEST, 120_000, [SKIP, SKIP, SKIP, RUN, RUN]),
+])
+async def test_misfire_policy_decides_slot_by_slot(make, policy, grace, expected):
+    h = await make()
+    job = await h.create_job(
+        "late", interval_ms=MINUTE, anchor_ms=S[0], next_fire_ms=S[0], misfire_policy=policy,
+        misfire_grace_ms=grace)
+    await h.lead()  # the new leader finds five due slots in the replicated state
+    await until(lambda: h.state.jobs[job].next_fire_ms == S[4] + MINUTE, "the catch-up")
+    assert runs_of(h, job) == dict(zip(S, expected, strict=True))
+    assert [f.skip for f in fires_for(h.raft.committed, job)] == [e == SKIP for e in expected]
+
+
+async def test_stop_returns_while_proposals_are_pending(make, clock):
+    h = await make(trigger_limits=TriggerLimits(tick_ms=5, max_fires_per_proposal=3,
+                                                max_proposals_inflight=1, max_slots_per_job=3))
+    await h.lead()
+    await h.create_job("stuck", interval_ms=SECOND, next_fire_ms=T0 + SECOND)
+    h.raft.hold()
+    clock.wall = T0 + 30 * SECOND
+    await until(lambda: h.proposer.inflight.get(Fire) == 1, "a chunk waiting for commit")
+    await turns()  # the loop now waits for the in-flight chunk
+    async with asyncio.timeout(2):
+        await h.trigger.stop()
+    names = {t.get_name() for t in asyncio.all_tasks() if not t.done()}
+    assert not names & {"trigger", "trigger-propose"}, names
+    assert h.proposer.inflight.get(Fire) == 0
+    h.raft.release()
+    await until(lambda: h.raft.waiting() == 0, "the held entry to commit")
+    await turns()
+    assert len(h.proposer.chunks(Fire)) == 1  # nothing proposed after stop
