@@ -151,6 +151,7 @@ class LocalRaft:
         self.refuse_submits: Exception | None = None
         self.submitted: list[c.Batch] = []  # every entry handed over, in order
         self.committed: list[c.Batch] = []  # every entry applied, in order
+        self.replies: list[list] = []  # apply's replies, per committed entry
         self.failed: list[tuple[c.Batch, int]] = []  # entries answered with a failure
         self.errors: list[BaseException] = []  # apply_entry raised (the node would stop)
 
@@ -217,6 +218,7 @@ class LocalRaft:
                 callback(None, FAIL_REASON.DISCARDED)
                 continue
             self.committed.append(batch)
+            self.replies.append(replies)
             callback(replies, FAIL_REASON.SUCCESS)
 
     def _failure_for(self, batch: c.Batch) -> int | None:
@@ -234,6 +236,12 @@ def has(kind: type) -> Callable[[c.Batch], bool]:
 
 def commands_of(batches: list[c.Batch], kind: type) -> list:
     return [cmd for b in batches for cmd in b.commands if isinstance(cmd, kind)]
+
+
+def replies_to(raft: LocalRaft, kind: type) -> list:
+    """apply's replies to the committed commands of type `kind`, in commit order."""
+    return [reply for b, replies in zip(raft.committed, raft.replies, strict=True)
+            for cmd, reply in zip(b.commands, replies, strict=True) if isinstance(cmd, kind)]
 
 
 class RecordingProposer(Proposer):
@@ -363,6 +371,21 @@ class Harness:
         reply = await self.propose(c.CreateJob("", spec, next_fire_ms or T0 + HOUR))
         assert isinstance(reply, JobReply), reply
         return reply.job_id
+
+    async def run_now(self, job_id: str) -> str:
+        """A manual run of the job (TriggerJob); its root tasks are READY."""
+        reply = await self.propose(c.TriggerJob("", job_id))
+        assert reply.run_id, reply
+        return reply.run_id
+
+    async def grant(self, run_id: str, task: str = "a", worker: str = "w1",
+                    ttl_ms: int | None = None) -> int:
+        """Lease one task through a GrantLeases command (as dispatch would); the token."""
+        ttl = self.config.lease_ttl_ms if ttl_ms is None else ttl_ms
+        reply = await self.propose(c.GrantLeases((c.LeaseGrant(run_id, task, worker, ttl),)))
+        token = reply.tokens[0]
+        assert isinstance(token, int), token
+        return token
 
     def inst(self, run_id: str, task: str = "a"):
         return self.state.runs[run_id].tasks[task]
