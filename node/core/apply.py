@@ -62,6 +62,7 @@ from gnomon.node.core.results import (
     RunReply,
 )
 from gnomon.node.core.retry import backoff_ms, effective_max_attempts
+from gnomon.node.core.transitions import RunEvent, TaskEvent, move_run, move_task
 from gnomon.node.core.validate import validate_limits, validate_spec
 
 # States from which a task can still reach SUCCEEDED without a replay.
@@ -353,7 +354,7 @@ def _cancel_run(ctx: Ctx, cmd: CancelRun) -> Reply:
             Code.FAILED_PRECONDITION, f"run_id: run {run.run_id!r} is already {run.state}"
         )
     _cancel_tasks(ctx, run, cmd.reason or "run cancelled", leased_too=True)
-    _set_run_state(ctx, run, RunState.CANCELLED)
+    move_run(ctx.state, run, RunEvent.CANCEL)
     run.finished_ms = ctx.now
     _enforce_retention(ctx, run.job_id)
     return RunReply(run_id=run.run_id)
@@ -372,7 +373,7 @@ def _cancel_tasks(ctx: Ctx, run: Run, reason: str, *, leased_too: bool) -> None:
             ctx.effects.cancelled.append(
                 (run.run_id, inst.task_name, inst.fencing_token, reason, inst.worker_id)
             )
-        inst.state = TaskState.CANCELLED
+        move_task(inst, TaskEvent.CANCEL)
         inst.finished_ms = ctx.now
 
 
@@ -395,13 +396,6 @@ def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: st
     return run
 
 
-def _set_run_state(ctx: Ctx, run: Run, new: str) -> None:
-    """Every run state change after creation, keeping the derived active-run count."""
-    was_active, now_active = run.state == RunState.RUNNING, new == RunState.RUNNING
-    ctx.state.active_runs += now_active - was_active
-    run.state = new
-
-
 def _start_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str) -> None:
     run = _new_run(ctx, job, run_id, scheduled_for_ms, trigger)
     for task in run.spec.tasks:
@@ -416,7 +410,7 @@ def _start_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: 
 
 def _record_skipped_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int) -> None:
     run = _new_run(ctx, job, run_id, scheduled_for_ms, RunTrigger.SCHEDULE)
-    _set_run_state(ctx, run, RunState.SKIPPED)
+    move_run(ctx.state, run, RunEvent.SKIP)
     run.finished_ms = ctx.now
     _enforce_retention(ctx, job.job_id)
 
@@ -438,7 +432,7 @@ def _grant_one(ctx: Ctx, grant: LeaseGrant) -> int | Rejected:
     if rejected:
         return rejected
     state.last_token += 1
-    inst.state = TaskState.LEASED
+    move_task(inst, TaskEvent.GRANT)
     inst.fencing_token = state.last_token
     inst.worker_id = grant.worker_id
     inst.lease_ttl_ms = grant.lease_ttl_ms
@@ -471,7 +465,7 @@ def _complete_task(ctx: Ctx, cmd: CompleteTask) -> Reply:
     _end_lease(ctx, run, inst)
     _record_attempt(ctx, inst, AttemptOutcome.SUCCEEDED, exit_code=cmd.exit_code,
                     duration_ms=cmd.duration_ms, output_tail=cmd.output_tail)
-    inst.state = TaskState.SUCCEEDED
+    move_task(inst, TaskEvent.COMPLETE)
     inst.finished_ms = ctx.now
     inst.result = cmd.result
     _promote_dependents(ctx, run, inst.task_name)
@@ -586,7 +580,7 @@ def _fail_attempt(
     policy = graph(run.spec).tasks[inst.task_name].retry
     inst.last_error = error
     if retryable and inst.attempt < effective_max_attempts(policy):
-        inst.state = TaskState.RETRY_WAIT
+        move_task(inst, TaskEvent.RETRY)
         inst.retry_at_ms = ctx.now + backoff_ms(inst.attempt, policy, jitter_draw)
         ctx.effects.dispatchable.append((run.run_id, inst.task_name))
         return
@@ -594,7 +588,7 @@ def _fail_attempt(
 
 
 def _dead_letter(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
-    inst.state = TaskState.DEAD
+    move_task(inst, TaskEvent.GIVE_UP)
     inst.finished_ms = ctx.now
     ctx.state.dead_letters[(run.run_id, inst.task_name)] = DeadLetter(
         run_id=run.run_id,
@@ -608,7 +602,7 @@ def _dead_letter(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
     for name in graph(run.spec).descendants(inst.task_name):
         downstream = run.tasks[name]
         if downstream.state == TaskState.PENDING:
-            downstream.state = TaskState.UPSTREAM_FAILED
+            move_task(downstream, TaskEvent.UPSTREAM_DEAD)
             downstream.finished_ms = ctx.now
     _finish_if_done(ctx, run)
     _bound_dead_letters(ctx)
@@ -627,8 +621,9 @@ def _bound_dead_letters(ctx: Ctx) -> None:
             _enforce_retention(ctx, run.job_id)
 
 
-def _make_ready(ctx: Ctx, run: Run, inst: TaskInstance) -> None:
-    inst.state = TaskState.READY
+def _make_ready(ctx: Ctx, run: Run, inst: TaskInstance,
+                event: str = TaskEvent.DEPS_MET) -> None:
+    move_task(inst, event)
     inst.ready_ms = ctx.now
     ctx.effects.dispatchable.append((run.run_id, inst.task_name))
 
@@ -669,7 +664,7 @@ def _replay_one(ctx: Ctx, run_id: str, task_name: str) -> None:
     inst.attempt = 0  # a fresh series of attempts; last_error is kept for the record
     inst.retry_at_ms = 0
     inst.finished_ms = 0
-    _make_ready(ctx, run, inst)
+    _make_ready(ctx, run, inst, TaskEvent.REPLAY)
     dag = graph(run.spec)
     # Topological order: a revived task's own dependencies are settled before it is looked at.
     for name in dag.descendants(task_name):
@@ -677,9 +672,9 @@ def _replay_one(ctx: Ctx, run_id: str, task_name: str) -> None:
         if downstream.state == TaskState.UPSTREAM_FAILED and all(
             run.tasks[dep].state in _VIABLE_TASK_STATES for dep in dag.deps[name]
         ):
-            downstream.state = TaskState.PENDING
+            move_task(downstream, TaskEvent.REVIVE)
             downstream.finished_ms = 0
-    _set_run_state(ctx, run, RunState.RUNNING)
+    move_run(ctx.state, run, RunEvent.REOPEN)
     run.finished_ms = 0
 
 
@@ -717,19 +712,19 @@ def _finish_if_done(ctx: Ctx, run: Run, *, retain: bool = True) -> None:
         return
     if any(inst.state not in TERMINAL_TASK_STATES for inst in run.tasks.values()):
         return
-    _set_run_state(ctx, run, _final_run_state(run))
+    move_run(ctx.state, run, _final_run_event(run))
     run.finished_ms = ctx.now
     if retain:
         _enforce_retention(ctx, run.job_id)
 
 
-def _final_run_state(run: Run) -> str:
+def _final_run_event(run: Run) -> str:
     states = [inst.state for inst in run.tasks.values()]
     if TaskState.CANCELLED in states:
-        return RunState.CANCELLED
+        return RunEvent.CANCEL
     if all(state == TaskState.SUCCEEDED for state in states):
-        return RunState.SUCCEEDED
-    return RunState.FAILED
+        return RunEvent.SUCCEED
+    return RunEvent.FAIL
 
 
 def _enforce_retention(ctx: Ctx, job_id: str) -> None:
@@ -761,20 +756,31 @@ def _has_dead_letters(state: State, run: Run) -> bool:
     return any((run.run_id, name) in state.dead_letters for name in run.tasks)
 
 
-HANDLERS: dict[type, Handler] = {
-    CreateJob: _create_job,
-    UpdateJob: _update_job,
-    DeleteJob: _delete_job,
-    SetPaused: _set_paused,
-    Fire: _fire,
-    TriggerJob: _trigger_job,
-    CancelRun: _cancel_run,
-    GrantLeases: _grant_leases,
-    CompleteTask: _complete_task,
-    FailTask: _fail_task,
-    ExpireLeases: _expire_leases,
-    ReplayDeadLetters: _replay_dead_letters,
-    Barrier: _barrier,
-    SetLimits: _set_limits,
-    CheckpointLeases: _checkpoint_leases,
-}
+def handler_table(pairs: list[tuple[type, Handler]]) -> dict[type, Handler]:
+    """The command type -> handler table; a type registered twice is a bug, not a dict key
+    that quietly wins."""
+    table: dict[type, Handler] = {}
+    for command_type, handler in pairs:
+        if command_type in table:
+            raise ValueError(f"HANDLERS: {command_type.__name__} registered twice")
+        table[command_type] = handler
+    return table
+
+
+HANDLERS: dict[type, Handler] = handler_table([
+    (CreateJob, _create_job),
+    (UpdateJob, _update_job),
+    (DeleteJob, _delete_job),
+    (SetPaused, _set_paused),
+    (Fire, _fire),
+    (TriggerJob, _trigger_job),
+    (CancelRun, _cancel_run),
+    (GrantLeases, _grant_leases),
+    (CompleteTask, _complete_task),
+    (FailTask, _fail_task),
+    (ExpireLeases, _expire_leases),
+    (ReplayDeadLetters, _replay_dead_letters),
+    (Barrier, _barrier),
+    (SetLimits, _set_limits),
+    (CheckpointLeases, _checkpoint_leases),
+])

@@ -1,0 +1,91 @@
+"""Every state transition of task instances and runs, as data (h11's
+EVENT_TRIGGERED_TRANSITIONS): one table of (state, event) -> state per entity, and the one
+function per entity that applies it. apply.py never assigns a state itself.
+
+An event that the table does not allow from the current state raises IllegalTransition: a
+handler that asks for one has a bug, and apply crashing (which stops the node) is the right
+answer — never a state nobody designed. node/core/DESIGN.md carries the tables as rendered by
+`render_tables()`; a test keeps the two equal.
+"""
+
+from __future__ import annotations
+
+from gnomon.node.core.model import Run, RunState, State, TaskInstance, TaskState
+
+
+class TaskEvent:
+    DEPS_MET = "deps_met"  # every dependency succeeded (or there are none)
+    GRANT = "grant"  # a worker was granted a lease
+    COMPLETE = "complete"  # the holder reported success
+    RETRY = "retry"  # the attempt failed (report, expiry, timeout) and attempts remain
+    GIVE_UP = "give_up"  # the attempt failed for good: dead-lettered
+    UPSTREAM_DEAD = "upstream_dead"  # a task it depends on (transitively) died
+    CANCEL = "cancel"  # its run was cancelled, or its job deleted
+    REPLAY = "replay"  # its dead letter was replayed: a fresh attempt series
+    REVIVE = "revive"  # a replay revived the dead task that blocked it
+
+
+class RunEvent:
+    SKIP = "skip"  # the slot was skipped by the misfire policy
+    SUCCEED = "succeed"  # every task succeeded
+    FAIL = "fail"  # every task is terminal, some died
+    CANCEL = "cancel"  # cancelled, or a task of it was cancelled and the rest ended
+    REOPEN = "reopen"  # a dead letter of it was replayed
+
+
+_LIVE = (TaskState.PENDING, TaskState.READY, TaskState.LEASED, TaskState.RETRY_WAIT)
+
+TASK_TRANSITIONS: dict[tuple[str, str], str] = {
+    (TaskState.PENDING, TaskEvent.DEPS_MET): TaskState.READY,
+    (TaskState.READY, TaskEvent.GRANT): TaskState.LEASED,
+    (TaskState.RETRY_WAIT, TaskEvent.GRANT): TaskState.LEASED,
+    (TaskState.LEASED, TaskEvent.COMPLETE): TaskState.SUCCEEDED,
+    (TaskState.LEASED, TaskEvent.RETRY): TaskState.RETRY_WAIT,
+    (TaskState.LEASED, TaskEvent.GIVE_UP): TaskState.DEAD,
+    (TaskState.PENDING, TaskEvent.UPSTREAM_DEAD): TaskState.UPSTREAM_FAILED,
+    **{(state, TaskEvent.CANCEL): TaskState.CANCELLED for state in _LIVE},
+    (TaskState.DEAD, TaskEvent.REPLAY): TaskState.READY,
+    (TaskState.UPSTREAM_FAILED, TaskEvent.REVIVE): TaskState.PENDING,
+}
+
+RUN_TRANSITIONS: dict[tuple[str, str], str] = {
+    (RunState.RUNNING, RunEvent.SKIP): RunState.SKIPPED,
+    (RunState.RUNNING, RunEvent.SUCCEED): RunState.SUCCEEDED,
+    (RunState.RUNNING, RunEvent.FAIL): RunState.FAILED,
+    (RunState.RUNNING, RunEvent.CANCEL): RunState.CANCELLED,
+    # A replayed dead letter reopens its run, whether other tasks still run or it had ended
+    # (failed, or cancelled when another task of it was cancelled).
+    (RunState.RUNNING, RunEvent.REOPEN): RunState.RUNNING,
+    (RunState.FAILED, RunEvent.REOPEN): RunState.RUNNING,
+    (RunState.CANCELLED, RunEvent.REOPEN): RunState.RUNNING,
+}
+
+
+class IllegalTransition(Exception):
+    """A handler asked for a transition the tables do not have: a bug; the node must stop."""
+
+
+def move_task(inst: TaskInstance, event: str) -> None:
+    new = TASK_TRANSITIONS.get((inst.state, event))
+    if new is None:
+        raise IllegalTransition(f"task {inst.idempotency_key}: no {event!r} from {inst.state!r}")
+    inst.state = new
+
+
+def move_run(state: State, run: Run, event: str) -> None:
+    """Also keeps the derived count of active (RUNNING) runs."""
+    new = RUN_TRANSITIONS.get((run.state, event))
+    if new is None:
+        raise IllegalTransition(f"run {run.run_id}: no {event!r} from {run.state!r}")
+    state.active_runs += (new == RunState.RUNNING) - (run.state == RunState.RUNNING)
+    run.state = new
+
+
+def render_tables() -> str:
+    """The tables as Markdown (what core/DESIGN.md shows)."""
+    lines = []
+    for title, table in (("Task", TASK_TRANSITIONS), ("Run", RUN_TRANSITIONS)):
+        lines += [f"| {title} state | event | new state |", "|---|---|---|"]
+        lines += [f"| {old} | {event} | {new} |" for (old, event), new in table.items()]
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
