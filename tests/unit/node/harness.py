@@ -10,7 +10,9 @@ What stands in: `LocalRaft`, for pysyncobj only. `submit(data, callback)` applie
 through `replica.apply_entry` on a later loop turn, in submission order, and calls back with
 the replies and FAIL_REASON.SUCCESS, as pysyncobj's tick thread does after commit. Knobs:
 `hold()`/`release()` (a commit that is late), `fail(...)` (an entry that does not commit:
-leader changed, not leader, pysyncobj's queue full), `refuse_submits` (submit raises).
+leader changed, not leader, pysyncobj's queue full), `refuse_submits` (submit raises),
+`leader_flag` (what pysyncobj believes; a non-leader fails its entries NOT_LEADER, as
+raft.py's `_StateMachine` does, unless `fail_when_not_leader` is off).
 
 Time: `Clock` replaces `wall_ms` and `mono_ms` in every module that imported them (the loops
 import the functions by name), and moves only when a test says so. asyncio's own timers stay
@@ -149,6 +151,9 @@ class LocalRaft:
         self.leader_member: Member | None = config.self_member
         self.current_term = 1
         self.refuse_submits: Exception | None = None
+        # Like raft.py's _StateMachine: a node that is not leader fails queued proposals
+        # (NOT_LEADER) instead of forwarding them.
+        self.fail_when_not_leader = True
         self.submitted: list[c.Batch] = []  # every entry handed over, in order
         self.committed: list[c.Batch] = []  # every entry applied, in order
         self.replies: list[list] = []  # apply's replies, per committed entry
@@ -207,6 +212,8 @@ class LocalRaft:
         while self._queue and not self._held:
             data, batch, callback = self._queue.popleft()
             reason = self._failure_for(batch)
+            if reason is None and self.fail_when_not_leader and not self.leader_flag:
+                reason = FAIL_REASON.NOT_LEADER
             if reason is not None:
                 self.failed.append((batch, reason))
                 callback(None, reason)
@@ -386,6 +393,11 @@ class Harness:
         token = reply.tokens[0]
         assert isinstance(token, int), token
         return token
+
+    def follow(self, *commands, term: int = 2) -> list:
+        """Apply an entry another leader committed, as a follower receives it."""
+        batch = c.Batch(now_ms=self.clock.wall, commands=tuple(commands), term=term)
+        return self.replica.apply_entry(codec.batch_to_bytes(batch))
 
     def inst(self, run_id: str, task: str = "a"):
         return self.state.runs[run_id].tasks[task]
