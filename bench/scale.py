@@ -54,11 +54,10 @@ def build_state(n: int, now: int):
     """The replicated state after N CreateJob commands (applied by core.apply_batch)."""
     from gnomon.node.core import apply_batch, new_state
     from gnomon.node.core.commands import Batch, CreateJob
-    from gnomon.node.core.model import JobSpec, Limits, Schedule, TaskSpec
+    from gnomon.node.core.model import JobSpec, Schedule, TaskSpec
     from gnomon.node.schedules import first_fire_ms
 
     state = new_state()
-    limits = Limits()
     task = (TaskSpec(name="main"),)
     chunk = 10_000
     for start in range(0, n, chunk):
@@ -68,7 +67,7 @@ def build_state(n: int, now: int):
                              anchor_ms=now + HOUR_MS + (i * (23 * HOUR_MS)) // n)
             spec = JobSpec(tenant="default", name=f"s-{i}", schedule=sched, tasks=task)
             cmds.append(CreateJob("", spec, first_fire_ms(sched, now)))
-        replies, _ = apply_batch(state, Batch(now_ms=now, commands=tuple(cmds)), limits)
+        replies, _ = apply_batch(state, Batch(now_ms=now, commands=tuple(cmds)))
         bad = [r for r in replies if type(r).__name__ == "Rejected"]
         if bad:
             raise RuntimeError(f"bulk CreateJob rejected: {bad[0]}")

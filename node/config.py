@@ -91,9 +91,24 @@ class Config:
     max_attempt_records: int = 10
     # Per-node history store of runs evicted from memory.
     history_max_runs_per_job: int = 10_000
+    history_map_bytes: int = 8 << 30
+    # A failed history write is retried this many times in all (backoff doubling from
+    # history_retry_backoff_ms), then the node stops (node/STORAGE.md).
+    history_write_attempts: int = 5
+    history_retry_backoff_ms: int = 200
+    # Backfill after a snapshot install: runs per page copied from a peer, page byte bound,
+    # wait between attempts when no peer can serve.
+    history_backfill_page_runs: int = 1_000
+    history_backfill_page_bytes: int = 4 << 20
+    history_backfill_retry_ms: int = 2_000
     # Snapshots: compact the log after this many entries or seconds.
     snapshot_min_entries: int = 20_000
     snapshot_min_time_s: float = 60.0
+    # The forked snapshot writer is killed after this long; after a failed snapshot the next
+    # one starts no sooner than snapshot_retry_s. Bytes per message to a lagging follower.
+    snapshot_child_timeout_s: float = 900.0
+    snapshot_retry_s: float = 30.0
+    snapshot_send_chunk_bytes: int = 1 << 20
     # The longest a SIGTERM shutdown may take before the process exits anyway.
     shutdown_timeout_ms: int = 10_000
     # Test-only fault switches (see jepsen canaries); never set in production.

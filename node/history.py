@@ -4,6 +4,9 @@ Databases in one directory environment:
 - `runs`:   run_id -> job_id length (u16 BE) + job_id + scheduled_for_ms (u64 BE) + encoded run
 - `by_job`: job_id length (u16 BE) + job_id + scheduled_for_ms (u64 BE) + run_id -> run_id
 - `counts`: job_id -> number of runs kept for it (u64 BE), to enforce the per-job cap cheaply
+- `meta`:   `backfill` -> JSON {"needs_index": N, "after": run_id} while the store lacks runs
+            evicted at or before Raft index N (a snapshot was installed, or the store is new
+            beside an existing snapshot); absent when the history is complete
 
 Thread rule: every method opens its own LMDB transaction, so methods may be called from any
 thread. LMDB serialises write transactions (a second writer blocks until the first commits) and
@@ -14,31 +17,59 @@ other threads stopped using the store; one HistoryStore per path per process.
 
 from __future__ import annotations
 
+import json
+import os
 import struct
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import lmdb
 
 _U16 = struct.Struct(">H")
 _U64 = struct.Struct(">Q")
 _MAX_JOB_ID = 0xFFFF
+_BACKFILL = b"backfill"
+
+Record = tuple[str, int, str, bytes]
+
+
+class HistoryError(Exception):
+    """The history store cannot be opened (the message names the directory)."""
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """What an incomplete store lacks: runs evicted at or before Raft index `needs_index`;
+    pages were imported up to run id `after` (exclusive resume point)."""
+
+    needs_index: int
+    after: str = ""
 
 
 class HistoryStore:
+    """Terminal runs evicted from the state, per node (see the module docstring)."""
+
     def __init__(
         self, path: str, *, map_size: int = 8 << 30, max_runs_per_job: int = 10_000
     ) -> None:
         if max_runs_per_job < 1:
             raise ValueError("max_runs_per_job must be at least 1")
+        self.path = path
         self._max = max_runs_per_job
-        self._env = lmdb.open(
-            path, map_size=map_size, max_dbs=3, sync=True, writemap=False, subdir=True
-        )
-        self._runs = self._env.open_db(b"runs")
-        self._by_job = self._env.open_db(b"by_job")
-        self._counts = self._env.open_db(b"counts")
+        #: True when this open created the store (no data file before).
+        self.created = not os.path.exists(os.path.join(path, "data.mdb"))
+        try:
+            self._env = lmdb.open(
+                path, map_size=map_size, max_dbs=4, sync=True, writemap=False, subdir=True
+            )
+            self._runs = self._env.open_db(b"runs")
+            self._by_job = self._env.open_db(b"by_job")
+            self._counts = self._env.open_db(b"counts")
+            self._meta = self._env.open_db(b"meta")
+        except lmdb.Error as exc:
+            raise HistoryError(f"{path}: cannot open the history store: {exc}") from exc
 
-    def put_runs(self, records: Iterable[tuple[str, int, str, bytes]]) -> None:
+    def put_runs(self, records: Iterable[Record]) -> None:
         """Store (job_id, scheduled_for_ms, run_id, encoded_run) records in one synced txn.
 
         Idempotent: re-putting a run replaces it. Beyond `max_runs_per_job` runs of a job, the
@@ -47,6 +78,67 @@ class HistoryStore:
         with self._env.begin(write=True) as txn:
             for job_id, scheduled_for_ms, run_id, data in records:
                 self._put(txn, job_id, scheduled_for_ms, run_id, data)
+
+    # -- completeness and backfill ---------------------------------------------------------------
+
+    def backfill(self) -> Backfill | None:
+        """None when the store holds every run evicted so far, else what it lacks."""
+        with self._env.begin() as txn:
+            raw = txn.get(_BACKFILL, db=self._meta)
+        if raw is None:
+            return None
+        state = json.loads(raw)
+        return Backfill(int(state["needs_index"]), str(state.get("after", "")))
+
+    def mark_incomplete(self, needs_index: int) -> None:
+        """Record (durably) that runs evicted at or before `needs_index` may be missing.
+
+        Called before a snapshot received from the leader replaces the state: the runs its
+        entries evicted were never handed to this store. Keeps the larger index if already
+        incomplete, and restarts the import from the first page."""
+        current = self.backfill()
+        needs = max(needs_index, current.needs_index if current else 0)
+        with self._env.begin(write=True) as txn:
+            txn.put(_BACKFILL, json.dumps({"needs_index": needs, "after": ""}).encode(),
+                    db=self._meta)
+
+    def import_page(self, records: Iterable[Record], after: str) -> None:
+        """Store records copied from a peer and the resume point, in one synced txn."""
+        with self._env.begin(write=True) as txn:
+            for job_id, scheduled_for_ms, run_id, data in records:
+                self._put(txn, job_id, scheduled_for_ms, run_id, data)
+            raw = txn.get(_BACKFILL, db=self._meta)
+            if raw is not None:
+                state = json.loads(raw)
+                state["after"] = after
+                txn.put(_BACKFILL, json.dumps(state).encode(), db=self._meta)
+
+    def mark_complete(self, needs_index: int) -> bool:
+        """Clear the backfill marker if it still asks for `needs_index` (a snapshot installed
+        meanwhile asks for more); True if the store is complete now."""
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(_BACKFILL, db=self._meta)
+            if raw is None:
+                return True
+            if int(json.loads(raw)["needs_index"]) > needs_index:
+                return False
+            txn.delete(_BACKFILL, db=self._meta)
+            return True
+
+    def page(self, after: str, *, limit: int, max_bytes: int) -> tuple[list[Record], bool]:
+        """Up to `limit` runs (and about `max_bytes`) with run_id > `after`, by run_id, and
+        whether more follow."""
+        out: list[Record] = []
+        size = 0
+        with self._env.begin() as txn, txn.cursor(self._runs) as cur:
+            found = cur.set_range(after.encode() + b"\0") if after else cur.first()
+            while found and len(out) < limit and (not out or size < max_bytes):
+                key, value = cur.item()
+                job_id, scheduled_for_ms, data = _decode_value(value)
+                out.append((job_id, scheduled_for_ms, key.decode(), data))
+                size += len(key) + len(value)
+                found = cur.next()
+        return out, bool(found)
 
     def get_run(self, run_id: str) -> bytes | None:
         with self._env.begin() as txn:
@@ -67,7 +159,7 @@ class HistoryStore:
                 found = cur.prev()
         return out
 
-    def iter_all(self) -> Iterator[tuple[str, int, str, bytes]]:
+    def iter_all(self) -> Iterator[Record]:
         """Every stored run as (job_id, scheduled_for_ms, run_id, encoded_run), by run_id.
 
         Reads one consistent LMDB snapshot (a read transaction held until exhausted or closed).
@@ -78,6 +170,7 @@ class HistoryStore:
                 yield job_id, scheduled_for_ms, key.decode(), data
 
     def close(self) -> None:
+        """Close the environment (only after every other thread stopped using it)."""
         self._env.close()
 
     # -- writing -------------------------------------------------------------------------------

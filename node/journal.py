@@ -15,7 +15,9 @@ import fcntl
 import functools
 import json
 import logging
+import mmap
 import os
+import re
 import struct
 import zlib
 from collections.abc import Callable, Iterable
@@ -33,13 +35,16 @@ _REC = struct.Struct("<II")  # payload length, crc32(payload)
 _IDX_TERM = struct.Struct("<QQ")
 _POS = struct.Struct("<QQ")  # list position, list length before the operation (a replay check)
 _ENTRY, _DEL_FROM, _DEL_TO, _CLEAR = b"E", b"F", b"T", b"C"
+_KIND = re.compile(b"[EFTC]")
 _MAX_RECORD = 1 << 30
 _ENTRY_OVERHEAD = _REC.size + 1 + _IDX_TERM.size
 DEFAULT_COMPACT_MIN_BYTES = 32 << 20
 
 
 class JournalError(Exception):
-    """The journal cannot be opened or written (not a torn tail: that is repaired silently)."""
+    """The journal cannot be opened or written (not a torn tail: that is repaired silently).
+
+    The message names the file."""
 
 
 def fsync_dir(path: str) -> None:
@@ -80,7 +85,7 @@ def exit_process(exc: BaseException) -> None:
     leave a node that keeps heartbeating as leader with a journal it cannot write. After a failed
     fsync the kernel may have dropped the dirty pages, so retrying is never safe either.
     """
-    log.critical("journal I/O failed, stopping the process: %r", exc)
+    log.critical("FATAL: %s", exc)
     logging.shutdown()
     os._exit(70)
 
@@ -222,7 +227,16 @@ class DurableJournal(Journal):
 
     @property
     def path(self) -> str:
+        """The journal file (absolute)."""
         return self._path
+
+    def reset(self, entries: Iterable[Entry]) -> None:
+        """Replace every entry at once: written to a new file that is renamed over the journal
+        (a crash leaves the old or the new list, never a mix)."""
+        self._check_usable()
+        self._entries = [(_to_bytes(c), idx, term) for c, idx, term in entries]
+        self._live_bytes = len(MAGIC) + sum(_entry_size(e[0]) for e in self._entries)
+        self._rewrite()
 
     def close(self) -> None:
         """Flush pending records and the commit index, release the file lock. Idempotent."""
@@ -292,8 +306,12 @@ class DurableJournal(Journal):
             action()
         except OSError as exc:
             self._failed = exc
-            self._on_fatal(exc)
-            raise JournalError(f"journal {self._path} failed: {exc}") from exc
+            error = JournalError(
+                f"journal {self._path}: write failed: {exc} (errno {exc.errno}). The node stops: "
+                f"every entry it acknowledged is on disk. Fix the disk under {self._dir} (free "
+                "space, I/O errors), then restart it.")
+            self._on_fatal(error)
+            raise error from exc
 
     def _check_usable(self) -> None:
         if self._failed is not None:
@@ -304,7 +322,10 @@ class DurableJournal(Journal):
     # -- opening -------------------------------------------------------------------------------
 
     def _replay(self) -> int:
-        """Load the records, cut a torn or corrupt tail; returns the file size after the cut."""
+        """Load the records, cut a torn tail; returns the file size after the cut.
+
+        Raises JournalError when a record fails its check and a valid record follows it: that
+        is damage in the middle (acknowledged entries after it), not a torn last write."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self._path + ".tmp")  # an interrupted compaction; the journal is intact
         if not os.path.exists(self._path):
@@ -321,6 +342,12 @@ class DurableJournal(Journal):
                 self._replay_record(payload, good)
                 good += _REC.size + len(payload)
         if good < size:
+            following = _next_valid_record(self._path, good, size)
+            if following is not None:
+                raise JournalError(
+                    f"{self._path}: the record at offset {good} is corrupt (checksum or length) "
+                    f"and valid records follow it (offset {following}): this is damage, not a "
+                    "torn last write, and cutting it would drop acknowledged entries")
             self._cut_tail(good, size)
         return good
 
@@ -376,6 +403,19 @@ def _read_record(f: Any, remaining: int) -> bytes | None:
     return payload
 
 
+def _next_valid_record(path: str, bad: int, size: int) -> int | None:
+    """The offset of the first record after `bad` that passes its checks, if any."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), size, access=mmap.ACCESS_READ) as buf:
+        # Records start with length and CRC, then the kind byte: only look where one is.
+        for match in _KIND.finditer(buf, bad + 1 + _REC.size):
+            at = match.start() - _REC.size
+            length, crc = _REC.unpack_from(buf, at)
+            if 0 < length <= min(_MAX_RECORD, size - at - _REC.size) and \
+                    zlib.crc32(buf[at + _REC.size : at + _REC.size + length]) == crc:
+                return at
+    return None
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -415,17 +455,30 @@ def _read_meta(path: str) -> tuple[int, Any, int]:
 # -- wiring into pysyncobj ---------------------------------------------------------------------
 
 
-def make_journal(path: str | None, **options: Any) -> Journal:
-    """pysyncobj's `createJournal` contract: a DurableJournal for a path, else in memory."""
+def make_journal(
+    path: str | None, *, prepare: Callable[[DurableJournal], None] | None = None, **options: Any
+) -> Journal:
+    """pysyncobj's `createJournal` contract: a DurableJournal for a path, else in memory.
+
+    `prepare(journal)` runs right after opening (pysyncobj has not read it yet); if it raises,
+    the journal is closed and the exception propagates out of the SyncObj constructor."""
     if path is None:
         return MemoryJournal()
-    return DurableJournal(path, **options)
+    journal = DurableJournal(path, **options)
+    if prepare is not None:
+        try:
+            prepare(journal)
+        except BaseException:
+            journal.close()
+            raise
+    return journal
 
 
 def patch_pysyncobj(**options: Any) -> None:
     """Make pysyncobj build its Raft log with `make_journal` (call before constructing SyncObj).
 
-    `options` go to DurableJournal (e.g. `compact_min_bytes`, `on_fatal`). Idempotent.
+    `options` go to `make_journal` (`prepare`) and DurableJournal (e.g. `compact_min_bytes`,
+    `on_fatal`). Each call replaces the previous options.
     """
     import pysyncobj.syncobj
 

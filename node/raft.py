@@ -8,20 +8,27 @@ and every callback; the asyncio loop thread proposes. Results cross over with
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE  # noqa: F401 - re-exported for tests
 
-from gnomon.node import codec, journal
+from gnomon.node import codec, journal, storage
 from gnomon.node.clock import mono_ms, wall_ms
 from gnomon.node.config import Config
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Code, Rejected
-from gnomon.node.replica import crash_process
+from gnomon.node.history import HistoryError
+from gnomon.node.replica import LoadedSnapshot, crash_process
+from gnomon.node.snapshot import SnapshotError
+from gnomon.node.snapshotter import ForkSnapshotter
+from gnomon.node.storage import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +37,29 @@ ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
 LEADER = 2
 
 
-class ApplyHost:
+class ApplyHost(Protocol):
     """What the Raft adapter needs from the replica (rqlite style: the consumer's interface)."""
 
     def apply_entry(self, data: bytes) -> list: ...  # pragma: no cover
-    def write_snapshot(self, tmp_path: str, raft_data: tuple) -> None: ...  # pragma: no cover
-    def load_snapshot(self, path: str) -> tuple: ...  # pragma: no cover
+    def write_snapshot(self, tmp_path: str, raft_data: tuple) -> dict: ...  # pragma: no cover
+    def read_snapshot(self, path: str) -> LoadedSnapshot: ...  # pragma: no cover
+    def install(self, loaded: LoadedSnapshot) -> None: ...  # pragma: no cover
+    def restored(self, loaded: LoadedSnapshot | None) -> None: ...  # pragma: no cover
+    def history_mark(self) -> int: ...  # pragma: no cover
+    def history_written(self, mark: int) -> bool: ...  # pragma: no cover
+    def history_incomplete(self, needs_index: int) -> None: ...  # pragma: no cover
 
 
 class _StateMachine(SyncObj):
-    def __init__(self, self_addr: str, others: list[str], conf: SyncObjConf, host: ApplyHost):
+    def __init__(self, self_addr: str, others: list[str], conf: SyncObjConf, host: ApplyHost,
+                 snapshots: ForkSnapshotter, loaded: LoadedSnapshot | None,
+                 crash: Callable[[str], None]):
         # Set before super().__init__(): excluded from pysyncobj's own bookkeeping.
         self._host = host
+        self._snapshots = snapshots
+        self._loaded_at_start = loaded
+        self._crash = crash
+        self._storage_started = False
         super().__init__(self_addr, others, conf)
 
     # The only replicated method: pysyncobj numbers them by sorted name, so a second one would
@@ -66,8 +84,67 @@ class _StateMachine(SyncObj):
             return
         super()._checkCommandsToApply()
 
+    # -- storage: pysyncobj internals replaced (node/STORAGE.md) ---------------------------
 
-def build_conf(config: Config, host: ApplyHost, on_role: Callable[[int, int], None]) -> SyncObjConf:
+    def _onTick(self, timeToWait=0.0):  # noqa: N802, N803 - pysyncobj's names
+        if not self._storage_started:
+            # First tick, on the tick thread, before pysyncobj touches the serializer or
+            # applies anything: swap in the forking snapshotter (it is built in
+            # SyncObj.__init__, after which the tick thread may already run) and take over
+            # the snapshot load, which was done (verified, decoded) before the constructor.
+            self._storage_started = True
+            self._guarded("starting from the snapshot", self._start_storage)
+        super()._onTick(timeToWait)
+
+    def _start_storage(self) -> None:
+        self._SyncObj__serializer = self._snapshots
+        self._SyncObj__needLoadDumpFile = False
+        loaded, self._loaded_at_start = self._loaded_at_start, None
+        if loaded is not None:
+            self._after_load(loaded)  # the journal was aligned when it was opened
+
+    def _SyncObj__loadDumpFile(self, clearJournal):  # noqa: N802, N803 - overrides pysyncobj's
+        # pysyncobj's version swallows every error (bare except) and serves an empty state,
+        # and clears the journal whenever its first entries differ from the snapshot's. Only a
+        # snapshot received from the leader arrives here; it was verified and decoded already.
+        self._guarded("installing the snapshot sent by the leader",
+                      lambda: self._install_received(clearJournal))
+
+    def _install_received(self, clear_journal: bool) -> None:
+        loaded = self._snapshots.take_received()
+        if loaded is None:
+            raise RuntimeError("pysyncobj asked to load a snapshot that was not received")
+        self._host.install(loaded)
+        if clear_journal:
+            # Raft's rule for an installed snapshot: the follower's log is replaced (the
+            # leader then counts this node's match index from the snapshot's last entry).
+            self._SyncObj__raftLog.reset([loaded.raft_data[1], loaded.raft_data[0]])
+        self._after_load(loaded)
+
+    def _after_load(self, loaded: LoadedSnapshot) -> None:
+        self._SyncObj__raftLastApplied = loaded.index
+        last = self._SyncObj__raftLog[-1][1]
+        if self._SyncObj__raftCommitIndex > last:
+            self._SyncObj__raftCommitIndex = last
+            self._SyncObj__raftLog.setRaftCommitIndex(last)
+        self._SyncObj__onSetCodeVersion(0)
+        # A long load kept this tick thread off the network. pysyncobj checks the election
+        # deadline before it reads the leader's queued heartbeats and has no PreVote: an expired
+        # deadline would start an election at once and depose a healthy leader.
+        self._SyncObj__raftElectionDeadline = (
+            time.monotonic() + self._SyncObj__generateRaftTimeout())
+
+    def _guarded(self, what: str, action: Callable[[], None]) -> None:
+        try:
+            action()
+        except BaseException as exc:
+            # pysyncobj would log and retry on the next tick, with half a state: stop instead.
+            self._crash(f"{what} failed: {exc!r}")
+            raise
+
+
+def build_conf(config: Config, on_role: Callable[[int, int], None]) -> SyncObjConf:
+    """pysyncobj's configuration for this node (snapshots: see `_StateMachine._onTick`)."""
     data = config.data_dir
     os.makedirs(data, exist_ok=True)
     host_part = config.self_member.raft_addr.rsplit(":", 1)[0]
@@ -82,12 +159,15 @@ def build_conf(config: Config, host: ApplyHost, on_role: Callable[[int, int], No
         # Keep idle links up and re-dial fast: halves failover (DEPENDENCY-NOTES).
         connectionTimeout=3600.0,
         connectionRetryTime=0.5,
-        journalFile=os.path.join(data, "raft.journal"),
-        fullDumpFile=os.path.join(data, "snapshot.lmdb"),
-        serializer=host.write_snapshot,
-        deserializer=host.load_snapshot,
+        journalFile=journal_path(config),
+        fullDumpFile=snapshot_path(config),
+        # Never called: the forking snapshotter replaces pysyncobj's serializer on the first
+        # tick. Set so that pysyncobj does not pickle its own state as the snapshot data.
+        serializer=_unused_hook,
+        deserializer=_unused_hook,
         logCompactionMinEntries=config.snapshot_min_entries,
         logCompactionMinTime=config.snapshot_min_time_s,
+        logCompactionBatchSize=config.snapshot_send_chunk_bytes,
         onStateChanged=on_role,
         dynamicMembershipChange=False,
         commandsWaitLeader=False,
@@ -95,21 +175,57 @@ def build_conf(config: Config, host: ApplyHost, on_role: Callable[[int, int], No
     )
 
 
+def journal_path(config: Config) -> str:
+    return os.path.join(config.data_dir, "raft.journal")
+
+
+def snapshot_path(config: Config) -> str:
+    return os.path.join(config.data_dir, "snapshot.lmdb")
+
+
+def _unused_hook(*_args):  # pragma: no cover - see build_conf
+    raise RuntimeError("pysyncobj's own serializer must not run (snapshotter not installed)")
+
+
 class RaftNode:
     """The Raft side of a node: start it on the main thread (pysyncobj's tick thread dies with
-    the thread that constructed it)."""
+    the thread that constructed it).
 
-    def __init__(self, config: Config, host: ApplyHost, on_role: Callable[[int, int], None]):
-        journal.patch_pysyncobj()
+    Opens the storage first: the snapshot is verified and decoded, the journal aligned to it;
+    a file that cannot be read, or a snapshot and journal that do not fit together, stop the
+    process with EXIT_STORAGE and a message naming the file (node/storage.py).
+    """
+
+    def __init__(self, config: Config, host: ApplyHost, on_role: Callable[[int, int], None],
+                 *, crash: Callable[[str], None] = crash_process):
         self.config = config
-        conf = build_conf(config, host, on_role)
-        self._sync = _StateMachine(
-            config.self_member.raft_addr, [m.raft_addr for m in config.peers], conf, host
-        )
-        self._by_raft = {m.raft_addr: m for m in config.members}
         self._host = host
+        self._crash = crash
+        self.snapshots = ForkSnapshotter(
+            snapshot_path(config), host, crash=crash,
+            chunk_bytes=config.snapshot_send_chunk_bytes,
+            child_timeout_s=config.snapshot_child_timeout_s,
+            retry_s=config.snapshot_retry_s)
+        try:
+            self._sync = self._open(config, host, on_role)
+        except (StorageError, SnapshotError, journal.JournalError, HistoryError) as exc:
+            storage.refuse_to_start(config.data_dir, exc)
+        self._by_raft = {m.raft_addr: m for m in config.members}
         # Test-only jepsen canary "fire-on-isleader": act on pysyncobj's belief.
         self.speculate = False
+
+    def _open(self, config: Config, host: ApplyHost,
+              on_role: Callable[[int, int], None]) -> _StateMachine:
+        snap_path = snapshot_path(config)
+        conf = build_conf(config, on_role)
+        storage.check_files(snap_path, journal_path(config))
+        loaded = host.read_snapshot(snap_path) if os.path.exists(snap_path) else None
+        host.restored(loaded)
+        last, before = (loaded.raft_data[0], loaded.raft_data[1]) if loaded else (None, None)
+        journal.patch_pysyncobj(prepare=functools.partial(
+            storage.align_journal, last=last, before=before, snapshot_path=snap_path))
+        return _StateMachine(config.self_member.raft_addr, [m.raft_addr for m in config.peers],
+                             conf, host, self.snapshots, loaded, self._crash)
 
     # -- proposing ------------------------------------------------------------------------
 
@@ -118,7 +234,21 @@ class RaftNode:
         if self.speculate and self._sync._isLeader():
             # The canary breaks ARCHITECTURE section 1.1 on purpose: apply before commit.
             callback(self._host.apply_entry(data), FAIL_REASON.SUCCESS)
-        self._sync._apply(data, callback=callback)
+        self._sync._apply(data, callback=self._guard_callback(callback))
+
+    def _guard_callback(self, callback: Callable[[object, int], None]):
+        crash = self._crash
+
+        def guarded(result: object, reason: int) -> None:
+            # pysyncobj runs commit callbacks inside its apply loop: one that raises makes it
+            # apply the entry again on the next tick.
+            try:
+                callback(result, reason)
+            except BaseException as exc:
+                crash(f"a commit callback failed after apply: {exc!r}")
+                raise
+
+        return guarded
 
     # -- leadership and status (racy reads of pysyncobj fields: advisory only) -------------
 
@@ -138,6 +268,10 @@ class RaftNode:
         except RuntimeError:  # a dict changed size under us on the tick thread: retry once
             return self._sync.getStatus()
 
+    def applied_index(self) -> int:
+        """The last entry applied here (racy read of a monotonic counter)."""
+        return int(self._sync._SyncObj__raftLastApplied)
+
     def transfer_leadership(self) -> None:
         try:
             self._sync.transferLeadership()
@@ -145,6 +279,8 @@ class RaftNode:
             log.exception("leadership transfer failed")
 
     def destroy(self) -> None:
+        # A snapshot child dies with the tick thread (PR_SET_PDEATHSIG); its file is removed
+        # at the next start.
         self._sync.destroy()
 
 

@@ -1,19 +1,25 @@
-"""The replica: core state + the lock that guards it, the apply hook, snapshot encode/decode.
+"""The replica: core state + the lock that guards it, the apply hook, snapshot encode/decode,
+and the hand-off of evicted runs to the history store.
 
-Thread rules: `apply_entry`, `write_snapshot` and `load_snapshot` run on pysyncobj's tick
-thread; readers on the asyncio thread take `lock` for the (short) time they read. Listeners
-are called on the tick thread after each entry and must only hand work over (never block).
+Thread rules: `apply_entry` runs on pysyncobj's tick thread; `write_snapshot` runs in a child
+forked from the tick thread (node/snapshotter.py), so it never takes `lock` (another thread may
+have held it at the fork); `read_snapshot` runs on the main thread at start and on the tick
+thread for a snapshot received from the leader. Readers on the asyncio thread take `lock` for
+the (short) time they read. Listeners are called on the tick thread after each entry and must
+only hand work over (never block).
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import pickle
 import queue
-import struct
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from gnomon.node import codec, state_codec
 from gnomon.node.clock import wall_ms
@@ -22,7 +28,7 @@ from gnomon.node.core.commands import Batch
 from gnomon.node.core.errors import UnknownCommand
 from gnomon.node.core.model import Run, State
 from gnomon.node.core.results import Effects
-from gnomon.node.history import HistoryStore
+from gnomon.node.history import HistoryStore, Record
 from gnomon.node.snapshot import (
     FORMAT_VERSION,
     SnapshotError,
@@ -34,146 +40,7 @@ from gnomon.node.snapshot import (
 log = logging.getLogger(__name__)
 
 Listener = Callable[[Batch, list, Effects], None]
-
-
-class HistorySink:
-    """Writes evicted runs to the LMDB history store on its own thread (the tick thread must
-    not wait for fsync); runs stay readable from `pending` until written."""
-
-    def __init__(self, store: HistoryStore):
-        self.store = store
-        self._pending: dict[str, bytes] = {}
-        self._lock = threading.Lock()
-        self._queue: queue.Queue = queue.Queue()
-        self._thread = threading.Thread(target=self._drain, name="history", daemon=True)
-        self._thread.start()
-
-    def put(self, runs: list[Run]) -> None:
-        records = [(r.job_id, r.scheduled_for_ms, r.run_id, state_codec.encode_run(r))
-                   for r in runs]
-        with self._lock:
-            for rec in records:
-                self._pending[rec[2]] = rec[3]
-        self._queue.put(records)
-
-    def get(self, run_id: str) -> bytes | None:
-        with self._lock:
-            data = self._pending.get(run_id)
-        return data if data is not None else self.store.get_run(run_id)
-
-    def list(self, job_id: str, *, before_ms: int, limit: int) -> list[bytes]:
-        self.flush()
-        return self.store.list_runs(job_id, before_ms=before_ms, limit=limit)
-
-    def flush(self) -> None:
-        self._queue.join()
-
-    def _drain(self) -> None:
-        while True:
-            records = self._queue.get()
-            try:
-                if records is None:
-                    return
-                self.store.put_runs(records)
-                with self._lock:
-                    for rec in records:
-                        self._pending.pop(rec[2], None)
-            except Exception:  # noqa: BLE001
-                log.exception("history write failed")
-            finally:
-                self._queue.task_done()
-
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join(timeout=10)
-        self.store.close()
-
-
-class Replica:
-    def __init__(self, history: HistorySink, *, crash: Callable[[str], None]):
-        self.lock = threading.RLock()
-        self.state: State = new_state()
-        self.history = history
-        self.applied_entries = 0
-        self._listeners: list[Listener] = []
-        self._crash = crash
-
-    def add_listener(self, listener: Listener) -> None:
-        self._listeners.append(listener)
-
-    # -- tick thread ---------------------------------------------------------------------
-
-    def apply_entry(self, data: bytes) -> list:
-        try:
-            batch = codec.batch_from_bytes(data)
-            with self.lock:
-                replies, effects = apply_batch(self.state, batch)
-                self.applied_entries += 1
-        except UnknownCommand as exc:
-            self._crash(f"unknown command in the Raft log: {exc}")
-            raise
-        except Exception as exc:
-            # A replica that cannot apply an entry would diverge: stop, never skip.
-            self._crash(f"apply failed: {exc!r}")
-            raise
-        if effects.evicted_runs:
-            self.history.put(list(effects.evicted_runs))
-        for listener in self._listeners:
-            listener(batch, replies, effects)
-        return replies
-
-    def write_snapshot(self, tmp_path: str, raft_data: tuple) -> None:
-        started = wall_ms()
-        with self.lock:
-            st = self.state
-            meta = SnapshotMeta(
-                format_version=FORMAT_VERSION,
-                raft_index=raft_data[0][1],
-                state_digest=digest(st),
-                written_ms=started,
-                jobs=len(st.jobs),
-                runs=len(st.runs),
-            )
-            tables = state_codec.encode_tables(st)
-            self.history.flush()
-            tables["history"] = (
-                (state_codec.seq_key(i, rec[2]), encode_history(rec))
-                for i, rec in enumerate(self.history.store.iter_all())
-            )
-            write_snapshot(tmp_path, meta, pickle.dumps(raft_data), tables)
-        log.info("snapshot at index %d: %d jobs, %d runs in %d ms",
-                 meta.raft_index, meta.jobs, meta.runs, wall_ms() - started)
-
-    def load_snapshot(self, path: str) -> tuple:
-        snap = read_snapshot(path)
-        try:
-            state = state_codec.decode_tables(
-                {name: snap.iter_table(name) for name in state_codec.TABLES})
-            if digest(state) != snap.meta.state_digest:
-                raise SnapshotError(f"{path}: state digest mismatch after restore")
-            history = [decode_history(v) for _, v in snap.iter_table("history")]
-            raft_data = pickle.loads(snap.raft_data)
-        finally:
-            snap.close()
-        if history:
-            self.history.store.put_runs(history)
-        with self.lock:
-            self.state = state
-        log.info("restored snapshot at index %d: %d jobs, %d runs",
-                 snap.meta.raft_index, len(state.jobs), len(state.runs))
-        return raft_data
-
-
-def encode_history(rec: tuple[str, int, str, bytes]) -> bytes:
-    job_id, scheduled_for_ms, run_id, data = rec
-    head = f"{job_id}\n{scheduled_for_ms}\n{run_id}\n".encode()
-    return struct.pack(">I", len(head)) + head + data
-
-
-def decode_history(value: bytes) -> tuple[str, int, str, bytes]:
-    (n,) = struct.unpack(">I", value[:4])
-    job_id, scheduled, run_id = value[4 : 4 + n].decode().rstrip("\n").split("\n")
-    return job_id, int(scheduled), run_id, value[4 + n :]
+Crash = Callable[[str], None]
 
 
 def crash_process(reason: str) -> None:
@@ -181,3 +48,273 @@ def crash_process(reason: str) -> None:
     log.critical("FATAL: %s", reason)
     logging.shutdown()
     os._exit(70)
+
+
+class HistorySink:
+    """Writes evicted runs to the LMDB history store on its own thread (the tick thread must
+    not wait for fsync); runs stay readable from the pending map until written.
+
+    A failed write is retried (`write_attempts` in all, backoff doubling from
+    `retry_backoff_ms`); if it still fails the node stops through `crash`: the entries that
+    evicted the runs are still in the journal (a snapshot only completes once every eviction
+    before it is written, see `written`), so a restart hands them over again. Never a gap.
+    """
+
+    def __init__(self, store: HistoryStore, *, crash: Crash = crash_process,
+                 write_attempts: int = 5, retry_backoff_ms: int = 200) -> None:
+        if write_attempts < 1:
+            raise ValueError("write_attempts must be at least 1")
+        self.store = store
+        self._crash = crash
+        self._attempts = write_attempts
+        self._backoff_s = retry_backoff_ms / 1000
+        self._pending: dict[str, Record] = {}
+        self._lock = threading.Condition()
+        self._enqueued = 0  # batches handed over (tick thread)
+        self._written = 0  # batches durably written, in order (writer thread)
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._drain, name="history", daemon=True)
+        self._thread.start()
+
+    def put(self, runs: list[Run]) -> None:
+        """Hand evicted runs over (tick thread); readable at once, written soon."""
+        records = [(r.job_id, r.scheduled_for_ms, r.run_id, state_codec.encode_run(r))
+                   for r in runs]
+        with self._lock:
+            for rec in records:
+                self._pending[rec[2]] = rec
+            self._enqueued += 1
+            seq = self._enqueued
+        self._queue.put((seq, records))
+
+    def mark(self) -> int:
+        """A position after every run handed over so far (for `written`)."""
+        with self._lock:
+            return self._enqueued
+
+    def written(self, mark: int) -> bool:
+        """True once every run handed over before `mark()` returned is durably stored."""
+        with self._lock:
+            return self._written >= mark
+
+    def get(self, run_id: str) -> bytes | None:
+        """The encoded run, from the pending map or the store; None if unknown."""
+        with self._lock:
+            rec = self._pending.get(run_id)
+        # Pending first: a record leaves the map only after it is in the store.
+        return rec[3] if rec is not None else self.store.get_run(run_id)
+
+    def list(self, job_id: str, *, before_ms: int, limit: int) -> list[bytes]:
+        """Encoded runs of a job, newest first, pending ones included (never waits)."""
+        with self._lock:
+            pending = [r for r in self._pending.values()
+                       if r[0] == job_id and (before_ms <= 0 or r[1] < before_ms)]
+        if not pending:
+            return self.store.list_runs(job_id, before_ms=before_ms, limit=limit)
+        stored = [state_codec.decode_run(d) for d in
+                  self.store.list_runs(job_id, before_ms=before_ms, limit=limit)]
+        merged = {r.run_id: (r.scheduled_for_ms, r.run_id, state_codec.encode_run(r))
+                  for r in stored}
+        merged.update({r[2]: (r[1], r[2], r[3]) for r in pending})
+        newest = sorted(merged.values(), reverse=True)[:limit]
+        return [data for _, _, data in newest]
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until everything handed over so far is written; False on timeout."""
+        mark = self.mark()
+        with self._lock:
+            return self._lock.wait_for(lambda: self._written >= mark, timeout_s)
+
+    def _drain(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            seq, records = item
+            self._write(records)
+            with self._lock:
+                self._written = seq
+                for rec in records:
+                    if self._pending.get(rec[2]) is rec:
+                        del self._pending[rec[2]]
+                self._lock.notify_all()
+
+    def _write(self, records: list[Record]) -> None:
+        delay = self._backoff_s
+        for attempt in range(1, self._attempts + 1):
+            try:
+                self.store.put_runs(records)
+                return
+            except Exception as exc:  # noqa: BLE001 - any failure: retry, then stop
+                if attempt == self._attempts:
+                    self._crash(
+                        f"history store {self.store.path}: writing {len(records)} evicted "
+                        f"runs failed {attempt} times, last: {exc!r}. The node stops so that "
+                        "no run is lost (the journal still holds the entries that evicted "
+                        f"them). Check the disk under {self.store.path} (space, I/O errors), "
+                        "then restart the node.")
+                    raise
+                log.warning("history store %s: write failed (attempt %d of %d, retrying in "
+                            "%.1fs): %r", self.store.path, attempt, self._attempts, delay, exc)
+                time.sleep(delay)
+                delay *= 2
+
+    def close(self) -> None:
+        """Write what is pending, stop the writer thread and close the store."""
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        self.store.close()
+
+
+@dataclass
+class LoadedSnapshot:
+    """A verified, decoded snapshot file: the state and pysyncobj's raft data, which is
+    (last entry, the entry before it, cluster members); entries are (command, index, term)."""
+
+    path: str
+    state: State
+    raft_data: tuple
+    meta: SnapshotMeta
+
+    @property
+    def index(self) -> int:
+        """The Raft index of the last entry the state includes."""
+        return int(self.raft_data[0][1])
+
+
+class Replica:
+    """The replicated state of this node and what turns log entries and snapshots into it.
+
+    `digest_snapshots`: store the core's state digest in each snapshot and check it on load
+    (O(state) both ways: a debugging aid; the file trailer is the integrity check).
+    """
+
+    def __init__(self, history: HistorySink, *, crash: Crash,
+                 digest_snapshots: bool = False) -> None:
+        self.lock = threading.RLock()
+        self.state: State = new_state()
+        self.history = history
+        self.applied_entries = 0
+        self._listeners: list[Listener] = []
+        self._crash = crash
+        self._digest_snapshots = digest_snapshots
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call `listener(batch, replies, effects)` on the tick thread after each entry."""
+        self._listeners.append(listener)
+
+    # -- tick thread ---------------------------------------------------------------------
+
+    def apply_entry(self, data: bytes) -> list:
+        """Apply one committed entry; any exception, in apply or after it, stops the node.
+
+        pysyncobj applies an entry again when its replicated method raises, so raising would
+        apply it twice (or, on a bug in a listener, forever): never return without the whole
+        entry handled, never retry.
+        """
+        stage = "decoding the entry"
+        try:
+            batch = codec.batch_from_bytes(data)
+            stage = "applying the entry"
+            with self.lock:
+                replies, effects = apply_batch(self.state, batch)
+                self.applied_entries += 1
+            stage = "handing evicted runs to the history store"
+            if effects.evicted_runs:
+                self.history.put(list(effects.evicted_runs))
+            stage = "notifying listeners after apply"
+            for listener in self._listeners:
+                listener(batch, replies, effects)
+        except UnknownCommand as exc:
+            self._crash(f"unknown command in the Raft log: {exc}")
+            raise
+        except BaseException as exc:
+            # A replica that cannot handle an entry would diverge: stop, never skip or redo.
+            self._crash(f"{stage} failed: {exc!r}")
+            raise
+        return replies
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def write_snapshot(self, tmp_path: str, raft_data: tuple) -> dict:
+        """Write the current state and `raft_data` to `tmp_path`; returns figures.
+
+        Runs in a child forked from the tick thread (or with the tick thread otherwise idle):
+        the state cannot change meanwhile, and `lock` is not taken (see the module docstring).
+        """
+        started = time.perf_counter()
+        st = self.state
+        meta = SnapshotMeta(
+            format_version=FORMAT_VERSION,
+            raft_index=int(raft_data[0][1]),
+            state_digest=digest(st) if self._digest_snapshots else "",
+            written_ms=wall_ms(),
+            jobs=len(st.jobs),
+            runs=len(st.runs),
+        )
+        size = write_snapshot(tmp_path, meta, pickle.dumps(raft_data),
+                              state_codec.encode_tables(st))
+        return {"index": meta.raft_index, "jobs": meta.jobs, "runs": meta.runs, "bytes": size,
+                "write_ms": round((time.perf_counter() - started) * 1000)}
+
+    def read_snapshot(self, path: str) -> LoadedSnapshot:
+        """Verify and decode a snapshot file (does not install it); SnapshotError if bad."""
+        started = time.perf_counter()
+        snap = read_snapshot(path)
+        # Millions of new objects: the cyclic GC would walk them over and over meanwhile.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            state = state_codec.decode_tables(
+                {name: snap.iter_table(name) for name in state_codec.TABLES})
+            if snap.meta.state_digest and digest(state) != snap.meta.state_digest:
+                raise SnapshotError(f"{path}: state digest mismatch after decoding")
+            raft_data = pickle.loads(snap.raft_data)
+        except SnapshotError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - protobuf, pickle, a missing table
+            raise SnapshotError(f"{path}: cannot decode the snapshot: {exc!r}") from exc
+        finally:
+            snap.close()
+            if was_enabled:
+                gc.enable()
+        log.info("read snapshot %s at index %d: %d jobs, %d runs in %d ms", path,
+                 snap.meta.raft_index, len(state.jobs), len(state.runs),
+                 (time.perf_counter() - started) * 1000)
+        return LoadedSnapshot(path, state, raft_data, snap.meta)
+
+    def install(self, loaded: LoadedSnapshot) -> None:
+        """Replace the state with a decoded snapshot's."""
+        with self.lock:
+            self.state = loaded.state
+        # The restored objects live long: keep the cyclic GC from walking them again and
+        # again (a full collection over millions of objects pauses every thread).
+        gc.freeze()
+        log.info("restored snapshot at index %d: %d jobs, %d runs", loaded.index,
+                 len(loaded.state.jobs), len(loaded.state.runs))
+
+    def restored(self, loaded: LoadedSnapshot | None) -> None:
+        """At start (main thread): install this node's own snapshot, if any. A history store
+        created just now beside a snapshot lacks the runs evicted before it: backfill."""
+        if loaded is None:
+            return
+        self.install(loaded)
+        if self.history.store.created:
+            log.warning("history store %s is new but the state starts at index %d: runs "
+                        "evicted before it are copied from a peer", self.history.store.path,
+                        loaded.index)
+            self.history_incomplete(loaded.index)
+
+    # -- what the snapshotter needs from the history store -------------------------------
+
+    def history_mark(self) -> int:
+        """See HistorySink.mark."""
+        return self.history.mark()
+
+    def history_written(self, mark: int) -> bool:
+        """See HistorySink.written."""
+        return self.history.written(mark)
+
+    def history_incomplete(self, needs_index: int) -> None:
+        """Record durably that runs evicted at or before `needs_index` may be missing here."""
+        self.history.store.mark_incomplete(needs_index)

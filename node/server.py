@@ -13,12 +13,13 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gnomon.node import metrics
+from gnomon.node.backfill import Backfill
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Batch, SetLimits
 from gnomon.node.core.model import Limits
 from gnomon.node.core.results import Effects
 from gnomon.node.dispatch import Dispatcher
-from gnomon.node.history import HistoryStore
+from gnomon.node.history import HistoryError, HistoryStore
 from gnomon.node.leadership import Leadership
 from gnomon.node.leases import LeaseTable, LeaseTiming
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer, RaftNode
@@ -27,6 +28,7 @@ from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.decode import DecodeGuard
 from gnomon.node.servicers.jobs import JobServicer
 from gnomon.node.servicers.worker import WorkerServicer
+from gnomon.node.storage import refuse_to_start
 from gnomon.node.tasks import Supervisor, run_steps
 from gnomon.node.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.validate import SpecLimits
@@ -61,8 +63,9 @@ class Node:
             min_interval_ms=config.min_interval_ms,
         )
         os.makedirs(config.data_dir, exist_ok=True)
-        history = HistorySink(HistoryStore(os.path.join(config.data_dir, "history"),
-                                           max_runs_per_job=config.history_max_runs_per_job))
+        history = HistorySink(_open_history(config), crash=crash_process,
+                              write_attempts=config.history_write_attempts,
+                              retry_backoff_ms=config.history_retry_backoff_ms)
         unknown = sorted(set(config.canaries) - CANARIES)
         if unknown:
             raise SystemExit(f"canaries: unknown {unknown}; known: {sorted(CANARIES)}")
@@ -140,6 +143,10 @@ class Node:
         )
         self.replica.add_listener(self._on_applied)
         self.raft = RaftNode(cfg, self.replica, self._on_role)
+        self.supervisor.spawn(Backfill(
+            self.replica.history.store, cfg.peers, page_runs=cfg.history_backfill_page_runs,
+            retry_s=cfg.history_backfill_retry_ms / 1000, rng=self.rng).run(),
+            name="history-backfill")
         self.raft.speculate = "fire-on-isleader" in cfg.canaries
         self.proposer = Proposer(self.raft, cfg, self.leadership.committed)
         self.leases = LeaseTable(
@@ -230,6 +237,15 @@ class Node:
 
 
 LIMITS_BOOTSTRAP_ID = "gnomon:limits-bootstrap"
+
+
+def _open_history(config: Config) -> HistoryStore:
+    try:
+        return HistoryStore(os.path.join(config.data_dir, "history"),
+                            map_size=config.history_map_bytes,
+                            max_runs_per_job=config.history_max_runs_per_job)
+    except HistoryError as exc:
+        refuse_to_start(config.data_dir, exc)
 
 
 def _limits_diff(mine: Limits, cluster: Limits) -> str:

@@ -1,15 +1,16 @@
 """One self-contained snapshot file: a single-file LMDB environment plus an integrity trailer.
 
-pysyncobj renames the file written here over `fullDumpFile` and streams it raw to lagging
-followers, so everything lives in one file. Layout (see node/STORAGE.md):
+The file is renamed into place by node/snapshotter.py and streamed raw to lagging followers, so
+everything lives in one file. Layout (see node/STORAGE.md):
 
-- named database `meta`: `header` (SnapshotHeader protobuf), `raft_data`, `digest`
+- named database `meta`: `header` (SnapshotHeader protobuf) and `raft_data`
 - one named database `t:<table>` per caller table
 - after LMDB's last page: a 44-byte trailer `GNOMSNAP` + u32 format version + SHA-256 of every
-  byte before it. It is checked before LMDB parses the file: LMDB trusts its pages, and a flipped
-  byte can make it abort the process (assertion) or silently return wrong records.
+  byte before it. It is the integrity check: verified before LMDB parses the file, because LMDB
+  trusts its pages and a flipped byte can make it abort the process (assertion) or silently
+  return wrong records. Format 1 also stored a digest of the records, which repeated this check.
 
-Thread rule: a Snapshot object is used by one thread at a time (the pysyncobj tick thread).
+Thread rule: a Snapshot object is used by one thread at a time.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from google.protobuf.message import DecodeError
 
 from gnomon.v1 import snapshot_pb2
 
-FORMAT_VERSION = 1
+# 2: no record digest (the trailer covers every byte), no history table.
+FORMAT_VERSION = 2
 
 _MAP_SIZE = 64 << 30  # address space only: the file stays at the size of the pages used
 _MAX_DBS = 16
@@ -41,11 +43,13 @@ _CHUNK = 1 << 20
 
 
 class SnapshotError(Exception):
-    """The snapshot is corrupt, of another format version, or fails its digest."""
+    """The snapshot is corrupt, truncated, foreign or of another format version."""
 
 
 @dataclass(frozen=True)
 class SnapshotMeta:
+    """The header of a snapshot; `state_digest` is "" when the writer did not compute it."""
+
     format_version: int
     raft_index: int
     state_digest: str
@@ -59,8 +63,11 @@ def write_snapshot(
     meta: SnapshotMeta,
     raft_data: bytes,
     tables: Mapping[str, Iterable[tuple[bytes, bytes]]],
-) -> None:
-    """Write `tables` and `raft_data` to `path` (replacing it), fsynced before returning."""
+) -> int:
+    """Write `tables` and `raft_data` to `path` (replacing it), fsynced before returning.
+
+    Returns the file size in bytes.
+    """
     if meta.format_version != FORMAT_VERSION:
         raise ValueError(f"meta.format_version is {meta.format_version}, expected {FORMAT_VERSION}")
     if len(tables) >= _MAX_DBS:
@@ -69,26 +76,22 @@ def write_snapshot(
     env = lmdb.open(path, subdir=False, lock=False, map_size=_MAP_SIZE, max_dbs=_MAX_DBS)
     try:
         with env.begin(write=True) as txn:
-            header = _header(meta).SerializeToString()
-            dbs = {}
             for name, items in tables.items():
-                dbs[name] = env.open_db(_TABLE_PREFIX + name.encode(), txn=txn)
-                with txn.cursor(dbs[name]) as cur:
+                db = env.open_db(_TABLE_PREFIX + name.encode(), txn=txn)
+                with txn.cursor(db) as cur:
                     cur.putmulti(items)
-            # Digest what LMDB stored (sorted, duplicates collapsed), not the caller's order.
-            digest = _content_digest(txn, header, raft_data, dbs)
             meta_db = env.open_db(_META_DB, txn=txn)
-            txn.put(b"header", header, db=meta_db)
+            txn.put(b"header", _header(meta).SerializeToString(), db=meta_db)
             txn.put(b"raft_data", raft_data, db=meta_db)
-            txn.put(b"digest", digest, db=meta_db)
         env.sync(True)
     finally:
         env.close()
-    _append_trailer(path)
+    return _append_trailer(path)
 
 
 def read_snapshot(path: str) -> Snapshot:
-    """Open and verify a snapshot; raises SnapshotError if it is damaged or of another version."""
+    """Open and verify a snapshot; raises SnapshotError (naming `path`) if it is missing,
+    damaged, foreign or of another format version."""
     _check_trailer(path)
     try:
         env = lmdb.open(
@@ -129,12 +132,10 @@ class Snapshot:
             name: env.open_db(_TABLE_PREFIX + name.encode(), txn=txn, create=False)
             for name in self._table_names()
         }
-        stored = txn.get(b"digest", db=meta_db)
-        if _content_digest(txn, header, self.raft_data, self._dbs) != stored:
-            raise SnapshotError(f"{self._path}: content digest mismatch")
 
     @property
     def tables(self) -> list[str]:
+        """The names of the tables the writer wrote, sorted."""
         return sorted(self._dbs)
 
     def iter_table(self, name: str) -> Iterator[tuple[bytes, bytes]]:
@@ -211,30 +212,6 @@ def _version_message(path: str, version: int) -> str:
     )
 
 
-def _content_digest(
-    txn: lmdb.Transaction, header: bytes, raft_data: bytes, dbs: Mapping[str, Any]
-) -> bytes:
-    """SHA-256 over header, raft_data and every (table, key, value) in table and key order."""
-    h = hashlib.sha256()
-    for part in (header, raft_data):
-        h.update(_LEN.pack(len(part)))
-        h.update(part)
-    for name in sorted(dbs):
-        encoded = name.encode()
-        h.update(_LEN.pack(len(encoded)))
-        h.update(encoded)
-        count = 0
-        with txn.cursor(dbs[name]) as cur:
-            for key, value in cur:
-                h.update(_LEN.pack(len(key)))
-                h.update(key)
-                h.update(_LEN.pack(len(value)))
-                h.update(value)
-                count += 1
-        h.update(_LEN.pack(count))
-    return h.digest()
-
-
 def _file_digest(f: Any, length: int) -> bytes:
     h = hashlib.sha256()
     while length > 0:
@@ -246,7 +223,7 @@ def _file_digest(f: Any, length: int) -> bytes:
     return h.digest()
 
 
-def _append_trailer(path: str) -> None:
+def _append_trailer(path: str) -> int:
     with open(path, "r+b") as f:
         size = f.seek(0, os.SEEK_END)
         f.seek(0)
@@ -255,6 +232,7 @@ def _append_trailer(path: str) -> None:
         f.write(_TRAILER.pack(_TRAILER_MAGIC, FORMAT_VERSION, digest))
         f.flush()
         os.fsync(f.fileno())
+    return size + _TRAILER.size
 
 
 def _check_trailer(path: str) -> None:
@@ -272,9 +250,8 @@ def _check_trailer(path: str) -> None:
             f.seek(0)
             if _file_digest(f, size - _TRAILER.size) != digest:
                 raise SnapshotError(f"{path}: file digest mismatch (corrupt or truncated)")
-            # pysyncobj writes a snapshot received from the leader without fsync, then loads it
-            # here and acks; make it durable first (a no-op cost for files already on disk).
-            os.fsync(f.fileno())
+    except FileNotFoundError:
+        raise SnapshotError(f"{path}: no snapshot file") from None
     except OSError as exc:
         raise SnapshotError(f"{path}: cannot read snapshot: {exc}") from exc
 

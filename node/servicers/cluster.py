@@ -8,6 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 import grpc
 
 from gnomon.node import codec
+from gnomon.node.backfill import serve_export
 from gnomon.node.core import commands as c
 from gnomon.node.core import digest
 from gnomon.node.core.results import LimitsReply
@@ -71,6 +72,11 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
         # O(state) and under the lock (it stalls the tick thread meanwhile): only on request.
         with self.lock:
             return digest(self.node.replica.state)
+
+    async def ExportHistory(self, request, context):  # noqa: N802
+        """Pages of this node's run history, for a peer's backfill (node/backfill.py)."""
+        async for page in serve_export(self.node, request, context):
+            yield page
 
     @translated
     async def SetLimits(self, request, context):  # noqa: N802

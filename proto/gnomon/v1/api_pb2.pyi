@@ -241,6 +241,36 @@ class ReplayDeadLettersResponse(_message.Message):
     replayed: _containers.RepeatedCompositeFieldContainer[TaskRef]
     def __init__(self, replayed: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ...) -> None: ...
 
+class ExportHistoryRequest(_message.Message):
+    __slots__ = ("after_run_id", "page_runs", "min_applied_index")
+    AFTER_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MIN_APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    after_run_id: str
+    page_runs: int
+    min_applied_index: int
+    def __init__(self, after_run_id: _Optional[str] = ..., page_runs: _Optional[int] = ..., min_applied_index: _Optional[int] = ...) -> None: ...
+
+class ExportHistoryPage(_message.Message):
+    __slots__ = ("records", "last")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[HistoryRecord]
+    last: bool
+    def __init__(self, records: _Optional[_Iterable[_Union[HistoryRecord, _Mapping]]] = ..., last: _Optional[bool] = ...) -> None: ...
+
+class HistoryRecord(_message.Message):
+    __slots__ = ("job_id", "scheduled_for_ms", "run_id", "run")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    scheduled_for_ms: int
+    run_id: str
+    run: bytes
+    def __init__(self, job_id: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., run: _Optional[bytes] = ...) -> None: ...
+
 class GetStatusRequest(_message.Message):
     __slots__ = ("include_digest",)
     INCLUDE_DIGEST_FIELD_NUMBER: _ClassVar[int]

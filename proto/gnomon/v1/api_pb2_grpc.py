@@ -635,6 +635,11 @@ class ClusterServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.SetLimitsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.SetLimitsResponse.FromString,
                 _registered_method=True)
+        self.ExportHistory = channel.unary_stream(
+                '/gnomon.v1.ClusterService/ExportHistory',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ExportHistoryRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ExportHistoryPage.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -654,6 +659,18 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExportHistory(self, request, context):
+        """This node's run history (terminal runs evicted from the replicated state into its
+        history store), page by page in run id order. Nodes call it on each other: a node that
+        installed a snapshot from the leader lacks the runs evicted before the snapshot and copies
+        them from a peer (node/STORAGE.md, "History backfill"). FAILED_PRECONDITION when this
+        node's own history is incomplete or it has not applied `min_applied_index` yet: ask
+        another node.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -666,6 +683,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.SetLimits,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.SetLimitsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.SetLimitsResponse.SerializeToString,
+            ),
+            'ExportHistory': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportHistory,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ExportHistoryRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ExportHistoryPage.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -722,6 +744,33 @@ class ClusterService:
             '/gnomon.v1.ClusterService/SetLimits',
             gnomon_dot_v1_dot_api__pb2.SetLimitsRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.SetLimitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportHistory(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gnomon.v1.ClusterService/ExportHistory',
+            gnomon_dot_v1_dot_api__pb2.ExportHistoryRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ExportHistoryPage.FromString,
             options,
             channel_credentials,
             insecure,

@@ -244,15 +244,40 @@ def test_flipped_byte_in_last_record_reopens_to_clean_prefix(jpath: Path, tmp_pa
         j.close()
 
 
-def test_corrupt_middle_record_keeps_prefix_and_warns(jpath: Path, caplog) -> None:
-    entries = fill(jpath, 10)
+def test_corrupt_middle_record_refuses_to_open(jpath: Path) -> None:
+    """A bad record with valid records after it is damage: cutting there would drop entries
+    that were acknowledged (each was fsynced before its add returned)."""
+    fill(jpath, 10)
+    good = jpath.read_bytes()
+    record = jmod._ENTRY_OVERHEAD + len(cmd(1))
+    for offset in (3 * record + 20, 3 * record + 1, 8 * record + 2):  # payload, length, crc
+        data = bytearray(good)
+        data[len(jmod.MAGIC) + offset] ^= 1
+        jpath.write_bytes(bytes(data))
+        with pytest.raises(JournalError, match="valid records follow") as info:
+            open_journal(jpath)
+        assert str(jpath) in str(info.value)
+        assert jpath.read_bytes() == bytes(data), "the file was changed"
+
+
+def test_length_pointing_past_the_end_in_the_middle_is_damage(jpath: Path) -> None:
+    fill(jpath, 10)
     data = bytearray(jpath.read_bytes())
-    data[len(jmod.MAGIC) + 3 * (jmod._ENTRY_OVERHEAD + len(cmd(1))) + 20] ^= 1
+    at = len(jmod.MAGIC) + 2 * (jmod._ENTRY_OVERHEAD + len(cmd(1)))
+    data[at + 3] = 0x7F  # length ~2 GiB: looks like a torn tail, but records follow
     jpath.write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="gnomon.node.journal"):
-        j = open_journal(jpath)
-    assert j[:] == entries[:3]
-    assert "dropping" in caplog.text and "bytes" in caplog.text
+    with pytest.raises(JournalError, match="valid records follow"):
+        open_journal(jpath)
+
+
+def test_reset_replaces_every_entry_atomically(jpath: Path) -> None:
+    fill(jpath, 10)
+    j = open_journal(jpath)
+    j.reset([(b"a", 7, 2), (b"b", 8, 2)])
+    j.add(b"c", 9, 3)
+    j.close()
+    j = open_journal(jpath)
+    assert j[:] == [(b"a", 7, 2), (b"b", 8, 2), (b"c", 9, 3)]
     j.close()
 
 

@@ -109,25 +109,34 @@ def test_truncated_file_is_detected(path: str) -> None:
             read_snapshot(path).close()
 
 
-def test_content_digest_is_checked_behind_a_valid_trailer(path: str) -> None:
+def test_damage_is_caught_before_lmdb_reads_a_page(path: str, monkeypatch) -> None:
+    """LMDB trusts its pages (a flipped byte can abort the process): the trailer's SHA-256
+    over every byte is checked first, and it is the only integrity check needed."""
     write_snapshot(path, META, RAFT_DATA, {"runs": records("runs", 100)})
-    # Damage one value and re-seal the file, so only the content digest can notice.
-    data = bytearray(Path(path).read_bytes()[: -snapmod._TRAILER.size])
-    needle = records("runs", 100)[50][1][:16]
-    at = bytes(data).index(needle)
-    data[at] ^= 0xFF
+    data = bytearray(Path(path).read_bytes())
+    data[len(data) // 3] ^= 0x01
     Path(path).write_bytes(bytes(data))
-    snapmod._append_trailer(path)
-    with pytest.raises(SnapshotError, match="content digest"):
+
+    def no_lmdb(*args, **kwargs):
+        raise AssertionError("LMDB opened a damaged file")
+
+    monkeypatch.setattr(snapmod.lmdb, "open", no_lmdb)
+    with pytest.raises(SnapshotError, match="file digest mismatch"):
         read_snapshot(path)
 
 
 def test_version_mismatch(path: str, monkeypatch) -> None:
-    monkeypatch.setattr(snapmod, "FORMAT_VERSION", 2)
-    write_snapshot(path, SnapshotMeta(2, 1, "", 0, 0, 0), b"", {})
+    monkeypatch.setattr(snapmod, "FORMAT_VERSION", 7)
+    write_snapshot(path, SnapshotMeta(7, 1, "", 0, 0, 0), b"", {})
     monkeypatch.undo()
-    with pytest.raises(SnapshotError, match="format version 2, this build reads version 1"):
+    with pytest.raises(SnapshotError, match=f"format version 7, this build reads version "
+                                            f"{FORMAT_VERSION}"):
         read_snapshot(path)
+
+
+def test_write_returns_the_file_size(path: str) -> None:
+    size = write_snapshot(path, META, RAFT_DATA, {"runs": records("runs", 10)})
+    assert size == os.path.getsize(path)
 
 
 def test_writer_rejects_wrong_meta_version(path: str) -> None:
@@ -136,5 +145,5 @@ def test_writer_rejects_wrong_meta_version(path: str) -> None:
 
 
 def test_missing_file(path: str) -> None:
-    with pytest.raises(SnapshotError):
+    with pytest.raises(SnapshotError, match="no snapshot file"):
         read_snapshot(path)
