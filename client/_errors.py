@@ -10,7 +10,7 @@ trailer, if any::
      +-- AlreadyExists            ALREADY_EXISTS: a job of that name exists in the tenant
      +-- InvalidArgument          INVALID_ARGUMENT: malformed input (also a ValueError)
      +-- FailedPrecondition       FAILED_PRECONDITION: wrong state for the operation
-     |    +-- Conflict            stale ``expected_version`` (optimistic concurrency); ABORTED
+     |    +-- Conflict            stale ``expected_version`` (reason VERSION_CONFLICT); ABORTED
      +-- Unavailable              UNAVAILABLE: no leader or no node reachable before the deadline
      +-- ResourceExhausted        RESOURCE_EXHAUSTED: a limit or admission control; retry later
      +-- Unauthenticated          UNAUTHENTICATED / PERMISSION_DENIED
@@ -45,11 +45,9 @@ __all__ = [
 ]
 
 REASON_METADATA_KEY = "gnomon-reason"
-# A FAILED_PRECONDITION is a Conflict when the server marks it with this `gnomon-reason`, or
-# when its message names the `expected_version` field (messages start with the field they are
-# about): the status code alone cannot tell a stale version from a wrong state.
-STALE_VERSION_REASON = "stale-version"
-_STALE_VERSION_FIELD = "expected_version"
+# The `gnomon-reason` of a FAILED_PRECONDITION that is a stale `expected_version`: the status
+# code alone cannot tell it from a wrong state, and the message is for people.
+VERSION_CONFLICT = "VERSION_CONFLICT"
 
 
 class GnomonError(Exception):
@@ -136,8 +134,6 @@ def error_for_status(
 ) -> GnomonError:
     """The typed error for a failed call's status code, message and ``gnomon-reason``."""
     cls = STATUS_ERRORS.get(code, GnomonError)
-    if cls is FailedPrecondition and (
-        reason == STALE_VERSION_REASON or message.startswith(_STALE_VERSION_FIELD)
-    ):
+    if cls is FailedPrecondition and reason == VERSION_CONFLICT:
         cls = Conflict
     return cls(message, code=code, reason=reason)

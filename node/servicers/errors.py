@@ -10,6 +10,26 @@ from gnomon.node.schedules import ScheduleError
 from gnomon.node.validate import ValidationError
 
 LEADER_METADATA_KEY = "gnomon-leader"
+# A stable, machine-readable reason for the failures clients tell apart (api.proto, "Errors");
+# clients branch on it, never on the message text.
+REASON_METADATA_KEY = "gnomon-reason"
+
+
+class Reason:
+    """The values of `gnomon-reason` (and of `ReportAck.reason` on the worker stream)."""
+
+    VERSION_CONFLICT = "VERSION_CONFLICT"  # expected_version is not the current version
+    STALE_LEASE = "STALE_LEASE"  # the fencing token is not the task's current lease
+    RECORDED_AS_FAILURE = "RECORDED_AS_FAILURE"  # ReportAck: a Complete kept as a failure
+    NOT_RECORDED = "NOT_RECORDED"  # ReportAck: not committed; report again
+
+
+# (status code, the field the detail names first: "field: rule") -> reason. The core's
+# Rejected names the field it is about, so the reason follows from code and field.
+REASONS: dict[tuple[grpc.StatusCode, str], str] = {
+    (grpc.StatusCode.FAILED_PRECONDITION, "expected_version"): Reason.VERSION_CONFLICT,
+    (grpc.StatusCode.FAILED_PRECONDITION, "fencing_token"): Reason.STALE_LEASE,
+}
 
 REJECTED_CODES: dict[str, grpc.StatusCode] = {
     Code.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
@@ -48,6 +68,16 @@ EXCEPTION_CODES: dict[type, grpc.StatusCode] = {
 }
 
 
+def reason_for(code: grpc.StatusCode, detail: str) -> str:
+    """The `gnomon-reason` of a failure with this code and detail ("" if none applies)."""
+    return REASONS.get((code, detail.split(":", 1)[0].strip()), "")
+
+
+def rejected_reason(reply: Rejected) -> str:
+    """The reason of a core Rejected (for ReportAck.reason)."""
+    return reason_for(REJECTED_CODES[reply.code], reply.detail)
+
+
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     if isinstance(exc, ServiceError):
         return exc.code, str(exc)
@@ -65,6 +95,8 @@ async def abort(context: grpc.aio.ServicerContext, exc: BaseException):
     trailing: tuple = ()
     if isinstance(exc, NotLeader) and exc.leader_grpc_addr:
         trailing = ((LEADER_METADATA_KEY, exc.leader_grpc_addr),)
+    if reason := reason_for(*mapped):
+        trailing = ((REASON_METADATA_KEY, reason),)
     # abort() replaces trailing metadata set earlier: pass it here.
     await context.abort(*mapped, trailing_metadata=trailing)
 

@@ -152,16 +152,18 @@ class HeartbeatAck(_message.Message):
     def __init__(self, valid_tokens: _Optional[_Iterable[int]] = ..., revoked_tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class ReportAck(_message.Message):
-    __slots__ = ("lease", "accepted", "detail", "retry")
+    __slots__ = ("lease", "accepted", "detail", "retry", "reason")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     ACCEPTED_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
     RETRY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     lease: LeaseRef
     accepted: bool
     detail: str
     retry: bool
-    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., accepted: _Optional[bool] = ..., detail: _Optional[str] = ..., retry: _Optional[bool] = ...) -> None: ...
+    reason: str
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., accepted: _Optional[bool] = ..., detail: _Optional[str] = ..., retry: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("lease", "reason")

@@ -87,7 +87,9 @@ async def test_non_retryable_errors_are_typed_and_not_retried(serve):
         [
             Abort(grpc.StatusCode.NOT_FOUND, "no job j9"),
             Abort(
-                grpc.StatusCode.FAILED_PRECONDITION, "version is 4, not 3", reason="stale-version"
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "version is 4, not 3",
+                reason="VERSION_CONFLICT",
             ),
             Abort(grpc.StatusCode.INVALID_ARGUMENT, "spec.name: must not be empty"),
         ]
@@ -99,7 +101,7 @@ async def test_non_retryable_errors_are_typed_and_not_retried(serve):
         assert str(e.value) == "no job j9" and e.value.code is grpc.StatusCode.NOT_FOUND
         with pytest.raises(Conflict) as c:
             await client.update_job("j1", SPEC, expected_version=3)
-        assert c.value.reason == "stale-version"
+        assert c.value.reason == "VERSION_CONFLICT"
         with pytest.raises(InvalidArgument, match="must not be empty"):
             await client.create_job(SPEC)
     assert len(node.calls) == 3

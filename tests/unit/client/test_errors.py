@@ -62,21 +62,28 @@ def test_other_codes_raise_the_base_class(code):
 
 def test_stale_version_reason_is_a_conflict():
     err = error_for_status(
-        grpc.StatusCode.FAILED_PRECONDITION, "version is 4, expected 3", reason="stale-version"
+        grpc.StatusCode.FAILED_PRECONDITION, "version is 4, expected 3", reason="VERSION_CONFLICT"
     )
     assert type(err) is Conflict
     assert isinstance(err, FailedPrecondition)
-    assert err.reason == "stale-version"
+    assert err.reason == "VERSION_CONFLICT"
     other = error_for_status(grpc.StatusCode.FAILED_PRECONDITION, "run is finished", reason="x")
     assert type(other) is FailedPrecondition
 
 
-def test_stale_version_message_is_a_conflict():
-    # The node's messages start with the field they are about.
+def test_a_conflict_is_told_by_its_reason_not_by_its_message():
+    # The node sends `gnomon-reason: VERSION_CONFLICT` (node/servicers/errors.py); the text is
+    # for people and may change.
     err = error_for_status(
-        grpc.StatusCode.FAILED_PRECONDITION, "expected_version: job 'j1' is at version 4, not 3"
+        grpc.StatusCode.FAILED_PRECONDITION,
+        "expected_version: job 'j1' is at version 4, not 3",
+        reason="VERSION_CONFLICT",
     )
     assert type(err) is Conflict
+    unmarked = error_for_status(
+        grpc.StatusCode.FAILED_PRECONDITION, "expected_version: job 'j1' is at version 4, not 3"
+    )
+    assert type(unmarked) is FailedPrecondition
 
 
 def test_builtin_bases():
