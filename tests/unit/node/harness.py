@@ -43,7 +43,7 @@ from gnomon.node.core.model import (
     TaskSpec,
 )
 from gnomon.node.core.results import JobReply
-from gnomon.node.dispatch import Dispatcher
+from gnomon.node.dispatch import Dispatcher, WorkerSession
 from gnomon.node.history import HistoryStore
 from gnomon.node.leadership import Leadership
 from gnomon.node.leases import LeaseTable, LeaseTiming
@@ -274,6 +274,24 @@ class RecordingProposer(Proposer):
 
     def chunks(self, kind: type) -> list[list]:
         return [call for call in self.calls if call and isinstance(call[0], kind)]
+
+
+class Worker:
+    """A worker's session as the servicer attaches it; `received` collects its outbox."""
+
+    def __init__(self, h, worker_id: str, queues: tuple[str, ...] = ("default",)) -> None:
+        self.session = WorkerSession(worker_id, queues)
+        self.received: list = []
+        h.dispatcher.attach(self.session)
+
+    def drain(self) -> list:
+        while not self.session.outbox.empty():
+            self.received.append(self.session.outbox.get_nowait())
+        return self.received
+
+    def of(self, kind: str) -> list:
+        return [getattr(m, kind) for m in self.drain()
+                if m is not None and m.WhichOneof("msg") == kind]
 
 
 def node_config(**overrides) -> Config:

@@ -7,27 +7,8 @@ import asyncio
 from gnomon.node.core.commands import CancelRun, FailTask, GrantLeases
 from gnomon.node.core.errors import Rejected
 from gnomon.node.core.model import AttemptOutcome, TaskState
-from gnomon.node.dispatch import WorkerSession
 
-from .harness import commands_of, has, replies_to, turns, until
-
-
-class Worker:
-    """A worker's session as the servicer attaches it; `received` collects its outbox."""
-
-    def __init__(self, h, worker_id: str, queues: tuple[str, ...] = ("default",)) -> None:
-        self.session = WorkerSession(worker_id, queues)
-        self.received: list = []
-        h.dispatcher.attach(self.session)
-
-    def drain(self) -> list:
-        while not self.session.outbox.empty():
-            self.received.append(self.session.outbox.get_nowait())
-        return self.received
-
-    def of(self, kind: str) -> list:
-        return [getattr(m, kind) for m in self.drain()
-                if m is not None and m.WhichOneof("msg") == kind]
+from .harness import Worker, commands_of, has, replies_to, turns, until
 
 
 def grants(h) -> list:

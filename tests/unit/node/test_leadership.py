@@ -10,8 +10,7 @@ from pysyncobj import FAIL_REASON
 from gnomon.node.core.commands import Barrier, CreateJob, SetLimits
 from gnomon.node.raft import LEADER, NotCommitted
 
-from .harness import MEMBERS, T0, commands_of, has, make_spec, turns, until
-from .test_dispatch import Worker
+from .harness import MEMBERS, T0, Worker, commands_of, has, make_spec, turns, until
 
 LOOP_TASKS = {"trigger", "dispatch", "lease-expiry", "lease-checkpoints"}
 PROOF = 50  # harness config proof_interval_ms
