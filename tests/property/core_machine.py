@@ -358,11 +358,12 @@ class CoreMachine(RuleBasedStateMachine):
         assert newest.fencing_token == token
         return newest.outcome
 
-    @rule(count=st.integers(1, 40), name=index)
-    def churn_jobs(self, count, name):
-        """Many jobs created and deleted in one batch (the paging index compacts dead seqs)."""
+    @rule(count=st.integers(1, 40), name=index, now=st.integers(0, 3))
+    def churn_jobs(self, count, name, now):
+        """Many jobs created and deleted in one batch (the paging index compacts dead seqs);
+        only one time in four (`now`), it is a long batch."""
         free = [i for i, key in enumerate(NAMES) if key not in self.primary.job_names]
-        if not free:
+        if not free or now:
             return
         spec = make_spec(pick(free, name), 0, 0, 0)
         first = self.primary.job_seq + 1
@@ -519,8 +520,13 @@ class CoreMachine(RuleBasedStateMachine):
 
     @rule(rounds=st.lists(st.lists(reports, min_size=1, max_size=4), min_size=1, max_size=4))
     def work(self, rounds):
-        """Lease and finish dispatchable instances right away, a few rounds (drives runs on)."""
+        """Lease and finish dispatchable instances right away, a few rounds (drives runs on);
+        an idle cluster gets a manual run of some job first."""
         for picks in rounds:
+            if not self.instances(frozenset({TaskState.READY, TaskState.RETRY_WAIT})):
+                job_id = pick(list(self.primary.jobs), picks[0][0])
+                if job_id is not None:
+                    self.propose(TriggerJob("", job_id))
             self.dispatch([i for i, *_ in picks], wait=True)
             self.workers_report(picks)
 
