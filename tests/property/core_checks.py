@@ -56,7 +56,8 @@ NAMES = [(tenant, name) for tenant in ("acme", "globex", "initech")
 ACTIVE = frozenset({TaskState.READY, TaskState.LEASED, TaskState.RETRY_WAIT})
 QUEUED = frozenset({TaskState.PENDING, TaskState.READY, TaskState.RETRY_WAIT})
 REVIVABLE = frozenset({TaskState.DEAD, TaskState.UPSTREAM_FAILED})
-OUTCOMES = ["complete"] * 4 + ["fail", "fail_final", "fail_final", "expire"]
+# What a worker does with its lease in one step ("hold": still running, reports later).
+OUTCOMES = ["complete"] * 4 + ["fail", "fail_final", "fail_final", "expire", "hold", "hold"]
 
 # Replicated limits the SetLimits rule picks from (valid values; see INVALID_LIMITS).
 LIMIT_CHOICES: dict[str, list[int]] = {

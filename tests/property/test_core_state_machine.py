@@ -12,7 +12,7 @@ from tests.property.core_checks import budget
 from tests.property.core_machine import CoreMachine
 
 CoreMachine.TestCase.settings = settings(
-    max_examples=budget(120),
+    max_examples=budget(100),
     stateful_step_count=50,
     deadline=None,
     derandomize=True,

@@ -79,6 +79,7 @@ class RecordingMachine(CoreMachine):
         return replies
 
     def teardown(self) -> None:
+        super().teardown()
         last = len(self.log) - 1
         wanted = {i: v for i, v in self.checkpoints.items()
                   if i % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1 or i == last}
