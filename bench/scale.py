@@ -6,15 +6,20 @@ once so every node has a snapshot file, stopped, and each node's snapshot is rep
 whose state is the same empty state plus N CreateJob commands applied by `core.apply_batch`
 (the replicated state machine), keeping the node's own Raft data (index, term, members).
 The log entries after each node's snapshot are leadership barriers only, so every replica
-still reaches the same state. The snapshot is written by `Replica.write_snapshot`, the code
-a node runs on its tick thread: that time and the file size are the snapshot figures.
+still reaches the same state. Each snapshot is written by `ForkSnapshotter` over
+`Replica.write_snapshot`, the code a node runs: the fork pause (what the tick thread waits)
+and the child's write time are measured in this process, which holds the same state.
 
 The jobs are daily interval jobs with phases spread over 23 hours, none due in the coming
 hour (so they are active, but the fires measured are the herd's). Figures per size:
-snapshot write time and size; restart to serving (all three nodes restore the snapshot);
-resident memory per node; the cost of one fire: a herd of one-shot jobs due at one instant,
-fires committed per second and leader CPU per fire (no workers: fires only). Goals:
-<= 2 GiB per node at 1M; the fire cost stays flat as the job count grows.
+snapshot fork pause, child write time and size; restart to serving (all three nodes verify
+and decode their snapshot) and each node's load time; resident memory per node; snapshots
+written by the running nodes (fork pause, child time) with a probe committing a write every
+200 ms meanwhile: elections and the slowest commit while they were written; the cost of one
+fire: a herd of one-shot jobs due at one instant, fires committed per second and leader CPU
+per fire (no workers: fires only). Goals: <= 2 GiB per node at 1M; restart to serving
+<= 20 s at 1M; no election while a snapshot is written; the fire cost stays flat as the job
+count grows.
 """
 
 from __future__ import annotations
@@ -24,9 +29,12 @@ import os
 import pickle
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import grpc
 
 from gnomon.bench import Options
 from gnomon.bench.common import (
@@ -42,8 +50,10 @@ from gnomon.bench.common import (
     once_spec,
     plot,
     rss_bytes,
+    summary,
     wait_for,
 )
+from gnomon.v1 import api_pb2
 
 GOAL_RSS_GIB = 2.0
 DAY_MS = 86_400_000
@@ -90,47 +100,43 @@ def seed(root: Path, overrides: dict[str, str]) -> BenchCluster:
 
 
 def install(cluster: BenchCluster, state, scratch: Path) -> dict[str, Any]:
-    """Write each node's snapshot (its own raft data, the big state)."""
-    from gnomon.node.core.model import Limits
+    """Write each node's snapshot (its own raft data, the big state) with the node's code."""
+    from pysyncobj.config import SERIALIZER_STATE
+
     from gnomon.node.history import HistoryStore
     from gnomon.node.replica import HistorySink, Replica
-    from gnomon.node.snapshot import FORMAT_VERSION, SnapshotMeta, read_snapshot, write_snapshot
+    from gnomon.node.snapshot import read_snapshot
+    from gnomon.node.snapshotter import ForkSnapshotter
 
-    out: dict[str, Any] = {}
     (scratch / "history").mkdir(parents=True, exist_ok=True)
-    history = HistorySink(HistoryStore(str(scratch / "history"), max_runs_per_job=10))
-    replica = Replica(Limits(), history, crash=lambda reason: None)
+    history = HistorySink(HistoryStore(str(scratch / "history"), map_size=64 << 20))
+    replica = Replica(history, crash=lambda reason: None)
     replica.state = state
-    digest_hex = ""
-    tables = None
+    figures = []
     try:
-        for i, node in enumerate(cluster.nodes):
-            path = node.data_dir / "snapshot.lmdb"
-            old = read_snapshot(str(path))
-            raft_bytes = old.raft_data
-            old.close()
-            raft_data = pickle.loads(raft_bytes)
-            tmp = str(path) + ".bench"
-            if i == 0:
-                # The node's own snapshot code, timed: what its tick thread would spend.
-                t0 = time.perf_counter()
-                replica.write_snapshot(tmp, raft_data)
-                out["snapshot_write_s"] = round(time.perf_counter() - t0, 2)
-                out["snapshot_bytes"] = os.path.getsize(tmp)
-                snap = read_snapshot(tmp)
-                digest_hex = snap.meta.state_digest
-                snap.close()
-            else:
-                if tables is None:
-                    tables = {k: list(v) for k, v in Replica._encode_tables(state).items()}
-                    tables["history"] = []
-                meta = SnapshotMeta(FORMAT_VERSION, raft_data[0][1], digest_hex, now_ms(),
-                                    len(state.jobs), len(state.runs))
-                write_snapshot(tmp, meta, raft_bytes, {k: iter(v) for k, v in tables.items()})
-            os.replace(tmp, path)
+        for node in cluster.nodes:
+            path = str(node.data_dir / "snapshot.lmdb")
+            with read_snapshot(path) as old:
+                raft_data = pickle.loads(old.raft_data)
+            snapshots = ForkSnapshotter(path, replica, crash=lambda reason: None)
+            snapshots.serialize((None, *raft_data), raft_data[1][1])
+            while (done := snapshots.checkSerializing()[0]) == SERIALIZER_STATE.SERIALIZING:
+                time.sleep(0.02)
+            if done != SERIALIZER_STATE.SUCCESS:
+                raise RuntimeError(f"snapshot for {node.node_id} failed (see the log above)")
+            figures.append(snapshots.figures)
     finally:
         history.close()
-    return out
+    return {"snapshot_fork_ms": [round(f.fork_ms, 1) for f in figures],
+            "snapshot_child_s": [round(f.child_ms / 1000, 2) for f in figures],
+            "snapshot_bytes": figures[0].bytes,
+            "bench_rss_mib": round(rss_bytes(os.getpid()) / 2**20)}
+
+
+SNAPSHOT_LINE = (r"snapshot at index \d+: (\d+) jobs, (\d+) runs; tick thread paused ([\d.]+) ms "
+                 r"\(fork\), child wrote (\d+) bytes in (\d+) ms")
+# Nodes of the measured cluster snapshot this often (so that they do while measured).
+SNAPSHOT_EVERY_S = 30
 
 
 def measure(cluster: BenchCluster, n: int, herd: int, root: Path) -> dict[str, Any]:
@@ -139,12 +145,85 @@ def measure(cluster: BenchCluster, n: int, herd: int, root: Path) -> dict[str, A
     t0 = time.monotonic()
     cluster.start()
     leader = cluster.find_leader(timeout_s=900)
-    # (the log line that says how many jobs each node restored is checked below)
     out["restart_to_serving_s"] = round(time.monotonic() - t0, 1)
     log(f"scale {n:,}: serving {out['restart_to_serving_s']}s after the restart")
+    out["load_s"] = {nid: round(int(m.group(1)) / 1000, 1) for nid, m in node_log_lines(
+        cluster, r"read snapshot \S+ at index \d+: \d+ jobs, \d+ runs in (\d+) ms", since)}
+    out["restored_jobs"] = {nid: int(m.group(1)) for nid, m in node_log_lines(
+        cluster, r"restored snapshot at index \d+: (\d+) jobs", since)}
     time.sleep(3)
     pids = cluster.pids()
     out["rss_mib"] = {nid: round(rss_bytes(pid) / 2**20, 1) for nid, pid in pids.items()}
+    out.update(snapshots_while_probing(cluster, timeout_s=120 + n / 2_000))
+    leader = cluster.find_leader(timeout_s=120)
+    out.update(fire_herd(cluster, leader, herd))
+    out["rss_after_mib"] = {nid: round(rss_bytes(pid) / 2**20, 1)
+                            for nid, pid in cluster.pids().items()}
+    out["leader_sessions"] = len(node_log_lines(cluster, r"leading \(session", since))
+    return out
+
+
+def snapshots_while_probing(cluster: BenchCluster, timeout_s: float) -> dict[str, Any]:
+    """Wait for one snapshot by every node while a probe commits a write every 200 ms;
+    the elections (any node becoming candidate) and the slowest probe commit meanwhile."""
+    since = log_offsets(cluster)
+    probe = _Probe(cluster)
+    probe.start()
+    try:
+        wait_for(lambda: {nid for nid, _ in node_log_lines(cluster, SNAPSHOT_LINE, since)}
+                 >= {x.node_id for x in cluster.nodes}, timeout_s=timeout_s,
+                 what="a snapshot written by every node", interval_s=0.5)
+    finally:
+        probe.stop()
+    snaps = node_log_lines(cluster, SNAPSHOT_LINE, since)
+    return {
+        "node_snapshots": [{"node": nid, "fork_ms": float(m.group(3)),
+                            "child_s": round(int(m.group(5)) / 1000, 2),
+                            "bytes": int(m.group(4))} for nid, m in snaps],
+        "elections_during_snapshots": len(node_log_lines(cluster, r"-> candidate", since)),
+        "probe_commit_ms": summary(probe.latencies_ms),
+        "probe_failures": probe.failures,
+    }
+
+
+class _Probe:
+    """One CreateJob every 200 ms on the current leader (a write must commit)."""
+
+    def __init__(self, cluster: BenchCluster) -> None:
+        self._cluster = cluster
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.latencies_ms: list[float] = []
+        self.failures = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        far = now_ms() + 50 * 365 * DAY_MS
+        i = 0
+        while not self._stop.wait(0.2):
+            req = api_pb2.CreateJobRequest(request_id=f"probe-{i}", spec=once_spec(f"p-{i}", far))
+            t = time.perf_counter()
+            for node in self._cluster.nodes:
+                try:
+                    node.jobs().CreateJob(req, timeout=10)
+                    self.latencies_ms.append((time.perf_counter() - t) * 1000)
+                    break
+                except grpc.RpcError:
+                    continue
+            else:
+                self.failures += 1
+            i += 1
+
+
+def fire_herd(cluster: BenchCluster, leader, herd: int) -> dict[str, Any]:
+    """A herd of one-shot jobs due at one instant: fires/s and leader CPU per fire."""
+    out: dict[str, Any] = {}
     servers = [leader.grpc_addr] + [x.grpc_addr for x in cluster.nodes if x is not leader]
     # The herd: create (timed: CreateJob latency at this job count), then fire all at once.
     far = now_ms() + 50 * 365 * DAY_MS
@@ -175,15 +254,10 @@ def measure(cluster: BenchCluster, n: int, herd: int, root: Path) -> dict[str, A
         out["herd_fire_s"] = round(done - t_due, 2)
         out["fires_per_s"] = round(herd / max(1e-3, done - t_due), 1)
         out["leader_cpu_ms_per_fire"] = round(1000 * (cpu1 - cpu0) / herd, 3)
-    out["rss_after_mib"] = {nid: round(rss_bytes(pid) / 2**20, 1)
-                            for nid, pid in cluster.pids().items()}
-    lines = node_log_lines(cluster, r"snapshot at index \d+: (\d+) jobs, (\d+) runs in (\d+) ms",
-                           since)
-    out["in_node_snapshots_ms"] = [[nid, int(m.group(3))] for nid, m in lines]
-    out["leader_sessions"] = len(node_log_lines(cluster, r"leading \(session", since))
-    out["restored_jobs"] = {nid: int(m.group(1)) for nid, m in node_log_lines(
-        cluster, r"restored snapshot at index \d+: (\d+) jobs", since)}
     return out
+
+
+GOAL_RESTART_S = 20.0
 
 
 def run(opts: Options) -> Report:
@@ -194,53 +268,27 @@ def run(opts: Options) -> Report:
     report.setup.append(
         f"Sizes {', '.join(f'{s:,}' for s in sizes)} daily interval jobs (one task each) put "
         "into every node's snapshot by the node's own apply/snapshot code (see the module "
-        f"docstring); then 3 nodes restarted from it; fire cost: a herd of {herd:,} one-shot "
-        "jobs created through the API, due at one instant, no workers.")
+        f"docstring); then 3 nodes restarted from it (snapshot_min_time_s {SNAPSHOT_EVERY_S}: "
+        "they snapshot again while measured); fire cost: a herd of "
+        f"{herd:,} one-shot jobs created through the API, due at one instant, no workers.")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gnomon-bench-scale-") as tmp:
         for n in sizes:
-            root = Path(tmp) / f"n{n}"
-            log(f"scale {n:,}: seeding a cluster")
-            cluster = seed(root / "cluster", {})
-            t0 = time.perf_counter()
-            state = build_state(n, now_ms())
-            build_s = time.perf_counter() - t0
-            log(f"scale {n:,}: state built in {build_s:.1f}s; writing snapshots")
-            info = install(cluster, state, root / "scratch")
-            del state
-            gc.collect()
-            log(f"scale {n:,}: snapshot {info['snapshot_bytes'] / 2**20:.0f} MiB written in "
-                f"{info['snapshot_write_s']}s")
-            try:
-                m = measure(cluster, n, herd, root)
-            finally:
-                cluster.kill_all()
-            m.update(info, build_s=round(build_s, 1))
-            rows.append(m)
-            log(f"scale {n:,}: {m}")
+            rows.append(_one_size(n, herd, Path(tmp) / f"n{n}"))
     by_n = {r["jobs"]: r for r in rows}
     top = by_n[sizes[-1]]
     max_rss = max(top["rss_after_mib"].values()) / 1024
     report.add(f"resident memory per node at {sizes[-1]:,} jobs, max (GiB)", round(max_rss, 2),
                goal=f"<= {GOAL_RSS_GIB}" if not quick else "", met=max_rss <= GOAL_RSS_GIB
                if not quick else None)
+    report.add(f"restart to serving at {sizes[-1]:,} jobs (s)", top["restart_to_serving_s"],
+               goal="" if quick else f"<= {GOAL_RESTART_S:.0f}",
+               met=None if quick else top["restart_to_serving_s"] <= GOAL_RESTART_S)
+    elections = sum(by_n[n]["elections_during_snapshots"] for n in sizes)
+    report.add("elections while the nodes wrote snapshots (all sizes)", elections,
+               goal="0", met=elections == 0)
     for n in sizes:
-        r = by_n[n]
-        report.add(f"{n:,} jobs: RSS per node after the herd (MiB)",
-                   " / ".join(f"{v:.0f}" for v in r["rss_after_mib"].values()))
-        report.add(f"{n:,} jobs: snapshot write (node code, s) / size (MiB)",
-                   f"{r['snapshot_write_s']} / {r['snapshot_bytes'] / 2**20:.0f}")
-        report.add(f"{n:,} jobs: restart to serving (s)", r["restart_to_serving_s"])
-        report.add(f"{n:,} jobs: fires committed/s (herd of {herd:,})", r.get("fires_per_s"))
-        report.add(f"{n:,} jobs: leader CPU per fire (ms)", r.get("leader_cpu_ms_per_fire"))
-        report.add(f"{n:,} jobs: CreateJob p50 / p99 (ms, 64 concurrent)",
-                   f"{r['create_job_ms_at_n'].get('p50')} / {r['create_job_ms_at_n'].get('p99')}")
-        if r["in_node_snapshots_ms"]:
-            report.add(f"{n:,} jobs: snapshots written by the nodes while measured (ms)",
-                       ", ".join(f"{nid} {ms}" for nid, ms in r["in_node_snapshots_ms"]))
-        if r["leader_sessions"] > 1:
-            report.notes.append(f"{n:,} jobs: {r['leader_sessions']} leader sessions after the "
-                                "restart (a leader change happened while measuring)")
+        _rows_for(report, by_n[n], herd)
     costs = [by_n[n].get("leader_cpu_ms_per_fire") for n in sizes]
     if all(c is not None for c in costs) and costs[0]:
         growth = costs[-1] / costs[0]
@@ -256,6 +304,52 @@ def run(opts: Options) -> Report:
          "MiB (max of the 3 nodes)",
          {"gnomon": (xs, [max(by_n[n]["rss_after_mib"].values()) for n in xs])}, kind="bar")
     return report
+
+
+def _one_size(n: int, herd: int, root: Path) -> dict[str, Any]:
+    log(f"scale {n:,}: seeding a cluster")
+    cluster = seed(root / "cluster", {"snapshot_min_time_s": str(SNAPSHOT_EVERY_S)})
+    t0 = time.perf_counter()
+    state = build_state(n, now_ms())
+    build_s = time.perf_counter() - t0
+    log(f"scale {n:,}: state built in {build_s:.1f}s; writing snapshots")
+    info = install(cluster, state, root / "scratch")
+    del state
+    gc.collect()
+    log(f"scale {n:,}: snapshot {info['snapshot_bytes'] / 2**20:.0f} MiB: fork "
+        f"{info['snapshot_fork_ms']} ms, child {info['snapshot_child_s']} s")
+    try:
+        m = measure(cluster, n, herd, root)
+    finally:
+        cluster.kill_all()
+    m.update(info, build_s=round(build_s, 1))
+    log(f"scale {n:,}: {m}")
+    return m
+
+
+def _rows_for(report: Report, r: dict[str, Any], herd: int) -> None:
+    n = r["jobs"]
+    report.add(f"{n:,} jobs: RSS per node after the herd (MiB)",
+               " / ".join(f"{v:.0f}" for v in r["rss_after_mib"].values()))
+    report.add(f"{n:,} jobs: snapshot: tick-thread pause (fork, ms) / child write (s) / MiB",
+               f"{max(r['snapshot_fork_ms'])} / {max(r['snapshot_child_s'])} / "
+               f"{r['snapshot_bytes'] / 2**20:.0f}")
+    report.add(f"{n:,} jobs: restart to serving (s); load per node (s)",
+               f"{r['restart_to_serving_s']}; " + ", ".join(
+                   f"{nid} {s}" for nid, s in sorted(r["load_s"].items())))
+    snaps = r["node_snapshots"]
+    report.add(f"{n:,} jobs: snapshots by the running nodes: fork ms / child s",
+               ", ".join(f"{x['node']} {x['fork_ms']:.0f} / {x['child_s']}" for x in snaps))
+    report.add(f"{n:,} jobs: meanwhile: elections / probe commit p50, max (ms) / failed",
+               f"{r['elections_during_snapshots']} / {r['probe_commit_ms'].get('p50')}, "
+               f"{r['probe_commit_ms'].get('max')} / {r['probe_failures']}")
+    report.add(f"{n:,} jobs: fires committed/s (herd of {herd:,})", r.get("fires_per_s"))
+    report.add(f"{n:,} jobs: leader CPU per fire (ms)", r.get("leader_cpu_ms_per_fire"))
+    report.add(f"{n:,} jobs: CreateJob p50 / p99 (ms, 64 concurrent)",
+               f"{r['create_job_ms_at_n'].get('p50')} / {r['create_job_ms_at_n'].get('p99')}")
+    if r["leader_sessions"] > 1:
+        report.notes.append(f"{n:,} jobs: {r['leader_sessions']} leader sessions after the "
+                            "restart (a leader change happened while measuring)")
 
 
 if __name__ == "__main__":  # pragma: no cover

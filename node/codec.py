@@ -7,6 +7,7 @@ records; jobs and runs travel to clients as the public API messages.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterable
 
@@ -69,10 +70,18 @@ def enum_to_proto(enum_type, value: str) -> int:
     return enum_type.values_by_name[_enum_prefix(enum_type) + value.upper()].number
 
 
+_ENUM_NAMES: dict[object, dict[int, str]] = {}
+
+
 def enum_from_proto(enum_type, number: int, default: str) -> str:
     if number == 0:
         return default
-    return enum_type.values_by_number[number].name[len(_enum_prefix(enum_type)) :].lower()
+    names = _ENUM_NAMES.get(enum_type)
+    if names is None:  # once per enum type: this runs per job on a snapshot restore
+        prefix = len(_enum_prefix(enum_type))
+        names = _ENUM_NAMES[enum_type] = {
+            v.number: v.name[prefix:].lower() for v in enum_type.values}
+    return names[number]
 
 
 _MISFIRE = types_pb2.MisfirePolicy.DESCRIPTOR
@@ -146,18 +155,33 @@ def spec_to_proto(spec: JobSpec, out: types_pb2.JobSpec | None = None) -> types_
     return out
 
 
-def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
-    tasks = tuple(
-        TaskSpec(
-            name=t.name,
-            queue=t.queue,
-            depends_on=tuple(t.depends_on),
-            payload=bytes(t.payload),
-            timeout_ms=t.timeout_ms,
-            retry=RetryPolicy(**{n: getattr(t.retry, n) for n in _RETRY_FIELDS}),
-        )
-        for t in m.tasks
+def _task_from_proto(t: types_pb2.TaskSpec) -> TaskSpec:
+    return TaskSpec(
+        name=t.name,
+        queue=t.queue,
+        depends_on=tuple(t.depends_on),
+        payload=bytes(t.payload),
+        timeout_ms=t.timeout_ms,
+        retry=RetryPolicy(**{n: getattr(t.retry, n) for n in _RETRY_FIELDS}),
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _task_from_bytes(data: bytes) -> TaskSpec:
+    return _task_from_proto(types_pb2.TaskSpec.FromString(data))
+
+
+# Tasks up to this size are decoded once per distinct value and shared (TaskSpec is frozen):
+# restoring a million jobs with the same few task shapes builds a few objects, not millions.
+_SHARED_TASK_BYTES = 512
+
+
+def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
+    tasks = tuple([
+        _task_from_bytes(t.SerializeToString()) if t.ByteSize() <= _SHARED_TASK_BYTES
+        else _task_from_proto(t)
+        for t in m.tasks
+    ])
     return JobSpec(
         tenant=m.tenant,
         name=m.name,

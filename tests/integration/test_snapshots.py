@@ -1,5 +1,6 @@
 """Log compaction into LMDB snapshots: restart from a snapshot, and a wiped follower that
-catches up by receiving the leader's snapshot file."""
+catches up by receiving the leader's snapshot file and copies the run history it lacks from a
+peer (the history store is not part of the snapshot)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 
 from gnomon.v1 import api_pb2
 from tests.integration.cluster import wait_for
-from tests.integration.test_cluster import every_second_job, runs_of
+from tests.integration.test_cluster import runs_of
+from tests.integration.test_storage_faults import create_jobs, finished_runs
 
 pytestmark = pytest.mark.integration
 
@@ -31,21 +33,15 @@ def _stale(node, job_id):
 def test_snapshot_restore_and_install_on_a_wiped_follower(make_cluster):
     cluster = make_cluster(**COMPACT_OFTEN)
     leader = cluster.leader()
-    job = (
-        leader.jobs()
-        .CreateJob(
-            api_pb2.CreateJobRequest(request_id="c", spec=every_second_job("tick")), timeout=5
-        )
-        .job
-    )
+    (job_id,) = create_jobs(leader, ["j"])
     follower = next(n for n in cluster.nodes if n is not leader)
     wait_for(
         lambda: (follower.data_dir / "snapshot.lmdb").exists(),
         timeout_s=60,
         what="a snapshot file on the follower",
     )
-    # Runs beyond runs_retained_per_job left memory for the history store and stay listed.
-    wait_for(lambda: len(runs_of(leader, job.job_id)) >= 6, timeout_s=30, what="6 runs")
+    # Finished runs beyond runs_retained_per_job leave memory for the history store.
+    finished_runs(leader, job_id, 8, "a")
 
     cluster.kill(follower.node_id, signal.SIGKILL)
     shutil.rmtree(follower.data_dir)
@@ -54,20 +50,22 @@ def test_snapshot_restore_and_install_on_a_wiped_follower(make_cluster):
         timeout_s=60,
         what="a snapshot file on the leader",
     )
-    expected = {r.run_id for r in runs_of(leader, job.job_id)}
+    expected = {r.run_id for r in runs_of(leader, job_id)}
+    assert len(expected) == 8
     cluster.start_node(follower.node_id)
     wait_for(
-        lambda: expected <= _stale(follower, job.job_id),
+        lambda: expected <= _stale(follower, job_id),
         timeout_s=60,
         what="the wiped follower to hold every run, history included",
     )
+    assert "history backfill from" in follower.log_path.read_text()
 
     for node in cluster.nodes:
         cluster.kill(node.node_id, signal.SIGKILL)
     for node in cluster.nodes:
         cluster.start_node(node.node_id)
     leader = cluster.leader()
-    assert expected <= {r.run_id for r in runs_of(leader, job.job_id)}
+    assert expected <= {r.run_id for r in runs_of(leader, job_id)}
 
     def converged():
         st = [cluster.status(n) for n in cluster.nodes]
