@@ -382,7 +382,9 @@ class Harness:
         self.raft.leader_flag = False
         self.raft.leader_member = leader
         self.leadership.role_changed(LEADER, 0)
-        await until(lambda: not self.leadership.ready, "the leader session ends")
+        # ready drops first, then the loops are stopped (on_stop): wait for both.
+        await until(lambda: not self.leadership.ready and not loop_tasks(),
+                    "the leader session ends and its loops stop")
 
     # -- proposing through the real proposer ---------------------------------------------
 
@@ -453,6 +455,14 @@ def make_spec(name: str = "job", *, tenant: str = "acme", interval_ms: int = HOU
         priority=priority, misfire_policy=misfire_policy, misfire_grace_ms=misfire_grace_ms,
         paused=paused,
     )
+
+
+LOOP_TASKS = frozenset({"trigger", "dispatch", "lease-expiry", "lease-checkpoints"})
+
+
+def loop_tasks() -> set[str]:
+    """Names of the leader loops' tasks that are running now."""
+    return {t.get_name() for t in asyncio.all_tasks() if not t.done()} & LOOP_TASKS
 
 
 async def until(predicate: Callable[[], object], what: str, timeout_s: float = 5.0):

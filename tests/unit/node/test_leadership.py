@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from pysyncobj import FAIL_REASON
 
 from gnomon.node.core.commands import Barrier, CreateJob, SetLimits
 from gnomon.node.raft import LEADER, NotCommitted
 
-from .harness import MEMBERS, T0, Worker, commands_of, has, make_spec, turns, until
+from .harness import (
+    LOOP_TASKS,
+    MEMBERS,
+    T0,
+    Worker,
+    commands_of,
+    has,
+    loop_tasks,
+    make_spec,
+    turns,
+    until,
+)
 
-LOOP_TASKS = {"trigger", "dispatch", "lease-expiry", "lease-checkpoints"}
 PROOF = 50  # harness config proof_interval_ms
-
-
-def loop_tasks() -> set[str]:
-    return {t.get_name() for t in asyncio.all_tasks() if not t.done()} & LOOP_TASKS
 
 
 async def test_a_session_starts_only_after_its_own_barrier_commits(h):

@@ -131,6 +131,8 @@ async def test_a_quiet_lease_is_checkpointed_once_and_cleared_when_renewed(leade
 
     clock.mono = granted + stale_after  # the checkpoint loop writes it down
     await until(lambda: leader.inst(run_id).lease_remaining_ms == left, "the checkpoint")
+    # The table learns that the log holds it once the proposal returns.
+    await until(lambda: leader.leases.deadlines[token].checkpoint_wall_ms, "the table to know")
     assert leader.inst(run_id).lease_checkpoint_ms == leader.state.clock_ms
     assert len(commands_of(leader.raft.committed, CheckpointLeases)) == 1
     # Written down once: while the worker stays quiet the logged deadline is right.
@@ -142,6 +144,7 @@ async def test_a_quiet_lease_is_checkpointed_once_and_cleared_when_renewed(leade
     assert leader.leases.checkpoints_due(clock.mono, clock.wall) == [
         (LeaseCheckpoint(run_id, "a", token, 0), 0)]
     await until(lambda: leader.inst(run_id).lease_remaining_ms == 0, "the checkpoint cleared")
+    await until(lambda: not leader.leases.deadlines[token].checkpoint_wall_ms, "the table")
     assert leader.inst(run_id).lease_checkpoint_ms == 0
     assert leader.leases.checkpoints_due(clock.mono, clock.wall) == []
 
