@@ -49,10 +49,14 @@ class TestOptions:
     heal_bound_s: float = 30.0
     # Whole-cluster outages: how long (real seconds), and how far outage-clock moves every
     # node's clock forward (seconds, for the rest of the run).
-    outage_s: tuple[float, float] = (12.0, 25.0)
-    outage_jump_s: tuple[float, float] = (60.0, 150.0)
+    outage_s: tuple[float, float] = (8.0, 15.0)
+    outage_jump_s: tuple[float, float] = (45.0, 120.0)
+    # Quiet time after an outage (clients on, no fault): the catch-up happens under load.
+    outage_quiet_s: tuple[float, float] = (6.0, 10.0)
     # Jobs of the fire workload; 0: FIRE_JOBS, or OUTAGE_FIRE_JOBS when an outage runs.
     fire_jobs: int = 0
+    # Tasks an SDK worker runs at once; 0: 8, or 32 when an outage runs.
+    worker_concurrency: int = 0
     # disk-full: the size of the tmpfs under each node's data directory (MiB).
     disk_mb: int = 96
     # Vacuity: at least this many successful client operations per second of workload.
@@ -82,8 +86,9 @@ class TestOptions:
             "fault_s": list(self.fault_s), "heal_bound_s": self.heal_bound_s,
             "min_ok_rate": self.min_ok_rate, "node_config": self.node_config(),
             "node_flags": self.node_flags, "outage_s": list(self.outage_s),
-            "outage_jump_s": list(self.outage_jump_s), "fire_jobs": self.fire_jobs,
-            "disk_mb": self.disk_mb,
+            "outage_jump_s": list(self.outage_jump_s),
+            "outage_quiet_s": list(self.outage_quiet_s), "fire_jobs": self.fire_jobs,
+            "disk_mb": self.disk_mb, "worker_concurrency": self.worker_concurrency,
         }
 
 

@@ -74,12 +74,22 @@ async def config_drift(n: Nemesis) -> Started:
     return {"node": node_id, "flags": new, **rejoin}, keep
 
 
+def first_configs(events: list) -> dict[str, dict[str, str]]:
+    return next((e.value["nodes"] for e in events
+                 if e.process == NEMESIS and e.f == "node-config"), {})
+
+
+def limits_sources(events: list, cluster: dict[str, Any]) -> list[str]:
+    """The nodes whose first local values are the cluster's replicated limits."""
+    return [node for node, cfg in first_configs(events).items()
+            if all(str(cluster.get(k)) == cfg[k] for k in REPLICATED if k in cluster)]
+
+
 def limits_check(events: list, limits: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """`limits`: node -> the replicated limits its final status reported."""
     anomalies: list[dict[str, Any]] = []
-    first = next((e.value["nodes"] for e in events
-                  if e.process == NEMESIS and e.f == "node-config"), None)
-    if first is None or not limits:
+    first = first_configs(events)
+    if not first or not limits:
         return anomalies
     seen = {tuple(sorted(v.items())) for v in limits.values()}
     if len(seen) > 1:
@@ -87,9 +97,7 @@ def limits_check(events: list, limits: dict[str, dict[str, Any]]) -> list[dict[s
                           "explanation": "nodes report different replicated limits"})
         return anomalies
     cluster = next(iter(limits.values()))
-    sources = [node for node, cfg in first.items()
-               if all(str(cluster.get(k)) == cfg[k] for k in REPLICATED if k in cluster)]
-    if not sources:
+    if not limits_sources(events, cluster):
         anomalies.append({"type": "limits-not-bootstrapped", "limits": cluster,
                           "first_configs": {i: {k: c[k] for k in REPLICATED}
                                             for i, c in first.items()},

@@ -142,8 +142,10 @@ class Nemesis:
         """Quiet, fault, quiet, fault... until `deadline` (loop time)."""
         loop = asyncio.get_running_loop()
         opts = self.ctx.opts
+        last: str | None = None
         while self.kinds:
-            quiet = self.rng.uniform(*opts.quiet_s)
+            quiet = self.rng.uniform(*(opts.outage_quiet_s if last in OUTAGE_KINDS
+                                       else opts.quiet_s))
             if loop.time() + quiet + 1.0 >= deadline:
                 break
             await asyncio.sleep(quiet)
@@ -152,6 +154,7 @@ class Nemesis:
             if loop.time() + hold >= deadline:
                 hold = max(1.0, deadline - loop.time() - 0.5)
             fault = await self.start(kind, hold)
+            last = kind
             if fault is None:
                 continue
             # A start may take a while itself (waiting for a node to refuse a file).

@@ -1,6 +1,6 @@
 """Whole-cluster outages, long next to the schedules, then catch-up.
 
-    outage-stop   SIGSTOP every node (12-25 s), then SIGCONT
+    outage-stop   SIGSTOP every node (8-15 s; the fast jobs fire every 1-5 s), then SIGCONT
     outage-kill   kill -9 every node, restart them all at the stop
     outage-clock  SIGSTOP every node, and at the stop move every node's clock forward by
                   minutes (for the rest of the run) before SIGCONT: to the cluster the outage

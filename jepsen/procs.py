@@ -104,12 +104,13 @@ class Procs:
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
-    def start_worker(self, worker_id: str, mode: str, queues: str) -> None:
+    def start_worker(self, worker_id: str, mode: str, queues: str, concurrency: int = 8
+                     ) -> None:
         w = self.workers.setdefault(worker_id, WorkerProc(worker_id, mode, queues))
         args = [*self.net.exec_prefix(worker_id), sys.executable, "-m",
                 "gnomon.jepsen.workerproc", "--mode", mode, "--worker-id", worker_id,
                 "--servers", ",".join(self.servers), "--witness", self.witness_url,
-                "--queues", queues, "--seed", str(self.seed)]
+                "--queues", queues, "--seed", str(self.seed), "--concurrency", str(concurrency)]
         with open(self.run_dir / f"{worker_id}.log", "ab") as logf:
             w.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT,
                                       env=self._env(), start_new_session=True)

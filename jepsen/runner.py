@@ -14,6 +14,7 @@ import copy
 import dataclasses
 import logging
 import random
+import re
 import signal
 import time
 from pathlib import Path
@@ -55,6 +56,14 @@ CANARY_OVERRIDES = {
 
 
 SECOND_TIER_KINDS = {k for g in SECOND_TIER for k in GROUPS[g]}
+
+
+def worker_concurrency(opts: TestOptions, kinds: list[str]) -> int:
+    """Tasks an SDK worker runs at once: 8, or 32 with an outage (a catch-up is hundreds of
+    short tasks at once; the workers must not be what limits it)."""
+    if opts.worker_concurrency:
+        return opts.worker_concurrency
+    return 32 if any(k.startswith("outage") for k in kinds) else 8
 
 
 class HarnessError(RuntimeError):
@@ -138,7 +147,7 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
         queues = ",".join(q for q, w in ((FIRE_QUEUE, "fire"), (LEASE_QUEUE, "lease"))
                           if w in opts.workloads) or FIRE_QUEUE
         for w in sdk:
-            procs.start_worker(w, "sdk", queues)
+            procs.start_worker(w, "sdk", queues, worker_concurrency(opts, kinds))
         for z in zombies:
             procs.start_worker(z, "zombie", LEASE_QUEUE)
         handles = [await procs.start_agent(c) for c in agents]
@@ -177,6 +186,7 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
         history.flush()
         phase("stop")
         results = check(ctx, workloads, kinds, duration, crashed)
+        results["node_logs"] = log_signals(db)
         phase("check")
         results["timings_s"] = timings
         report.write(run_dir, ctx, results)
@@ -193,6 +203,29 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
                 await admin.close()
         history.close()
         net.teardown()
+
+
+LOG_SIGNALS = {
+    "critical": re.compile(r" CRITICAL "),
+    "fatal": re.compile(r"FATAL"),
+    "traceback": re.compile(r"^Traceback"),
+    "snapshot_failed": re.compile(r"snapshot at index \d+ failed"),
+    "child_killed_by_signal": re.compile(r"child exited with -\d+"),
+}
+
+
+def log_signals(db: DB) -> dict[str, dict[str, int]]:
+    """Per node, how many log lines look like trouble (information for the report, not a
+    verdict: expected faults log FATAL lines too)."""
+    out = {}
+    for node_id, node in db.nodes.items():
+        counts = dict.fromkeys(LOG_SIGNALS, 0)
+        if node.log_file.exists():
+            for line in node.log_file.read_text(errors="replace").splitlines():
+                for name, pattern in LOG_SIGNALS.items():
+                    counts[name] += bool(pattern.search(line))
+        out[node_id] = {k: v for k, v in counts.items() if v}
+    return out
 
 
 async def wait_until(pred, timeout_s: float, what: str, failed=lambda: None) -> None:

@@ -6,8 +6,9 @@ snapshot file is being written.
     corrupt-meta      its data directory and restart it (the leader sends it a snapshot).
     disk-full         fill the tmpfs under one node's data directory: it must exit non-zero.
                       Stop: free the space, restart it.
-    snapshot-kill     kill -9 one node as soon as a snapshot temp file appears in its data
-                      directory (inotify), or after a bounded wait. Stop: restart it.
+    snapshot-kill     kill -9 the first node whose data directory gets a snapshot temp file
+                      (inotify on every running node), or one after a bounded wait. Stop:
+                      restart it.
 
 Every node exit these faults cause is marked expected on the node (`NodeProc.expect_exit`);
 any other exit stays a crash. The start event carries the evidence (exit code, the log line
@@ -17,9 +18,11 @@ naming the file, bytes written, whether a temp file existed when the node died).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
+import threading
 from typing import TYPE_CHECKING, Any
 
 from gnomon.jepsen import disk
@@ -33,7 +36,7 @@ CORRUPT_FILES = {"corrupt-snapshot": disk.SNAPSHOT, "corrupt-journal": disk.JOUR
 # Snapshot temp files: pysyncobj's `snapshot.lmdb.tmp` (and `.1.tmp` for one received from
 # the leader), or whatever a forked writer names its file, as long as it starts so.
 SNAPSHOT_TMP = r"^snapshot.*tmp"
-SNAPSHOT_WAIT_S = 10.0
+SNAPSHOT_WAIT_S = 15.0
 ORPHAN_WAIT_S = 10.0
 DISK_EXIT_S = 20.0
 NO_SPACE = re.compile(r"No space left|ENOSPC|Errno 28|MDB_MAP_FULL|disk full", re.I)
@@ -50,7 +53,8 @@ async def corrupt(n: Nemesis, kind: str) -> Started:
     """Kill a node, damage one of its files at a seeded offset, restart it and see it refuse."""
     db = n.ctx.db
     file_name = CORRUPT_FILES[kind]
-    node_id = n.rng.choice(n.nodes())
+    nodes = n.nodes()
+    node_id = nodes[n.pick("node", len(nodes))]
     node = db.nodes[node_id]
     path = node.data_dir / file_name
     modes = sorted(disk.MODES[file_name])
@@ -87,7 +91,7 @@ async def disk_full(n: Nemesis) -> Started:
     candidates = [i for i in _live_nodes(n) if db.nodes[i].mount is not None]
     if not candidates:
         raise Skip("no running node with its data on a tmpfs")
-    node_id = n.rng.choice(candidates)
+    node_id = candidates[n.pick("node", len(candidates)) % len(candidates)]
     node = db.nodes[node_id]
     assert node.mount is not None
     filler = node.mount / "filler"
@@ -114,43 +118,54 @@ async def disk_full(n: Nemesis) -> Started:
 
 
 async def snapshot_kill(n: Nemesis) -> Started:
-    """kill -9 the node the moment a snapshot temp file appears (bounded wait; else a kill at
-    a random moment). Group mode kills the node with any forked writer; parent mode kills the
-    main process only and lets an orphaned writer finish (bounded) before the restart."""
+    """kill -9 the first node that creates a snapshot temp file (every running node watched;
+    bounded wait, else one of them at a random moment). Group mode kills the node with any
+    forked writer; parent mode kills the main process only and lets an orphaned writer finish
+    (bounded) before the restart."""
     db = n.ctx.db
     candidates = _live_nodes(n)
     if not candidates:
         raise Skip("no running node")
-    node_id = n.rng.choice(candidates)
-    node = db.nodes[node_id]
     group = n.rng.random() >= 0.25
-    assert node.proc is not None
-    pid = node.proc.pid
+    fallback = candidates[n.pick("node", len(candidates)) % len(candidates)]
+    killed: list[str] = []
+    lock = threading.Lock()
 
-    def kill(_name: str) -> None:
-        try:
-            if group:
-                os.killpg(pid, signal.SIGKILL)
-            else:
-                os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    def killer(node_id: str, pid: int):
+        def kill(_name: str) -> None:
+            with lock:
+                if killed:
+                    return
+                killed.append(node_id)
+                with contextlib.suppress(ProcessLookupError):
+                    if group:
+                        os.killpg(pid, signal.SIGKILL)
+                    else:
+                        os.kill(pid, signal.SIGKILL)
+        return kill
 
-    watch = disk.CreateWatch(node.data_dir, SNAPSHOT_TMP, kill)
+    watches = {i: disk.CreateWatch(db.nodes[i].data_dir, SNAPSHOT_TMP,
+                                   killer(i, db.nodes[i].proc.pid)) for i in candidates}
     try:
         loop = asyncio.get_running_loop()
         end = loop.time() + SNAPSHOT_WAIT_S
-        while watch.hit is None and loop.time() < end and node.alive():
+        while not killed and loop.time() < end:
             await asyncio.sleep(0.02)
     finally:
-        watch.close()
+        for w in watches.values():
+            w.close()
+    with lock:
+        node_id = killed[0] if killed else fallback
+        killed.append(node_id)
+    hit = watches[node_id].hit
+    pid = db.nodes[node_id].proc.pid
     db.kill(node_id, group=group)
-    at_death = _snapshot_files(node.data_dir)
+    at_death = _snapshot_files(db.nodes[node_id].data_dir)
     value: dict[str, Any] = {
         "node": node_id, "mode": "group" if group else "parent",
-        "trigger": "inotify" if watch.hit else "timeout",
-        "tmp_file": watch.hit.name if watch.hit else None, "files_at_death": at_death,
-        "hit": bool(watch.hit) and any(re.search(SNAPSHOT_TMP, f) for f in at_death)}
+        "trigger": "inotify" if hit else "timeout", "tmp_file": hit.name if hit else None,
+        "files_at_death": at_death,
+        "hit": bool(hit) and any(re.search(SNAPSHOT_TMP, f) for f in at_death)}
     if not group:
         value.update(await _orphans(n, node_id, pid))
 

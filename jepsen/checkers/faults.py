@@ -167,10 +167,12 @@ def _vacuity(kinds: list[str], stats: dict[str, Counter]) -> list[dict[str, Any]
 
 def _drift(events: list[Event], limits: dict[str, dict[str, Any]], st: Counter
            ) -> list[dict[str, Any]]:
-    first = next((e.value["nodes"] for e in events
-                  if e.process == NEMESIS and e.f == "node-config"), {})
+    first = drift.first_configs(events)
     differ = [k for k in drift.REPLICATED if len({c[k] for c in first.values()}) > 1]
     st["replicated_keys_differing"] = len(differ)
+    if limits:
+        for node in drift.limits_sources(events, next(iter(limits.values()))):
+            st[f"limits_from:{node}"] += 1
     out = drift.limits_check(events, limits)
     if not differ:
         out.append({"type": "configs-never-differed",

@@ -28,6 +28,10 @@ from gnomon.jepsen.workloads.scheduled import ScheduledWorkload
 # Lease expiries count as attempts: enough of them that no fault can exhaust a task.
 RETRY = RetryPolicy(max_attempts=50, initial_backoff_ms=200, max_backoff_ms=1000)
 POLICIES = (MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST, MisfirePolicy.SKIP)
+# Bulk jobs: fewer RUN_ALL (each missed slot is an execution to catch up), more of the
+# policies whose missed slots are checked one by one for SKIPPED.
+BULK_POLICIES = (MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST, MisfirePolicy.SKIP,
+                 MisfirePolicy.RUN_LATEST, MisfirePolicy.SKIP)
 FIRE_JOBS = 6
 OUTAGE_FIRE_JOBS = 300
 
@@ -46,7 +50,7 @@ class FireWorkload(ScheduledWorkload):
         specs = []
         for i in range(self.jobs_count):
             sched = _fast(rng) if i < FIRE_JOBS else _bulk(rng)
-            policy = POLICIES[i % len(POLICIES)]
+            policy = POLICIES[i % 3] if i < FIRE_JOBS else BULK_POLICIES[i % 5]
             grace = 0 if policy == MisfirePolicy.RUN_ALL else rng.choice((2000, 3000, 5000))
             specs.append(JobSpec(
                 name=f"fire-{i}", tenant=self.tenant, schedule=sched,

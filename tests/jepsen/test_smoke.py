@@ -1,11 +1,19 @@
 """Smoke tier: one fault kind per run, 3 nodes, every workload, about a minute each.
 Each run must find no anomaly; the vacuity checker makes sure the fault happened and enough
-operations succeeded."""
+operations succeeded.
+
+Second tier: a whole-cluster outage with 300 jobs (catch-up checked slot by slot), storage
+faults on one node (corrupt files and a full disk: it must refuse to run, the others carry
+on), and kills during snapshot writes with different local configs. Faults are shorter there
+so that every requested kind happens in the run."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from gnomon.jepsen.nemesis import GROUPS
 from tests.jepsen.conftest import jepsen_skip_reason
 from tests.jepsen.harness import run
 
@@ -15,6 +23,12 @@ SMOKE = [
     ("pause-leader", 3),
     ("pause-worker", 4),
     ("clock-jump", 5),
+]
+QUICK: dict[str, Any] = {"quiet_s": (2.0, 4.0), "fault_s": (3.0, 5.0)}
+SECOND_TIER = [
+    ("outage", ("outage",), 6, 45, {}),
+    ("storage", ("corrupt", "disk-full"), 7, 50, QUICK),
+    ("snapshots-drift", ("snapshot-kill", "config-drift"), 8, 45, QUICK),
 ]
 
 
@@ -29,3 +43,27 @@ def test_smoke(tmp_path, nemesis, seed):
                   nodes=3, time_limit_s=45, seed=seed)
     assert results["valid"] is True, results["summary"]
     assert nemesis in results["faults"]
+
+
+@pytest.mark.jepsen
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("name", "nemeses", "seed", "limit", "extra"), SECOND_TIER,
+                         ids=[t[0] for t in SECOND_TIER])
+def test_smoke_second_tier(tmp_path, name, nemeses, seed, limit, extra):
+    reason = jepsen_skip_reason(faketime="outage" in nemeses)
+    if reason:
+        pytest.skip(reason)
+    results = run(tmp_path, workloads=("fire", "lease", "register"), nemeses=nemeses,
+                  nodes=3, time_limit_s=limit, seed=seed, **extra)
+    assert results["valid"] is True, results["summary"]
+    for group in nemeses:
+        assert set(GROUPS[group]) & set(results["faults"]), (group, results["faults"])
+    stats = results["checkers"]["faults"]["stats"]
+    if name == "outage":
+        # Slots due inside an outage were checked one by one against their policy.
+        assert results["checkers"]["fire"]["stats"]["late_slots"], results["summary"]
+    if name == "storage":
+        assert sum(stats.get(k, {}).get("refused", 0) for k in GROUPS["corrupt"]) >= 1, stats
+        assert stats["disk-full"]["stopped"] >= 1, stats
+    if name == "snapshots-drift":
+        assert stats["snapshot-kill"]["hits"] >= 1, stats
