@@ -32,6 +32,8 @@ MAX_ERROR_BYTES = 4096
 def _tail(text: str, limit: int, keep: str = "tail") -> str:
     """`text` cut to at most `limit` UTF-8 bytes, keeping its end (or its head), never
     splitting a character."""
+    if limit <= 0:
+        return ""
     data = text.encode("utf-8")
     if len(data) <= limit:
         return text

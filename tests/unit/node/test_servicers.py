@@ -516,10 +516,8 @@ def test_tail_cuts_to_bytes_without_splitting_characters(text, limit, keep, want
     assert got == want
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "servicers/worker.py _tail: limit 0 keeps the whole text (data[-0:] is all of data), "
-    "so max_output_tail_bytes=0 stores every byte of the output instead of none"))
 def test_a_zero_byte_limit_keeps_nothing():
+    """Found by this file: data[-0:] is all of data, so limit 0 used to keep everything."""
     assert _tail("output", 0) == ""
 
 
