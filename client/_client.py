@@ -33,10 +33,10 @@ from ._models import (
 )
 from ._transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
-    MAX_IMMEDIATE_REDIRECTS,
     Backoff,
     ChannelConfig,
     ChannelPool,
+    Failover,
     Router,
     leader_hint,
     parse_servers,
@@ -509,10 +509,10 @@ class AsyncClient:
         budget = self._timeout_s if timeout_s is None else timeout_s
         start = loop.time()
         deadline = start + budget
-        pinned = address is not None
+        failover = Failover(self._router, self._backoff, self._rng, pinned=address is not None)
         addr = address if address is not None else self._router.current()
         metadata = self._config.metadata or None
-        attempts = backoffs = redirects = 0
+        attempts = 0
         last: grpc.aio.AioRpcError | None = None
         last_addr = addr
         while True:
@@ -530,22 +530,12 @@ class AsyncClient:
                 last, last_addr = e, addr
                 if e.code() not in _RETRYABLE:
                     raise self._error(e, addr) from None
-                hint = None if pinned else leader_hint(e)
-                if hint and hint != addr and redirects < MAX_IMMEDIATE_REDIRECTS:
-                    redirects += 1
-                    self._router.follow(hint)
-                    addr = hint
-                    continue
-                if not pinned:
-                    self._router.failed(addr)
-                    addr = self._router.current()
-                redirects = 0
-                delay = self._backoff.delay(backoffs, self._rng)
-                backoffs += 1
-                await asyncio.sleep(max(0.0, min(delay, deadline - loop.time())))
+                step = failover.next(addr, leader_hint(e))
+                addr = step.address
+                if step.delay_s:
+                    await asyncio.sleep(max(0.0, min(step.delay_s, deadline - loop.time())))
                 continue
-            if not pinned:
-                self._router.succeeded(addr)
+            failover.succeeded(addr)
             return response
 
     @staticmethod

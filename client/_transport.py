@@ -136,6 +136,54 @@ class Backoff:
         return (rng or random).uniform(d / 2, d)
 
 
+@dataclass(frozen=True, slots=True)
+class NextAttempt:
+    """Where the next attempt goes and how long to wait before it (0 after a redirect)."""
+
+    address: str
+    delay_s: float
+    redirected: bool
+
+
+class Failover:
+    """What to do after an attempt failed: try the leader a follower named at once (at most
+    ``MAX_IMMEDIATE_REDIRECTS`` in a row), else move the router on to the next server and wait
+    a jittered backoff. One per client call, one per worker (across its reconnects); a
+    ``pinned`` failover never leaves its address."""
+
+    def __init__(
+        self, router: Router, backoff: Backoff, rng: random.Random, *, pinned: bool = False
+    ) -> None:
+        self.router = router
+        self._backoff = backoff
+        self._rng = rng
+        self._pinned = pinned
+        self._redirects = 0
+        self._backoffs = 0
+
+    def succeeded(self, address: str) -> None:
+        """``address`` answered: prefer it, and start counting afresh."""
+        if not self._pinned:
+            self.router.succeeded(address)
+        self._redirects = self._backoffs = 0
+
+    def next(self, address: str, leader_hint: str | None) -> NextAttempt:
+        """The next attempt after one at ``address`` failed (``leader_hint``: the leader that
+        node named, if any)."""
+        hint = None if self._pinned else leader_hint
+        if hint and hint != address and self._redirects < MAX_IMMEDIATE_REDIRECTS:
+            self._redirects += 1
+            self.router.follow(hint)
+            return NextAttempt(hint, 0.0, redirected=True)
+        if not self._pinned:
+            self.router.failed(address)
+            address = self.router.current()
+        self._redirects = 0
+        delay = self._backoff.delay(self._backoffs, self._rng)
+        self._backoffs += 1
+        return NextAttempt(address, delay, redirected=False)
+
+
 def metadata_value(metadata: Any, key: str) -> str | None:
     """The last value of ``key`` in gRPC metadata (any iterable of pairs), as str."""
     found: str | None = None
@@ -154,4 +202,5 @@ def leader_hint(error: grpc.aio.AioRpcError) -> str | None:
 
 
 def reason_of(error: grpc.aio.AioRpcError) -> str | None:
+    """The ``gnomon-reason`` trailer of a failed call, if the node sent one."""
     return metadata_value(error.trailing_metadata(), REASON_METADATA_KEY) or None

@@ -106,7 +106,7 @@ async def test_hello_credits_assign_heartbeat_complete(serve):
         _, complete = await svc.expect("complete")
         assert complete.result == b"released"
         await svc.expect("credits")
-        await wait_until(lambda: not worker._executions)
+        await wait_until(lambda: not worker._leases.executions)
 
 
 async def test_sync_tasks_run_in_threads_and_failures_are_reported(serve):
@@ -214,7 +214,7 @@ async def test_self_fencing_stops_reporting(serve):
         svc.refuse = True
         svc.streams[0].abort(grpc.StatusCode.UNAVAILABLE, "leader lost")
         assert await asyncio.to_thread(finished.wait, 10)
-        await wait_until(lambda: worker._busy == 0 and not worker._executions)
+        await wait_until(lambda: worker._leases.busy == 0 and not worker._leases.executions)
         svc.refuse = False
         # Back online: the lease is not held any more and nothing is reported for it
         # (expect() fails on a complete or fail before the credits).
@@ -268,9 +268,9 @@ async def test_report_not_recorded_is_sent_again(serve):
         )
         _, second = await svc.expect("complete")
         assert second == first
-        assert 71 in worker._executions
+        assert 71 in worker._leases.executions
         stream.send(report_ack={"lease": first.lease, "accepted": True})
-        await wait_until(lambda: not worker._executions)
+        await wait_until(lambda: not worker._leases.executions)
         assert worker.stats.reports_resent == 1 and worker.stats.reports_accepted == 1
         assert worker.stats.reports_refused == worker.stats.reports_abandoned == 0
 
@@ -305,7 +305,7 @@ async def test_report_the_cluster_decided_on_is_surfaced_not_resent(serve, caplo
             stream.send(report_ack={"lease": first.lease, "accepted": False, "detail": detail})
             await asyncio.wait_for(told.wait(), 5)
         # Forgotten at once: a resend needs the held lease, so none can follow.
-        assert 72 not in worker._executions
+        assert 72 not in worker._leases.executions
         assert refusals == [
             ReportRefusal("j1@1000", "main", 72, kind="complete", detail=detail, final=True)
         ]
@@ -321,11 +321,53 @@ async def test_report_the_cluster_decided_on_is_surfaced_not_resent(serve, caplo
         await wait_until(lambda: worker.stats.reports_accepted == 1)
 
 
-async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeypatch):
-    import gnomon.client._worker as worker_module
+async def test_the_ack_reason_decides_over_retry_and_reaches_the_refusal(serve):
+    # ReportAck.reason (worker.proto) is the stable code the SDK goes by; `retry` is only the
+    # fallback for nodes that do not set it.
+    svc = FakeWorkerService(auto_report_ack=False)
+    addr = await serve(svc)
+    refusals: list[ReportRefusal] = []
 
-    monkeypatch.setattr(worker_module, "_MAX_REPORT_ATTEMPTS", 2)
-    monkeypatch.setattr(worker_module, "_REPORT_BACKOFF", worker_module.Backoff(0.001, 0.002))
+    @task(name="main")
+    async def quick(ctx: TaskContext) -> str:
+        return "done"
+
+    async with make_worker(
+        addr, [quick], max_concurrency=1, on_report_refused=refusals.append
+    ) as worker:
+        await svc.expect("credits")
+        stream = svc.streams[0]
+        stream.send(assign=assign(76))
+        _, first = await svc.expect("complete")
+        unrecorded = {"accepted": False, "reason": "NOT_RECORDED", "detail": "not recorded"}
+        stream.send(report_ack={"lease": first.lease, **unrecorded})
+        _, again = await svc.expect("complete", skip=("heartbeat", "credits"))
+        assert again == first and worker.stats.reports_resent == 1
+        stale = "fencing_token: stale fencing token 76, current is 77"
+        stream.send(
+            report_ack={
+                "lease": again.lease,
+                "accepted": False,
+                "retry": True,
+                "reason": "STALE_LEASE",
+                "detail": stale,
+            }
+        )
+        await wait_until(lambda: refusals)
+        assert not worker._leases.executions
+    assert refusals == [
+        ReportRefusal(
+            "j1@1000", "main", 76, kind="complete", detail=stale, final=True, reason="STALE_LEASE"
+        )
+    ]
+    assert worker.stats.reports_refused == 1 and worker.stats.reports_resent == 1
+
+
+async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeypatch):
+    import gnomon.client._worker_reports as reports_module
+
+    monkeypatch.setattr(reports_module, "_MAX_REPORT_ATTEMPTS", 2)
+    monkeypatch.setattr(reports_module, "_REPORT_BACKOFF", reports_module.Backoff(0.001, 0.002))
     svc = FakeWorkerService(auto_report_ack=False)
     addr = await serve(svc)
     refusals: list[ReportRefusal] = []
@@ -352,17 +394,17 @@ async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeyp
                 }
             )
         await wait_until(lambda: refusals)
-        assert not worker._executions
+        assert not worker._leases.executions
     (refusal,) = refusals
     assert refusal.kind == "fail" and not refusal.final and not_committed in refusal.detail
     assert worker.stats.reports_resent == 1 and worker.stats.reports_abandoned == 1
 
 
 async def test_report_waiting_to_be_resent_when_the_lease_lapses_is_abandoned(serve, monkeypatch):
-    import gnomon.client._worker as worker_module
+    import gnomon.client._worker_reports as reports_module
 
     # The resend would come long after the lease lapsed.
-    monkeypatch.setattr(worker_module, "_REPORT_BACKOFF", worker_module.Backoff(60.0, 60.0))
+    monkeypatch.setattr(reports_module, "_REPORT_BACKOFF", reports_module.Backoff(60.0, 60.0))
     svc = FakeWorkerService(heartbeat_interval_ms=50, lease_ttl_ms=600, auto_report_ack=False)
     addr = await serve(svc)
     refusals: list[ReportRefusal] = []
@@ -387,13 +429,13 @@ async def test_report_waiting_to_be_resent_when_the_lease_lapses_is_abandoned(se
             }
         )
         await wait_until(
-            lambda: 75 in worker._executions and worker._executions[75].report_attempts == 1
+            lambda: 75 in worker._leases.executions and worker._leases.executions[75].report_attempts == 1
         )
         # The leader is gone and none answers: the lease lapses before the resend is due.
         svc.refuse = True
         stream.abort(grpc.StatusCode.UNAVAILABLE, "leader lost")
         await wait_until(lambda: refusals, timeout=10)
-        assert not worker._executions
+        assert not worker._leases.executions
     (refusal,) = refusals
     assert not refusal.final and refusal.kind == "complete" and "lapsed" in refusal.detail
     assert worker.stats.reports_abandoned == 1 and worker.stats.reports_resent == 0
@@ -537,7 +579,7 @@ async def test_graceful_shutdown_waits_for_running_tasks(serve):
     svc.streams[0].send(assign=assign(41))
     await asyncio.wait_for(gate.started.wait(), 5)
     stopping = asyncio.create_task(worker.shutdown())
-    await wait_until(lambda: worker._draining)
+    await wait_until(lambda: worker._leases.draining)
     # Draining: a late assignment is handed back at once.
     svc.streams[0].send(assign=assign(42))
     _, fail = await svc.expect("fail")
