@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.node.history import HistoryStore
+from gnomon.node.history import Backfill, HistoryStore
 
 
 def rec(job: str, ms: int) -> tuple[str, int, str, bytes]:
@@ -128,3 +128,58 @@ def test_reader_thread_sees_whole_batches(store: HistoryStore) -> None:
 def test_rejects_negative_time(store: HistoryStore) -> None:
     with pytest.raises(ValueError):
         store.put_runs([("a", -1, "a@-1", b"")])
+
+
+# -- completeness and backfill ------------------------------------------------------------------
+
+
+def test_new_store_is_complete_and_says_it_was_created(tmp_path: Path) -> None:
+    path = str(tmp_path / "h")
+    store = HistoryStore(path, map_size=64 << 20)
+    assert store.created and store.backfill() is None
+    store.close()
+    store = HistoryStore(path, map_size=64 << 20)
+    assert not store.created
+    store.close()
+
+
+def test_backfill_marker_survives_reopen_and_keeps_the_larger_index(tmp_path: Path) -> None:
+    path = str(tmp_path / "h")
+    store = HistoryStore(path, map_size=64 << 20)
+    store.mark_incomplete(40)
+    store.import_page([rec("a", 1)], "a@1")
+    store.mark_incomplete(30)  # an older snapshot asks for less: keep 40, restart the copy
+    store.close()
+    store = HistoryStore(path, map_size=64 << 20)
+    try:
+        assert store.backfill() == Backfill(40, "")
+        store.import_page([rec("a", 2)], "a@2")
+        assert store.backfill() == Backfill(40, "a@2")
+        assert not store.mark_complete(39), "a newer snapshot asks for more"
+        assert store.mark_complete(40) and store.backfill() is None
+        assert store.mark_complete(40)
+        assert store.get_run("a@1") == enc("a", 1)
+    finally:
+        store.close()
+
+
+def test_pages_in_run_id_order_with_resume_point(store: HistoryStore) -> None:
+    records = [rec("a", ms) for ms in range(1, 26)]
+    store.put_runs(records)
+    got, after, pages = [], "", 0
+    while True:
+        page, more = store.page(after, limit=10, max_bytes=1 << 20)
+        got += page
+        pages += 1
+        if not more:
+            break
+        after = page[-1][2]
+    assert pages == 3 and got == sorted(records, key=lambda r: r[2])
+
+
+def test_pages_are_bounded_in_bytes(store: HistoryStore) -> None:
+    store.put_runs([("a", i, f"a@{i:03d}", b"x" * 1000) for i in range(10)])
+    page, more = store.page("", limit=100, max_bytes=2500)
+    assert len(page) == 3 and more
+    page, more = store.page("a@009", limit=100, max_bytes=10)
+    assert page == [] and not more

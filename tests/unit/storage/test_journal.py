@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import json
-import logging
 import os
 import tempfile
 from collections.abc import Iterator
