@@ -72,7 +72,8 @@ LIMIT_MINIMUMS = {name: 1 if name == "max_dead_letters" else 0 for name in LIMIT
 assert set(LIMIT_CHOICES) == {f.name for f in fields(Limits)}
 
 index = st.integers(min_value=0, max_value=10_000)
-limit_values = st.fixed_dictionaries({name: st.sampled_from(v) for name, v in LIMIT_CHOICES.items()})
+limit_values = st.fixed_dictionaries(
+    {name: st.sampled_from(values) for name, values in LIMIT_CHOICES.items()})
 # (output tail, exit code, duration) a worker reports with a completion or failure.
 outputs = st.tuples(
     st.text(st.characters(codec="utf-8"), max_size=12),

@@ -6,6 +6,7 @@ the number of examples for a longer hunt.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.property.core_checks import budget
@@ -20,3 +21,6 @@ CoreMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 TestCoreStateMachine = CoreMachine.TestCase
+# A pass takes seconds; shrinking a failure of a 50-step machine can take minutes, and a
+# pytest timeout would hide the shrunk example (hypothesis itself gives up after 5 minutes).
+TestCoreStateMachine.pytestmark = [pytest.mark.timeout(900)]
