@@ -137,11 +137,13 @@ def demo_tasks(out: TextIO) -> list[TaskDefinition]:
 
 
 def busy_ports(ports: tuple[int, ...]) -> list[int]:
-    """The ports on 127.0.0.1 that something already listens on (gnomon.node.dev checks too;
-    checking here as well keeps us from talking to another cluster on those ports)."""
+    """The ports on 127.0.0.1 that something already listens on. The one check of them:
+    ``gnomon.node.dev`` leaves it to us, and checking before it starts keeps us from talking
+    to another cluster on those ports."""
     busy = []
     for port in ports:
         with socket.socket() as s:
+            # SO_REUSEADDR: a port held only by TIME_WAIT connections of a previous run is free.
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(("127.0.0.1", port))

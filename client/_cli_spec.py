@@ -1,5 +1,6 @@
-"""Job specs for the ``gnomon`` CLI: the YAML/JSON file schema, ``job create`` flags, and the
-JSON form that ``--json`` prints (which reads back as a spec file).
+"""Every job-spec conversion of the ``gnomon`` CLI: the YAML/JSON file schema, the flags of
+``job create`` and ``job update``, and the JSON form that ``--json`` prints (which reads back as
+a spec file).
 
 Schema (every key but ``name`` and ``schedule`` is optional; ``*_ms`` keys take integer
 milliseconds or a string: a duration such as ``"500ms"``, ``"30s"``, ``"1m30s"``, ``"2h"``, or
@@ -37,23 +38,34 @@ Quote cron expressions in YAML (``*`` starts an alias).
 
 from __future__ import annotations
 
+import argparse
 import base64
 import binascii
-import difflib
 import json
-import re
-import time
-from collections.abc import Mapping
-from datetime import datetime
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ._cli_values import (
+    UsageError,
+    check_keys,
+    fail,
+    kind_of,
+    parse_duration_ms,
+    parse_instant_ms,
+    read_bool,
+    read_float,
+    read_int,
+    read_mapping,
+    read_str,
+)
 from ._models import (
     DEFAULT_QUEUE,
     CronSchedule,
     IntervalSchedule,
+    Job,
     JobSpec,
     MisfirePolicy,
     OnceSchedule,
@@ -69,13 +81,12 @@ __all__ = [
     "load_spec_file",
     "parse_duration_ms",
     "parse_instant_ms",
+    "spec_flags_given",
     "spec_from_data",
+    "spec_from_flags",
     "spec_to_data",
+    "updated_spec",
 ]
-
-
-class UsageError(Exception):
-    """Bad flags or spec input, found before anything was sent (exit code 2)."""
 
 
 _TOP_KEYS = (
@@ -103,119 +114,14 @@ _TASK_KEYS = (
 _DEFAULT_KEYS = ("queue", "timeout_ms", "retry")
 _RETRY_KEYS = ("max_attempts", "initial_backoff_ms", "max_backoff_ms", "multiplier", "jitter")
 
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-
-
-def _fail(path: str, rule: str) -> UsageError:
-    return UsageError(f"{path}: {rule}")
-
-
-def _check_keys(data: Mapping[str, Any], allowed: tuple[str, ...], path: str) -> None:
-    for key in data:
-        if key not in allowed:
-            close = difflib.get_close_matches(str(key), allowed, n=1)
-            hint = (
-                f" (did you mean {close[0]!r}?)"
-                if close
-                else f" (expected one of {', '.join(allowed)})"
-            )
-            raise _fail(f"{path}.{key}", f"unknown key{hint}")
-
-
-def _mapping(value: Any, path: str) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _fail(path, f"expected a mapping, got {_kind(value)}")
-    return value
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, str):
-        return f"the string {value!r}"
-    return type(value).__name__
-
-
-def _str(value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise _fail(path, f"expected a string, got {_kind(value)}")
-    return value
-
-
-def _int(value: Any, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-            return int(value)
-        raise _fail(path, f"expected an integer, got {_kind(value)}")
-    return value
-
-
-def _float(value: Any, path: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _fail(path, f"expected a number, got {_kind(value)}")
-    return float(value)
-
-
-def _bool(value: Any, path: str) -> bool:
-    if not isinstance(value, bool):
-        raise _fail(path, f"expected true or false, got {_kind(value)}")
-    return value
-
-
-def parse_duration_ms(value: Any, path: str = "duration") -> int:
-    """Integer milliseconds, or a string like "500ms", "30s", "1m30s", "2h", "1d" (a bare
-    number in a string is milliseconds)."""
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        if re.fullmatch(r"\d+", text):
-            return int(text)
-        if text and _DURATION.sub("", text) == "":
-            return round(sum(float(n) * _UNITS_MS[u] for n, u in _DURATION.findall(text)))
-        raise _fail(
-            path, f"{value!r} is not a duration (integer milliseconds, or like 30s, 5m, 1h30m)"
-        )
-    ms = _int(value, path)
-    if ms < 0:
-        raise _fail(path, "must not be negative")
-    return ms
-
-
-def parse_instant_ms(value: Any, path: str = "time", *, now_ms: int | None = None) -> int:
-    """Milliseconds since the epoch from an integer, an aware datetime, an ISO 8601 string with
-    a zone ("2026-11-30T10:41:02Z", "2026-11-30 10:41:02+01:00"), "now" or "+<duration>"."""
-    now = int(time.time() * 1000) if now_ms is None else now_ms
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise _fail(path, f"{value.isoformat(' ')} has no timezone: add Z or an offset")
-        return round(value.timestamp() * 1000)
-    if isinstance(value, str):
-        text = value.strip()
-        if text == "now":
-            return now
-        if text.startswith("+"):
-            return now + parse_duration_ms(text[1:], path)
-        if re.fullmatch(r"\d+", text):
-            return int(text)
-        try:
-            parsed = datetime.fromisoformat(text)
-        except ValueError:
-            raise _fail(
-                path,
-                f"{value!r} is not a time (ISO 8601 with a zone like 2026-11-30T10:41:02Z, "
-                "milliseconds since the epoch, now, or +30s)",
-            ) from None
-        return parse_instant_ms(parsed, path, now_ms=now)
-    return _int(value, path)
-
 
 def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
-    data = _mapping(data, path)
-    _check_keys(data, _SCHEDULE_KEYS, path)
+    data = read_mapping(data, path)
+    check_keys(data, _SCHEDULE_KEYS, path)
     kinds = [k for k in ("cron", "interval_ms", "at_ms") if k in data]
     if len(kinds) != 1:
         found = ", ".join(kinds) if kinds else "none"
-        raise _fail(path, f"set exactly one of cron, interval_ms, at_ms (found {found})")
+        raise fail(path, f"set exactly one of cron, interval_ms, at_ms (found {found})")
     kind = kinds[0]
     extra = {
         "cron": {"timezone"},
@@ -225,12 +131,12 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
     for key in data:
         if key != kind and key not in extra:
             article = {"cron": "a cron", "interval_ms": "an interval", "at_ms": "a once"}[kind]
-            raise _fail(f"{path}.{key}", f"does not apply to {article} schedule")
+            raise fail(f"{path}.{key}", f"does not apply to {article} schedule")
     if kind == "cron":
         tz = data.get("timezone")
         return CronSchedule(
-            _str(data["cron"], f"{path}.cron"),
-            _str(tz, f"{path}.timezone") if tz is not None else "UTC",
+            read_str(data["cron"], f"{path}.cron"),
+            read_str(tz, f"{path}.timezone") if tz is not None else "UTC",
         )
     if kind == "interval_ms":
         anchor = data.get("anchor_ms")
@@ -244,30 +150,30 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
 
 
 def _retry(data: Any, path: str) -> dict[str, Any]:
-    data = _mapping(data, path)
-    _check_keys(data, _RETRY_KEYS, path)
+    data = read_mapping(data, path)
+    check_keys(data, _RETRY_KEYS, path)
     out: dict[str, Any] = {}
     for key, value in data.items():
         where = f"{path}.{key}"
         if key == "max_attempts":
-            out[key] = _int(value, where)
+            out[key] = read_int(value, where)
         elif key.endswith("_ms"):
             out[key] = parse_duration_ms(value, where)
         else:
-            out[key] = _float(value, where)
+            out[key] = read_float(value, where)
     return out
 
 
 def _payload(task: Mapping[str, Any], path: str) -> bytes:
     if "payload" in task and "payload_base64" in task:
-        raise _fail(path, "set payload or payload_base64, not both")
+        raise fail(path, "set payload or payload_base64, not both")
     if "payload_base64" in task:
         try:
             return base64.b64decode(
-                _str(task["payload_base64"], f"{path}.payload_base64"), validate=True
+                read_str(task["payload_base64"], f"{path}.payload_base64"), validate=True
             )
         except binascii.Error as e:
-            raise _fail(f"{path}.payload_base64", f"not base64: {e}") from None
+            raise fail(f"{path}.payload_base64", f"not base64: {e}") from None
     value = task.get("payload")
     if value is None:
         return b""
@@ -276,32 +182,32 @@ def _payload(task: Mapping[str, Any], path: str) -> bytes:
     try:
         return json_payload(value)
     except (TypeError, ValueError) as e:
-        raise _fail(
+        raise fail(
             f"{path}.payload", f"not representable as JSON ({e}); quote dates and times"
         ) from None
 
 
 def _task(data: Any, path: str, defaults: Mapping[str, Any], default_name: str | None) -> TaskSpec:
-    data = _mapping(data if data is not None else {}, path)
-    _check_keys(data, _TASK_KEYS, path)
+    data = read_mapping(data if data is not None else {}, path)
+    check_keys(data, _TASK_KEYS, path)
     if "name" in data:
-        name = _str(data["name"], f"{path}.name")
+        name = read_str(data["name"], f"{path}.name")
     elif default_name is not None:
         name = default_name
     else:
-        raise _fail(f"{path}.name", "required")
+        raise fail(f"{path}.name", "required")
     depends = data.get("depends_on", [])
     if isinstance(depends, str):
         depends = [depends]
     if not isinstance(depends, list):
-        raise _fail(f"{path}.depends_on", f"expected a list of task names, got {_kind(depends)}")
+        raise fail(f"{path}.depends_on", f"expected a list of task names, got {kind_of(depends)}")
     queue = data.get("queue", defaults.get("queue", DEFAULT_QUEUE))
     timeout = data.get("timeout_ms", defaults.get("timeout_ms", 0))
     retry = {**defaults.get("retry", {}), **_retry(data.get("retry", {}), f"{path}.retry")}
     return TaskSpec(
         name=name,
-        queue=_str(queue, f"{path}.queue"),
-        depends_on=tuple(_str(d, f"{path}.depends_on[{i}]") for i, d in enumerate(depends)),
+        queue=read_str(queue, f"{path}.queue"),
+        depends_on=tuple(read_str(d, f"{path}.depends_on[{i}]") for i, d in enumerate(depends)),
         payload=_payload(data, path),
         timeout_ms=parse_duration_ms(timeout, f"{path}.timeout_ms"),
         retry=RetryPolicy(**retry),
@@ -309,23 +215,23 @@ def _task(data: Any, path: str, defaults: Mapping[str, Any], default_name: str |
 
 
 def _misfire(value: Any, path: str) -> MisfirePolicy:
-    text = _str(value, path).strip().lower().removeprefix("misfire_policy_")
+    text = read_str(value, path).strip().lower().removeprefix("misfire_policy_")
     try:
         return MisfirePolicy(text)
     except ValueError:
         choices = ", ".join(p.value for p in MisfirePolicy)
-        raise _fail(path, f"{value!r} is not one of {choices}") from None
+        raise fail(path, f"{value!r} is not one of {choices}") from None
 
 
 def spec_from_data(data: Any, *, path: str = "spec", now_ms: int | None = None) -> JobSpec:
     """A ``JobSpec`` from parsed YAML/JSON in the schema above; UsageError names the key."""
-    data = _mapping(data, path)
-    _check_keys(data, _TOP_KEYS, path)
+    data = read_mapping(data, path)
+    check_keys(data, _TOP_KEYS, path)
     for key in ("name", "schedule"):
         if key not in data:
-            raise _fail(f"{path}.{key}", "required")
-    defaults_raw = _mapping(data.get("defaults") or {}, f"{path}.defaults")
-    _check_keys(defaults_raw, _DEFAULT_KEYS, f"{path}.defaults")
+            raise fail(f"{path}.{key}", "required")
+    defaults_raw = read_mapping(data.get("defaults") or {}, f"{path}.defaults")
+    check_keys(defaults_raw, _DEFAULT_KEYS, f"{path}.defaults")
     defaults = dict(defaults_raw)
     if "timeout_ms" in defaults:
         defaults["timeout_ms"] = parse_duration_ms(
@@ -334,28 +240,28 @@ def spec_from_data(data: Any, *, path: str = "spec", now_ms: int | None = None) 
     if "retry" in defaults:
         defaults["retry"] = _retry(defaults["retry"], f"{path}.defaults.retry")
     if "tasks" in data and "task" in data:
-        raise _fail(path, "set tasks (a DAG) or task (a single task), not both")
+        raise fail(path, "set tasks (a DAG) or task (a single task), not both")
     if "tasks" in data:
         tasks_raw = data["tasks"]
         if not isinstance(tasks_raw, list) or not tasks_raw:
-            raise _fail(f"{path}.tasks", "expected a non-empty list of tasks")
+            raise fail(f"{path}.tasks", "expected a non-empty list of tasks")
         tasks = [_task(t, f"{path}.tasks[{i}]", defaults, None) for i, t in enumerate(tasks_raw)]
     else:
         tasks = [_task(data.get("task"), f"{path}.task", defaults, "main")]
     misfire = data.get("misfire_policy")
     return JobSpec(
-        name=_str(data["name"], f"{path}.name"),
+        name=read_str(data["name"], f"{path}.name"),
         schedule=_schedule(data["schedule"], f"{path}.schedule", now_ms),
         tasks=tuple(tasks),
-        tenant=_str(data.get("tenant") or "default", f"{path}.tenant"),
-        priority=_int(data.get("priority", 0), f"{path}.priority"),
+        tenant=read_str(data.get("tenant") or "default", f"{path}.tenant"),
+        priority=read_int(data.get("priority", 0), f"{path}.priority"),
         misfire_policy=_misfire(misfire, f"{path}.misfire_policy")
         if misfire is not None
         else MisfirePolicy.RUN_ALL,
         misfire_grace_ms=parse_duration_ms(
             data.get("misfire_grace_ms", 0), f"{path}.misfire_grace_ms"
         ),
-        paused=_bool(data.get("paused", False), f"{path}.paused"),
+        paused=read_bool(data.get("paused", False), f"{path}.paused"),
     )
 
 
@@ -438,3 +344,139 @@ def spec_to_data(spec: JobSpec) -> dict[str, Any]:
         "paused": spec.paused,
         "tasks": [task_to_data(t) for t in spec.tasks],
     }
+
+
+# --- specs from flags (job create / job update without -f) ------------------------------
+
+
+def _schedule_from_flags(
+    args: argparse.Namespace, current: dict[str, Any] | None
+) -> dict[str, Any] | None:
+    kinds = [f for f in ("cron", "interval_ms", "at") if getattr(args, f, None) is not None]
+    if len(kinds) > 1:
+        raise UsageError("give one schedule: --cron, --interval-ms or --at")
+    if args.tz is not None and not (
+        kinds == ["cron"] or (not kinds and current and "cron" in current)
+    ):
+        raise UsageError("--tz applies to a cron schedule (--cron)")
+    if args.anchor_ms is not None and not (
+        kinds == ["interval_ms"] or (not kinds and current and "interval_ms" in current)
+    ):
+        raise UsageError("--anchor-ms applies to an interval schedule (--interval-ms)")
+    if not kinds:
+        if current is None or (args.tz is None and args.anchor_ms is None):
+            return None
+        schedule = dict(current)
+    elif kinds == ["cron"]:
+        schedule = {"cron": args.cron, "timezone": "UTC"}
+    elif kinds == ["interval_ms"]:
+        schedule = {"interval_ms": args.interval_ms}
+    else:
+        schedule = {"at_ms": args.at}
+    if args.tz is not None:
+        schedule["timezone"] = args.tz
+    if args.anchor_ms is not None:
+        schedule["anchor_ms"] = args.anchor_ms
+    return schedule
+
+
+def _task_from_flags(args: argparse.Namespace, task: dict[str, Any]) -> dict[str, Any]:
+    task = dict(task)
+    if args.payload_json is not None and args.payload is not None:
+        raise UsageError("give --payload-json or --payload, not both")
+    if args.payload_json is not None:
+        try:
+            value = json.loads(args.payload_json)
+        except ValueError as e:
+            raise UsageError(f"--payload-json: not JSON: {e}") from None
+        task.pop("payload_base64", None)
+        task["payload"] = value
+        if isinstance(value, str):
+            # A JSON string payload stays JSON-encoded (a plain string would be raw text).
+            task.pop("payload")
+            task["payload_base64"] = base64.b64encode(json.dumps(value).encode()).decode()
+    if args.payload is not None:
+        task.pop("payload_base64", None)
+        task["payload"] = args.payload
+    for flag, key in (("task_name", "name"), ("queue", "queue"), ("timeout_ms", "timeout_ms")):
+        if getattr(args, flag) is not None:
+            task[key] = getattr(args, flag)
+    retry = dict(task.get("retry") or {})
+    for flag, key in (
+        ("max_attempts", "max_attempts"),
+        ("backoff_ms", "initial_backoff_ms"),
+        ("max_backoff_ms", "max_backoff_ms"),
+    ):
+        if getattr(args, flag) is not None:
+            retry[key] = getattr(args, flag)
+    if retry:
+        task["retry"] = retry
+    return task
+
+
+_TASK_FLAGS = (
+    "task_name",
+    "queue",
+    "payload_json",
+    "payload",
+    "timeout_ms",
+    "max_attempts",
+    "backoff_ms",
+    "max_backoff_ms",
+)
+_JOB_FLAGS = ("priority", "misfire_policy", "misfire_grace_ms")
+_SCHEDULE_FLAGS = ("cron", "tz", "interval_ms", "anchor_ms", "at")
+
+
+def _given(args: argparse.Namespace, flags: Sequence[str]) -> list[str]:
+    return [f for f in flags if getattr(args, f, None) is not None]
+
+
+def spec_flags_given(args: argparse.Namespace, *, create: bool) -> list[str]:
+    """The spec flags on the command line (``job create`` also has --name, --tenant and
+    --paused), as argparse names them."""
+    first, last = (("name", "tenant"), ("paused",)) if create else ((), ())
+    return _given(args, (*first, *_SCHEDULE_FLAGS, *_TASK_FLAGS, *_JOB_FLAGS, *last))
+
+
+def _apply_job_flags(args: argparse.Namespace, data: dict[str, Any]) -> None:
+    for flag in _JOB_FLAGS:
+        if getattr(args, flag) is not None:
+            data[flag] = getattr(args, flag)
+
+
+def spec_from_flags(args: argparse.Namespace) -> JobSpec:
+    """``job create`` without -f: a single-task job from flags."""
+    if not args.name:
+        raise UsageError("--name is required (or give a spec file with -f)")
+    schedule = _schedule_from_flags(args, None)
+    if schedule is None:
+        raise UsageError("a schedule is required: --cron, --interval-ms or --at")
+    data: dict[str, Any] = {
+        "name": args.name,
+        "schedule": schedule,
+        "task": _task_from_flags(args, {}),
+    }
+    if args.tenant:
+        data["tenant"] = args.tenant
+    if args.paused:
+        data["paused"] = True
+    _apply_job_flags(args, data)
+    return spec_from_data(data)
+
+
+def updated_spec(job: Job, args: argparse.Namespace) -> JobSpec:
+    """``job update`` with flags: the job's spec with the given fields changed."""
+    data = spec_to_data(job.spec)
+    schedule = _schedule_from_flags(args, data["schedule"])
+    if schedule is not None:
+        data["schedule"] = schedule
+    if _given(args, _TASK_FLAGS):
+        if len(data["tasks"]) != 1:
+            raise UsageError(
+                f"job {job.job_id} has {len(data['tasks'])} tasks: "
+                "change them with a spec file (-f)"
+            )
+        data["tasks"] = [_task_from_flags(args, data["tasks"][0])]
+    _apply_job_flags(args, data)
+    return spec_from_data(data)

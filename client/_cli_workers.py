@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ._cli_spec import UsageError
+from ._cli_values import UsageError
 from ._task import TaskDefinition
 from ._worker import Worker
 from ._workers_http import http_task

@@ -38,8 +38,15 @@ from typing import Any
 
 from ._context import TaskContext
 from ._errors import NonRetryableError
-from ._task import ANY_TASK, TaskDefinition
-from ._workers_shell import BadPayload
+from ._task import TaskDefinition
+from ._workers_base import (
+    BadPayload,
+    ExpectedFailure,
+    catch_all_task,
+    payload_object,
+    string_map,
+    task_fields,
+)
 
 __all__ = ["HttpRequest", "RequestFailed", "RequestRejected", "http_task", "parse_http_payload"]
 
@@ -53,16 +60,12 @@ _RETRYABLE_4XX = frozenset({408, 425, 429})
 _PAYLOAD_KEYS = ("url", "method", "body", "headers", "timeout_s")
 
 
-class RequestFailed(Exception):
+class RequestFailed(ExpectedFailure):
     """5xx, 408/425/429, timeout or connection error: retryable."""
 
-    _gnomon_traceback_in_output = False
 
-
-class RequestRejected(NonRetryableError):
+class RequestRejected(ExpectedFailure, NonRetryableError):
     """Any other non-2xx status: retrying the same request cannot help."""
-
-    _gnomon_traceback_in_output = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,15 +80,7 @@ class HttpRequest:
 
 def parse_http_payload(payload: bytes) -> HttpRequest:
     """The request of an HTTP task's payload; BadPayload names what is wrong."""
-    try:
-        data = json.loads(payload) if payload else None
-    except ValueError as e:
-        raise BadPayload(f"payload is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise BadPayload('payload must be a JSON object like {"url": "https://..."}')
-    unknown = sorted(set(data) - set(_PAYLOAD_KEYS))
-    if unknown:
-        raise BadPayload(f"payload.{unknown[0]}: unknown key (expected {', '.join(_PAYLOAD_KEYS)})")
+    data = payload_object(payload, keys=_PAYLOAD_KEYS, example='{"url": "https://..."}')
     url = data.get("url")
     if not isinstance(url, str) or urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise BadPayload("payload.url: expected an http:// or https:// URL")
@@ -94,11 +89,7 @@ def parse_http_payload(payload: bytes) -> HttpRequest:
     method = data.get("method", "POST")
     if not isinstance(method, str) or not method.isalpha():
         raise BadPayload("payload.method: expected an HTTP method such as POST")
-    headers = data.get("headers") or {}
-    if not isinstance(headers, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
-    ):
-        raise BadPayload("payload.headers: expected an object of string values")
+    headers = string_map(data, "headers")
     timeout = data.get("timeout_s")
     if timeout is not None and (
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
@@ -109,34 +100,38 @@ def parse_http_payload(payload: bytes) -> HttpRequest:
         method=method.upper(),
         body=data.get("body"),
         has_body="body" in data,
-        headers=dict(headers),
+        headers=headers,
         timeout_s=float(timeout) if timeout is not None else None,
     )
 
 
+# The task's fields a request carries in X-Gnomon-* headers, and in the default body.
+_HEADER_FIELDS = ("fencing_token", "run_id", "attempt", "job_id", "task_name", "scheduled_for_ms")
+_BODY_FIELDS = (
+    "run_id",
+    "job_id",
+    "tenant",
+    "task_name",
+    "attempt",
+    "scheduled_for_ms",
+    "idempotency_key",
+    "fencing_token",
+)
+
+
 def context_headers(ctx: TaskContext) -> dict[str, str]:
-    return {
-        "Idempotency-Key": ctx.idempotency_key,
-        "X-Gnomon-Fencing-Token": str(ctx.fencing_token),
-        "X-Gnomon-Run-Id": ctx.run_id,
-        "X-Gnomon-Attempt": str(ctx.attempt),
-        "X-Gnomon-Job-Id": ctx.job_id,
-        "X-Gnomon-Task-Name": ctx.task_name,
-        "X-Gnomon-Scheduled-For-Ms": str(ctx.scheduled_for_ms),
-    }
+    """``Idempotency-Key`` and the ``X-Gnomon-*`` headers describing the task."""
+    fields = task_fields(ctx)
+    headers = {"Idempotency-Key": ctx.idempotency_key}
+    for name in _HEADER_FIELDS:
+        title = "-".join(word.title() for word in name.split("_"))
+        headers[f"X-Gnomon-{title}"] = str(fields[name])
+    return headers
 
 
 def _context_body(ctx: TaskContext) -> dict[str, Any]:
-    return {
-        "run_id": ctx.run_id,
-        "job_id": ctx.job_id,
-        "tenant": ctx.tenant,
-        "task_name": ctx.task_name,
-        "attempt": ctx.attempt,
-        "scheduled_for_ms": ctx.scheduled_for_ms,
-        "idempotency_key": ctx.idempotency_key,
-        "fencing_token": ctx.fencing_token,
-    }
+    fields = task_fields(ctx)
+    return {name: fields[name] for name in _BODY_FIELDS}
 
 
 def _encode_body(req: HttpRequest, ctx: TaskContext) -> tuple[bytes | None, str | None]:
@@ -221,4 +216,4 @@ def http_task(queue: str, *, default_timeout_s: float = DEFAULT_TIMEOUT_S) -> Ta
     def http(ctx: TaskContext) -> dict[str, Any]:
         return send_request(ctx, default_timeout_s=default_timeout_s)
 
-    return TaskDefinition(name=ANY_TASK, queue=queue, fn=http)
+    return catch_all_task(queue, http)

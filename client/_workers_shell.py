@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import json
 import logging
 import os
 import signal
@@ -46,7 +45,15 @@ from typing import Any
 
 from ._context import OutputTail, TaskContext
 from ._errors import NonRetryableError
-from ._task import ANY_TASK, TaskDefinition
+from ._task import TaskDefinition
+from ._workers_base import (
+    BadPayload,
+    ExpectedFailure,
+    catch_all_task,
+    payload_object,
+    string_map,
+    task_fields,
+)
 
 __all__ = [
     "BadPayload",
@@ -69,25 +76,12 @@ _DRAIN_S = 1.0
 _PAYLOAD_KEYS = ("argv", "command", "env", "cwd", "retry_on_exit", "fatal_exit_codes")
 
 
-class BadPayload(NonRetryableError):
-    """The task's payload is not a valid shell command (retrying cannot help)."""
-
-    # An expected outcome: the output tail keeps the command's output, not a traceback.
-    _gnomon_traceback_in_output = False
-
-
-class CommandFailed(Exception):
+class CommandFailed(ExpectedFailure):
     """The command exited non-zero or was killed by a signal (retryable)."""
 
-    # An expected outcome: the output tail keeps the command's output, not a traceback.
-    _gnomon_traceback_in_output = False
 
-
-class CommandFailedFinal(NonRetryableError):
+class CommandFailedFinal(ExpectedFailure, NonRetryableError):
     """The command could not start, or exited with a code the payload marks final."""
-
-    # An expected outcome: the output tail keeps the command's output, not a traceback.
-    _gnomon_traceback_in_output = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,15 +95,7 @@ class ShellCommand:
 
 def parse_shell_payload(payload: bytes) -> ShellCommand:
     """The command of a shell task's payload; BadPayload names what is wrong."""
-    try:
-        data = json.loads(payload) if payload else None
-    except ValueError as e:
-        raise BadPayload(f"payload is not JSON: {e}") from None
-    if not isinstance(data, dict):
-        raise BadPayload('payload must be a JSON object like {"argv": ["echo", "hi"]}')
-    unknown = sorted(set(data) - set(_PAYLOAD_KEYS))
-    if unknown:
-        raise BadPayload(f"payload.{unknown[0]}: unknown key (expected {', '.join(_PAYLOAD_KEYS)})")
+    data = payload_object(payload, keys=_PAYLOAD_KEYS, example='{"argv": ["echo", "hi"]}')
     if ("argv" in data) == ("command" in data):
         raise BadPayload("payload: set exactly one of argv (a list) or command (a /bin/sh string)")
     if "argv" in data:
@@ -120,11 +106,7 @@ def parse_shell_payload(payload: bytes) -> ShellCommand:
         if not isinstance(data["command"], str) or not data["command"].strip():
             raise BadPayload("payload.command: expected a non-empty string")
         argv = ["/bin/sh", "-c", data["command"]]
-    env = data.get("env") or {}
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
-    ):
-        raise BadPayload("payload.env: expected an object of string values")
+    env = string_map(data, "env")
     cwd = data.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise BadPayload("payload.cwd: expected a string")
@@ -136,25 +118,12 @@ def parse_shell_payload(payload: bytes) -> ShellCommand:
         isinstance(c, int) and not isinstance(c, bool) for c in fatal
     ):
         raise BadPayload("payload.fatal_exit_codes: expected a list of integers")
-    return ShellCommand(tuple(argv), dict(env), cwd, retry_on_exit, frozenset(fatal))
+    return ShellCommand(tuple(argv), env, cwd, retry_on_exit, frozenset(fatal))
 
 
 def task_environment(ctx: TaskContext) -> dict[str, str]:
     """The GNOMON_* variables describing the task."""
-    return {
-        "GNOMON_RUN_ID": ctx.run_id,
-        "GNOMON_JOB_ID": ctx.job_id,
-        "GNOMON_TENANT": ctx.tenant,
-        "GNOMON_TASK_NAME": ctx.task_name,
-        "GNOMON_QUEUE": ctx.queue,
-        "GNOMON_ATTEMPT": str(ctx.attempt),
-        "GNOMON_MAX_ATTEMPTS": str(ctx.max_attempts),
-        "GNOMON_SCHEDULED_FOR_MS": str(ctx.scheduled_for_ms),
-        "GNOMON_IDEMPOTENCY_KEY": ctx.idempotency_key,
-        "GNOMON_FENCING_TOKEN": str(ctx.fencing_token),
-        "GNOMON_DEADLINE_MS": str(ctx.deadline_ms),
-        "GNOMON_WORKER_ID": ctx.worker_id,
-    }
+    return {f"GNOMON_{name.upper()}": str(value) for name, value in task_fields(ctx).items()}
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -279,4 +248,4 @@ def shell_task(
     async def shell(ctx: TaskContext) -> dict[str, Any]:
         return await run_command(ctx, kill_grace_s=kill_grace_s, base_env=env)
 
-    return TaskDefinition(name=ANY_TASK, queue=queue, fn=shell)
+    return catch_all_task(queue, shell)

@@ -4,7 +4,10 @@ its data under one directory (``.gnomon/`` by default), for ``gnomon dev`` and `
 Prints each node's addresses and log file, waits for a leader, prints ``ready``, then blocks
 until SIGINT/SIGTERM (or until ``--parent-pid`` exits) and stops the nodes. Restarting on the
 same directory resumes the cluster with its jobs and runs. Exit codes: 0 stopped cleanly,
-1 a node failed to start, 2 bad arguments or a port is in use.
+1 a node failed to start (a port in use among other causes: its log says so), 2 bad arguments.
+
+`gnomon dev` (client/_cli_dev.py) starts this module and checks its arguments first: the port
+lists, their overlap and whether the ports are free are checked there, once.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -24,7 +26,7 @@ import grpc
 from gnomon.node.localcluster import LocalCluster, NodeProc
 from gnomon.v1 import api_pb2
 
-__all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "DevCluster", "busy_ports", "main"]
+__all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "DevCluster", "main"]
 
 # The client CLI's default servers (gnomon.client._cli_dev) name the same gRPC ports.
 DEFAULT_GRPC_PORTS = (7701, 7702, 7703)
@@ -57,22 +59,8 @@ class DevCluster(LocalCluster):
         ]
 
 
-def busy_ports(ports: tuple[int, ...]) -> list[int]:
-    """The ports on 127.0.0.1 that something already listens on."""
-    busy = []
-    for port in ports:
-        with socket.socket() as s:
-            # SO_REUSEADDR: a port held only by TIME_WAIT connections of a previous run is free.
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((HOST, port))
-            except OSError:
-                busy.append(port)
-    return busy
-
-
 def _ports(text: str) -> tuple[int, ...]:
-    # `gnomon dev` (client/cli.py) validated the list already; this module is its subprocess.
+    # `gnomon dev` validated the list already; this module is its subprocess.
     return tuple(int(p) for p in text.split(","))
 
 
@@ -131,17 +119,6 @@ def _tail(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if set(args.grpc_ports) & set(args.raft_ports):
-        print("gnomon dev: --grpc-ports and --raft-ports overlap", file=sys.stderr)
-        return 2
-    busy = busy_ports(args.grpc_ports + args.raft_ports)
-    if busy:
-        print(
-            f"gnomon dev: port(s) {', '.join(map(str, busy))} on {HOST} already in use "
-            "(another `gnomon dev` running? stop it, or choose --grpc-ports/--raft-ports)",
-            file=sys.stderr,
-        )
-        return 2
     root = Path(args.root).resolve()
     root.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
