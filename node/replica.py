@@ -131,7 +131,8 @@ class HistorySink:
             if item is None:
                 return
             seq, records = item
-            self._write(records)
+            if not self._write(records):
+                return  # the node is stopping (crash returned: only in tests)
             with self._lock:
                 self._written = seq
                 for rec in records:
@@ -139,12 +140,13 @@ class HistorySink:
                         del self._pending[rec[2]]
                 self._lock.notify_all()
 
-    def _write(self, records: list[Record]) -> None:
+    def _write(self, records: list[Record]) -> bool:
+        """Store one batch, retrying; False once the node was told to stop."""
         delay = self._backoff_s
         for attempt in range(1, self._attempts + 1):
             try:
                 self.store.put_runs(records)
-                return
+                return True
             except Exception as exc:  # noqa: BLE001 - any failure: retry, then stop
                 if attempt == self._attempts:
                     self._crash(
@@ -153,11 +155,12 @@ class HistorySink:
                         "no run is lost (the journal still holds the entries that evicted "
                         f"them). Check the disk under {self.store.path} (space, I/O errors), "
                         "then restart the node.")
-                    raise
+                    return False
                 log.warning("history store %s: write failed (attempt %d of %d, retrying in "
                             "%.1fs): %r", self.store.path, attempt, self._attempts, delay, exc)
                 time.sleep(delay)
                 delay *= 2
+        return False  # pragma: no cover - the loop returns
 
     def close(self) -> None:
         """Write what is pending, stop the writer thread and close the store."""

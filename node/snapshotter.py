@@ -136,7 +136,16 @@ class ForkSnapshotter:
         mark = self._host.history_mark()
         read_fd, write_fd = os.pipe()
         started = time.perf_counter()
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as exc:  # no memory or processes left: like a failed child
+            os.close(read_fd)
+            os.close(write_fd)
+            self._retry_at = time.monotonic() + self._retry_s
+            self.figures.failed += 1
+            log.warning("snapshot at index %d not started (next try in %.0fs): fork failed: %r",
+                        index, self._retry_s, exc)
+            return
         if pid == 0:  # pragma: no cover - the child; measured through its report
             os.close(read_fd)
             _child_main(self._host, tmp, raft_data, write_fd)
@@ -175,6 +184,7 @@ class ForkSnapshotter:
             return self._failed(child, f"the snapshot child ran over "
                                        f"snapshot_child_timeout_s ({self._child_timeout_s}s)")
         report = _read_report(child.report_fd)
+        _close(child)
         code = os.waitstatus_to_exitcode(status)
         if code != 0 or not report.get("ok"):
             return self._failed(child, report.get("error") or f"the child exited with {code}")
@@ -203,8 +213,7 @@ class ForkSnapshotter:
 
     def _failed(self, child: _Child, reason: str) -> int:
         self._child = None
-        with contextlib.suppress(OSError):
-            os.close(child.report_fd)
+        _close(child)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(child.tmp)
         self._retry_at = time.monotonic() + self._retry_s
@@ -330,8 +339,7 @@ class ForkSnapshotter:
                 os.kill(child.pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(child.pid, 0)
-            with contextlib.suppress(OSError):
-                os.close(child.report_fd)
+            _close(child)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(child.tmp)
         self._stop_sending()
@@ -371,19 +379,23 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
             _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def _close(child: _Child) -> None:
+    # Once: a second close could hit a descriptor number reused by another file meanwhile.
+    if child.report_fd >= 0:
+        os.close(child.report_fd)
+        child.report_fd = -1
+
+
 def _read_report(fd: int) -> dict:
     chunks = []
-    try:
-        while True:
-            try:
-                chunk = os.read(fd, _MAX_REPORT)
-            except BlockingIOError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
+    while True:
+        try:
+            chunk = os.read(fd, _MAX_REPORT)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
     try:
         return json.loads(b"".join(chunks) or b"{}")
     except ValueError:

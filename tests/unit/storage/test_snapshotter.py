@@ -302,3 +302,20 @@ def test_read_errors_are_snapshot_errors(tmp_path: Path, host: Host) -> None:
     (tmp_path / "snapshot.lmdb").write_bytes(b"junk" * 100)
     with pytest.raises(SnapshotError):
         make(tmp_path, host).deserialize()
+
+
+def test_a_failed_fork_backs_off_like_a_failed_child(tmp_path: Path, host: Host,
+                                                    monkeypatch) -> None:
+    s = make(tmp_path, host, retry_s=60)
+
+    def no_fork() -> int:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    fds_before = len(os.listdir("/proc/self/fd"))
+    s.serialize(DATA, 9)
+    assert s.checkSerializing() == (SERIALIZER_STATE.NOT_SERIALIZING, None)
+    assert s.figures.failed == 1 and len(os.listdir("/proc/self/fd")) == fds_before
+    monkeypatch.undo()
+    s.serialize(DATA, 9)  # still backing off
+    assert s._child is None
