@@ -118,7 +118,7 @@ class Node:
         mine = self.config.initial_limits()
         if version == 0:
             try:
-                await self.proposer.propose(SetLimits(LIMITS_BOOTSTRAP_ID, mine))
+                await self.proposer.propose(SetLimits(LIMITS_BOOTSTRAP_ID, mine, bootstrap=True))
             except (NotCommitted, Overloaded) as exc:
                 log.warning("initial limits not committed (%s); the next leader proposes them",
                             exc)

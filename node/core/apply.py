@@ -228,6 +228,9 @@ def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
     # tasks finish unless the request says otherwise. Terminal runs go to the history store.
     for run_id in list(state.runs_by_job.get(job.job_id, ())):
         run = state.runs[run_id]
+        for name, inst in run.tasks.items():
+            if inst.state == TaskState.DEAD:  # replaying it would queue work of no job
+                state.dead_letters.pop((run_id, name), None)
         if run.state == RunState.RUNNING:
             _cancel_tasks(ctx, run, "job deleted", leased_too=cmd.cancel_running)
             _finish_if_done(ctx, run, retain=False)
@@ -579,6 +582,13 @@ def _fail_attempt(
 ) -> None:
     policy = graph(run.spec).tasks[inst.task_name].retry
     inst.last_error = error
+    if run.job_id not in ctx.state.jobs:
+        # The job was deleted while this attempt ran: nothing of it is retried or
+        # dead-lettered (nobody may serve it again); the attempt's failure is on record.
+        move_task(inst, TaskEvent.CANCEL)
+        inst.finished_ms = ctx.now
+        _finish_if_done(ctx, run)
+        return
     if retryable and inst.attempt < effective_max_attempts(policy):
         move_task(inst, TaskEvent.RETRY)
         inst.retry_at_ms = ctx.now + backoff_ms(inst.attempt, policy, jitter_draw)
@@ -692,14 +702,31 @@ def _set_limits(ctx: Ctx, cmd: SetLimits) -> Reply:
             f"expected_version: the limits are at version {state.limits_version}, "
             f"not {cmd.expected_version}",
         )
+    if cmd.bootstrap and state.limits_version:
+        return LimitsReply(version=state.limits_version)  # set already: the bootstrap is late
     rejected = validate_limits(cmd.limits)
     if rejected:
         return rejected
-    state.limits = cmd.limits
+    old, state.limits = state.limits, cmd.limits
     state.limits_version += 1
     _trim_dedupe(ctx)
     _bound_dead_letters(ctx)
+    if (cmd.limits.runs_retained_per_job < old.runs_retained_per_job
+            or cmd.limits.max_attempt_records < old.max_attempt_records):
+        _trim_all_runs(ctx)
     return LimitsReply(version=state.limits_version)
+
+
+def _trim_all_runs(ctx: Ctx) -> None:
+    """Lowered retention or attempt bounds apply to what is already there: O(runs), an
+    administrator's rare command."""
+    keep = ctx.limits.max_attempt_records
+    for run in ctx.state.runs.values():
+        for inst in run.tasks.values():
+            if len(inst.attempts) > keep:
+                inst.attempts = inst.attempts[len(inst.attempts) - keep :] if keep else ()
+    for job_id in list(ctx.state.runs_by_job):
+        _enforce_retention(ctx, job_id)
 
 
 # --- run completion and retention ----------------------------------------------------------

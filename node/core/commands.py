@@ -134,11 +134,13 @@ class CheckpointLeases:
 
 @dataclass(frozen=True, slots=True)
 class SetLimits:
-    """Replace the replicated limits (every field); `expected_version` 0 means any."""
+    """Replace the replicated limits (every field); `expected_version` 0 means any.
+    A `bootstrap` one (a new cluster's first leader) applies only while none was applied."""
 
     request_id: str
     limits: Limits
     expected_version: int = 0
+    bootstrap: bool = False
 
 
 @dataclass(frozen=True, slots=True)

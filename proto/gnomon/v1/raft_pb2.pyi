@@ -230,14 +230,16 @@ class BarrierCmd(_message.Message):
     def __init__(self) -> None: ...
 
 class SetLimitsCmd(_message.Message):
-    __slots__ = ("request_id", "limits", "expected_version")
+    __slots__ = ("request_id", "limits", "expected_version", "bootstrap")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     limits: _types_pb2.ClusterLimits
     expected_version: int
-    def __init__(self, request_id: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+    bootstrap: bool
+    def __init__(self, request_id: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., expected_version: _Optional[int] = ..., bootstrap: _Optional[bool] = ...) -> None: ...
 
 class LeaseCheckpoint(_message.Message):
     __slots__ = ("run_id", "task_name", "fencing_token", "remaining_ms")

@@ -1,8 +1,8 @@
 """Core bugs found by tests/property (core_machine.py), reduced to their shrunk examples.
 
-Strict xfails: when the core is fixed they pass, pytest reports XPASS as a failure, and the
-matching OPEN_BUG_* flag in tests/property/core_machine.py must be set to False (the state
-machine then checks the strong form of the invariant again).
+Each was a strict xfail until the core was fixed; they stay as regression tests, and the
+matching OPEN_BUG_* flags in tests/property/core_machine.py are False (the state machine checks
+the strong form of the invariants again).
 """
 
 from __future__ import annotations
@@ -25,10 +25,6 @@ from gnomon.node.core.results import Done, LimitsReply
 QUEUED = ("pending", "ready", "retry_wait")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "SetLimits lowering runs_retained_per_job evicts nothing: the job keeps the old number "
-    "of terminal runs until one of its runs ends (forever for a paused or finished job). "
-    "Flag OPEN_BUG_RETENTION_NOT_TRIMMED."))
 def test_lowering_run_retention_evicts_the_excess_runs(small):
     # Shrunk: some_jobs, fire_due(skip) -> a skipped (terminal) run, set_limits(retained=0).
     job_id = small.create()
@@ -51,10 +47,6 @@ def _lease_of_deleted_job(h, max_attempts: int) -> tuple[str, int]:
     return run_id, token
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A lease kept through DeleteJob that fails retryably goes to RETRY_WAIT and is "
-    "dispatchable again: work of a deleted job is served (the delete promises none). "
-    "Flag OPEN_BUG_DELETED_JOB_WORK_REVIVES."))
 @pytest.mark.parametrize("how", ["fail", "expire"])
 def test_retryable_end_of_a_lease_of_a_deleted_job_queues_nothing(h, how):
     # Shrunk: some_jobs(policy max_attempts=2), trigger, dispatch, delete_job, workers_report
@@ -70,9 +62,6 @@ def test_retryable_end_of_a_lease_of_a_deleted_job_queues_nothing(h, how):
     assert run.state != RunState.RUNNING
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ReplayDeadLetters of a deleted job's dead letter makes its task READY again (and the run "
-    "RUNNING): work of a deleted job is queued. Flag OPEN_BUG_DELETED_JOB_WORK_REVIVES."))
 def test_replaying_a_dead_letter_of_a_deleted_job_queues_nothing(h):
     # Shrunk: some_jobs(dag a -> b, max_attempts=1), trigger, work (complete a, fail b),
     # delete_job, replay.
