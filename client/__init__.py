@@ -1,16 +1,24 @@
 """gnomon client SDK: manage jobs and runs (``Client``, ``AsyncClient``) and run tasks
 (``task``, ``Worker``).
 
+    from datetime import timedelta
+
     from gnomon.client import Client, CronSchedule, JobSpec
 
-    with Client("127.0.0.1:7070,127.0.0.1:7071") as client:
+    # The three nodes `gnomon dev` starts; any subset of a cluster works.
+    with Client("127.0.0.1:7701,127.0.0.1:7702,127.0.0.1:7703") as client:
         job = client.create_job(
             JobSpec.single("nightly-report", CronSchedule("0 3 * * *", "Europe/Berlin"),
-                           queue="reports", payload={"format": "pdf"}))
-        run = client.trigger_job(job.job_id)
+                           queue="reports", payload={"format": "pdf"},
+                           timeout=timedelta(minutes=10)))
+        run = client.trigger_job(job.job_id)   # a RunHandle: the Run as created
+        results = run.result(timeout_s=600)    # {"main": b"..."} once a worker ran it
 
+Times are integer milliseconds on the wire and in every ``*_ms`` field; the models also take
+and give aware UTC ``datetime`` and ``timedelta`` (``OnceSchedule(at=...)``, ``run.scheduled_for``).
 Errors are documented in one place: ``help(gnomon.client._errors)`` (all derive from
-``GnomonError``). ``gnomon.client.testing`` runs task functions without a cluster.
+``GnomonError``). ``gnomon.client.testing`` runs task functions without a cluster; the worker
+protocol as the SDK sees it is in ``client/DESIGN.md``.
 """
 
 from ._client import AsyncClient, Client
@@ -26,6 +34,7 @@ from ._errors import (
     NonRetryableError,
     NotFound,
     ResourceExhausted,
+    RunFailed,
     Unauthenticated,
     Unavailable,
 )
@@ -55,6 +64,7 @@ from ._models import (
     TaskState,
     json_payload,
 )
+from ._run_handle import AsyncRunHandle, RunHandle
 from ._task import TaskDefinition, task
 from ._worker import ReportRefusal, Worker, WorkerStats
 
@@ -81,6 +91,8 @@ __all__ = [
     "OnceSchedule",
     "RetryPolicy",
     "Run",
+    "RunHandle",
+    "AsyncRunHandle",
     "RunState",
     "RunTrigger",
     "Schedule",
@@ -100,6 +112,7 @@ __all__ = [
     "NonRetryableError",
     "NotFound",
     "ResourceExhausted",
+    "RunFailed",
     "Unauthenticated",
     "Unavailable",
     # worker SDK

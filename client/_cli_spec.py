@@ -62,7 +62,6 @@ from ._cli_values import (
     read_str,
 )
 from ._models import (
-    DEFAULT_QUEUE,
     CronSchedule,
     IntervalSchedule,
     Job,
@@ -74,6 +73,7 @@ from ._models import (
     TaskSpec,
     json_payload,
 )
+from ._specs import DEFAULT_QUEUE
 
 __all__ = [
     "UsageError",

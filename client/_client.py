@@ -11,6 +11,7 @@ import random
 import threading
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, TypeVar
 
 import grpc
@@ -31,6 +32,8 @@ from ._models import (
     Run,
     TaskRef,
 )
+from ._run_handle import AsyncRunHandle, RunHandle, run_fields
+from ._time import instant_ms, ms_or_alias
 from ._transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
     Backoff,
@@ -308,13 +311,15 @@ class AsyncClient:
         name: str | None = None,
         request_id: str | None = None,
         timeout_s: float | None = None,
-    ) -> Run:
-        """Start a run now, outside the schedule."""
+    ) -> AsyncRunHandle:
+        """Start a run now, outside the schedule. Returns the run as created (a ``Run``) with
+        ``await handle.wait()`` for its end and ``await handle.result()`` for its tasks'
+        results."""
         req = api_pb2.TriggerJobRequest(
             request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name)
         )
         resp = await self._call(_JOBS, "TriggerJob", req, timeout_s=timeout_s)
-        return cv.run_from_proto(resp.run)
+        return AsyncRunHandle(**run_fields(cv.run_from_proto(resp.run)), _client=self)
 
     # --- runs --------------------------------------------------------------------------------
 
@@ -340,14 +345,17 @@ class AsyncClient:
         before_ms: int = 0,
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
+        before: datetime | None = None,
     ) -> list[Run]:
-        """A job's runs, newest first; ``before_ms`` pages back by scheduled time. A deleted
-        job's runs are listed by its ``job_id`` (by name it is NotFound: the name may belong
-        to a new job by now)."""
+        """A job's runs, newest first; ``before_ms`` (or ``before``, an aware datetime) pages
+        back by scheduled time. A deleted job's runs are listed by its ``job_id`` (by name it
+        is NotFound: the name may belong to a new job by now)."""
         req = api_pb2.ListRunsRequest(
             job=cv.job_ref(job_id, tenant, name),
             limit=limit,
-            before_ms=before_ms,
+            before_ms=ms_or_alias(
+                "list_runs", "before_ms", before_ms, "before", before, instant_ms
+            ),
             consistency=cv.consistency_to_proto(consistency),
         )
         resp = await self._call(_JOBS, "ListRuns", req, timeout_s=timeout_s)
@@ -837,13 +845,15 @@ class Client:
         name: str | None = None,
         request_id: str | None = None,
         timeout_s: float | None = None,
-    ) -> Run:
-        """Start a run now, outside the schedule; returns it as created."""
-        return self._run(
+    ) -> RunHandle:
+        """Start a run now, outside the schedule. Returns the run as created (a ``Run``) with
+        ``handle.wait()`` for its end and ``handle.result()`` for its tasks' results."""
+        run = self._run(
             self._async.trigger_job(
                 job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
             )
         )
+        return RunHandle(**run_fields(run), _client=self)
 
     # --- runs --------------------------------------------------------------------------------
 
@@ -867,9 +877,11 @@ class Client:
         before_ms: int = 0,
         consistency: Consistency = "linearizable",
         timeout_s: float | None = None,
+        before: datetime | None = None,
     ) -> list[Run]:
-        """A job's runs, newest first; ``before_ms`` pages back by scheduled time. A deleted
-        job's runs are listed by its ``job_id`` (by name it is NotFound)."""
+        """A job's runs, newest first; ``before_ms`` (or ``before``, an aware datetime) pages
+        back by scheduled time. A deleted job's runs are listed by its ``job_id`` (by name it
+        is NotFound)."""
         return self._run(
             self._async.list_runs(
                 job_id,
@@ -879,6 +891,7 @@ class Client:
                 before_ms=before_ms,
                 consistency=consistency,
                 timeout_s=timeout_s,
+                before=before,
             )
         )
 

@@ -7,8 +7,10 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
+
+from ._time import utc, utc_or_none
 
 __all__ = ["TaskContext"]
 
@@ -111,7 +113,13 @@ class TaskContext:
 
     @property
     def scheduled_for(self) -> datetime:
-        return datetime.fromtimestamp(self.scheduled_for_ms / 1000, tz=UTC)
+        """``scheduled_for_ms`` as an aware UTC datetime: the slot the run fires for."""
+        return utc(self.scheduled_for_ms)
+
+    @property
+    def deadline(self) -> datetime | None:
+        """``deadline_ms`` as an aware UTC datetime (None: no deadline)."""
+        return utc_or_none(self.deadline_ms)
 
     def json(self) -> Any:
         """The payload decoded as JSON; ``None`` for an empty payload."""

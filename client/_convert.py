@@ -16,8 +16,6 @@ from ._context import LeaseState, OutputTail, TaskContext
 from ._errors import InvalidArgument
 from ._models import (
     CLUSTER_LIMIT_NAMES,
-    DEFAULT_QUEUE,
-    DEFAULT_TENANT,
     Attempt,
     AttemptOutcome,
     ClusterLimits,
@@ -42,6 +40,7 @@ from ._models import (
     TaskSpec,
     TaskState,
 )
+from ._specs import DEFAULT_QUEUE, DEFAULT_TENANT
 
 _MISFIRE = {
     MisfirePolicy.RUN_ALL: types_pb2.MISFIRE_POLICY_RUN_ALL,

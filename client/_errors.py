@@ -16,6 +16,7 @@ trailer, if any::
      +-- Unauthenticated          UNAUTHENTICATED / PERMISSION_DENIED
      +-- DeadlineExceeded         DEADLINE_EXCEEDED: the deadline passed (also a TimeoutError)
      +-- Cancelled                CANCELLED
+     +-- RunFailed                a run ended without succeeding (``RunHandle.result``)
 
 Any other status code raises ``GnomonError`` itself.
 
@@ -26,7 +27,12 @@ task goes straight to the dead-letter queue. Every other exception is retried pe
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import grpc
+
+if TYPE_CHECKING:
+    from ._models import Run
 
 __all__ = [
     "AlreadyExists",
@@ -39,6 +45,7 @@ __all__ = [
     "NonRetryableError",
     "NotFound",
     "ResourceExhausted",
+    "RunFailed",
     "Unauthenticated",
     "Unavailable",
     "error_for_status",
@@ -107,6 +114,17 @@ class DeadlineExceeded(GnomonError, TimeoutError):
 
 class Cancelled(GnomonError):
     pass
+
+
+class RunFailed(GnomonError):
+    """A run ended without succeeding (failed, cancelled or skipped), raised by
+    ``RunHandle.result()``; ``run`` is the run as it ended."""
+
+    def __init__(self, run: Run) -> None:
+        failed = [t for t in run.tasks if t.last_error]
+        why = f": task {failed[0].task_name}: {failed[0].last_error}" if failed else ""
+        super().__init__(f"run {run.run_id} ended {run.state.value}{why}")
+        self.run = run
 
 
 class NonRetryableError(Exception):

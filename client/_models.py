@@ -1,18 +1,34 @@
-"""Public data types: schedules, job specs, jobs, runs, dead letters and cluster status.
+"""The public data types: what a user submits (``_specs``: schedules, retry policies, task and
+job specs, re-exported here) and what the cluster stores and answers (jobs, runs, task
+instances, attempts, dead letters, cluster status).
 
 They mirror ``gnomon/v1/types.proto`` and ``api.proto`` field for field, as frozen dataclasses;
 ``_convert`` is the only place that knows the protobuf side. Times are integer milliseconds since
-the epoch (UTC), durations integer milliseconds, exactly as on the wire.
+the epoch (UTC), durations integer milliseconds, exactly as on the wire; each ``x_ms`` field also
+reads as a property ``x``: an aware UTC ``datetime`` for an instant (None where 0 means unset),
+a ``timedelta`` for a duration.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, NamedTuple
+from datetime import datetime, timedelta
+from typing import Literal, NamedTuple
+
+from ._specs import (
+    DEFAULT_TENANT,
+    CronSchedule,
+    IntervalSchedule,
+    JobSpec,
+    MisfirePolicy,
+    OnceSchedule,
+    RetryPolicy,
+    Schedule,
+    TaskSpec,
+    json_payload,
+)
+from ._time import millis, utc, utc_or_none
 
 __all__ = [
     "Attempt",
@@ -25,6 +41,7 @@ __all__ = [
     "IntervalSchedule",
     "Job",
     "JobSpec",
+    "LimitsUpdate",
     "MisfirePolicy",
     "NodeStatus",
     "OnceSchedule",
@@ -37,46 +54,16 @@ __all__ = [
     "TaskRef",
     "TaskSpec",
     "TaskState",
-    "LimitsUpdate",
     "json_payload",
 ]
-
-DEFAULT_TENANT = "default"
-DEFAULT_QUEUE = "default"
 
 Consistency = Literal["linearizable", "stale"]
 """Read consistency: ``"linearizable"`` sees every acknowledged write; ``"stale"`` may lag."""
 
 
-def json_payload(value: Any) -> bytes:
-    """Encode ``value`` as compact JSON bytes with sorted keys (equal values, equal bytes)."""
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
-
-
-def _payload_bytes(value: bytes | bytearray | memoryview | Mapping[str, Any]) -> bytes:
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value)
-    if isinstance(value, Mapping):
-        return json_payload(dict(value))
-    raise TypeError(f"payload must be bytes or a mapping (JSON), not {type(value).__name__}")
-
-
-def _utc(ms: int) -> datetime | None:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC) if ms else None
-
-
-class MisfirePolicy(enum.StrEnum):
-    """What happens to fire slots missed by more than the job's ``misfire_grace_ms``."""
-
-    RUN_ALL = "run_all"
-    """Every missed slot runs, late."""
-    RUN_LATEST = "run_latest"
-    """Only the latest missed slot runs; the others are recorded as skipped runs."""
-    SKIP = "skip"
-    """Every missed slot is recorded as a skipped run."""
-
-
 class RunState(enum.StrEnum):
+    """Where a run is: running until every task is terminal, then how it ended."""
+
     UNSPECIFIED = "unspecified"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
@@ -86,6 +73,7 @@ class RunState(enum.StrEnum):
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the run ended."""
         return self in _TERMINAL_RUN_STATES
 
 
@@ -95,12 +83,16 @@ _TERMINAL_RUN_STATES = frozenset(
 
 
 class RunTrigger(enum.StrEnum):
+    """Why a run exists: its job's schedule, or ``trigger_job``."""
+
     UNSPECIFIED = "unspecified"
     SCHEDULE = "schedule"
     MANUAL = "manual"
 
 
 class TaskState(enum.StrEnum):
+    """Where one task of a run is (see ``node/core/DESIGN.md`` for the transitions)."""
+
     UNSPECIFIED = "unspecified"
     PENDING = "pending"
     READY = "ready"
@@ -113,6 +105,7 @@ class TaskState(enum.StrEnum):
 
     @property
     def is_terminal(self) -> bool:
+        """Whether the task will not run again (unless a dead letter is replayed)."""
         return self in _TERMINAL_TASK_STATES
 
 
@@ -134,139 +127,6 @@ class AttemptOutcome(enum.StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class CronSchedule:
-    """A cron expression (5 fields, 6 with seconds last, or an @alias) in an IANA timezone."""
-
-    expression: str
-    timezone: str = "UTC"
-
-    def __post_init__(self) -> None:
-        if not self.timezone:
-            object.__setattr__(self, "timezone", "UTC")
-
-
-@dataclass(frozen=True, slots=True)
-class IntervalSchedule:
-    """Fires at ``anchor_ms + k * interval_ms`` for integer ``k``."""
-
-    interval_ms: int
-    anchor_ms: int = 0
-
-    @classmethod
-    def every(cls, interval: timedelta | float, *, anchor_ms: int = 0) -> IntervalSchedule:
-        """An interval given as a timedelta or in seconds."""
-        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
-        return cls(interval_ms=round(seconds * 1000), anchor_ms=anchor_ms)
-
-
-@dataclass(frozen=True, slots=True)
-class OnceSchedule:
-    """One fire at ``at_ms``; an instant in the past fires as soon as possible."""
-
-    at_ms: int
-
-    @classmethod
-    def at(cls, when: datetime) -> OnceSchedule:
-        """One fire at a timezone-aware datetime."""
-        if when.tzinfo is None:
-            raise ValueError("OnceSchedule.at needs a timezone-aware datetime")
-        return cls(at_ms=round(when.timestamp() * 1000))
-
-
-Schedule = CronSchedule | IntervalSchedule | OnceSchedule
-
-
-@dataclass(frozen=True, slots=True)
-class RetryPolicy:
-    """How a failed attempt is retried. Zero fields mean the cluster's defaults
-    (3 attempts, 1 s initial backoff, 60 s cap, multiplier 2.0, jitter 0.2); a negative
-    ``jitter`` means none."""
-
-    max_attempts: int = 0
-    initial_backoff_ms: int = 0
-    max_backoff_ms: int = 0
-    multiplier: float = 0.0
-    jitter: float = 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class TaskSpec:
-    """One node of a job's task DAG. ``payload`` is opaque bytes (see ``json_payload``)."""
-
-    name: str
-    queue: str = DEFAULT_QUEUE
-    depends_on: tuple[str, ...] = ()
-    payload: bytes = b""
-    timeout_ms: int = 0
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-
-    def __post_init__(self) -> None:
-        if not self.queue:
-            object.__setattr__(self, "queue", DEFAULT_QUEUE)
-        if isinstance(self.depends_on, str):
-            raise TypeError("depends_on must be a sequence of task names, not a string")
-        object.__setattr__(self, "depends_on", tuple(self.depends_on))
-        object.__setattr__(self, "payload", _payload_bytes(self.payload))
-
-
-@dataclass(frozen=True, slots=True)
-class JobSpec:
-    """What a user submits: a schedule and a DAG of tasks."""
-
-    name: str
-    schedule: Schedule
-    tasks: tuple[TaskSpec, ...]
-    tenant: str = DEFAULT_TENANT
-    priority: int = 0
-    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ALL
-    misfire_grace_ms: int = 0
-    paused: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.tenant:
-            object.__setattr__(self, "tenant", DEFAULT_TENANT)
-        object.__setattr__(self, "tasks", tuple(self.tasks))
-        object.__setattr__(self, "misfire_policy", MisfirePolicy(self.misfire_policy))
-
-    @classmethod
-    def single(
-        cls,
-        name: str,
-        schedule: Schedule,
-        *,
-        task_name: str = "main",
-        queue: str = DEFAULT_QUEUE,
-        payload: bytes | Mapping[str, Any] = b"",
-        timeout_ms: int = 0,
-        retry: RetryPolicy | None = None,
-        tenant: str = DEFAULT_TENANT,
-        priority: int = 0,
-        misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ALL,
-        misfire_grace_ms: int = 0,
-        paused: bool = False,
-    ) -> JobSpec:
-        """A job of one task (named ``task_name``, "main" by default). A mapping payload is
-        encoded as JSON."""
-        task = TaskSpec(
-            name=task_name,
-            queue=queue,
-            payload=_payload_bytes(payload),
-            timeout_ms=timeout_ms,
-            retry=retry if retry is not None else RetryPolicy(),
-        )
-        return cls(
-            name=name,
-            schedule=schedule,
-            tasks=(task,),
-            tenant=tenant,
-            priority=priority,
-            misfire_policy=misfire_policy,
-            misfire_grace_ms=misfire_grace_ms,
-            paused=paused,
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class Job:
     """A stored job. ``version`` increments on every change (see ``expected_version``)."""
 
@@ -280,11 +140,28 @@ class Job:
 
     @property
     def name(self) -> str:
+        """The job's name (unique in its tenant)."""
         return self.spec.name
 
     @property
     def tenant(self) -> str:
+        """The job's tenant."""
         return self.spec.tenant
+
+    @property
+    def next_fire(self) -> datetime | None:
+        """``next_fire_ms`` as an aware UTC datetime (None: nothing left to fire)."""
+        return utc_or_none(self.next_fire_ms)
+
+    @property
+    def created(self) -> datetime | None:
+        """``created_ms`` as an aware UTC datetime."""
+        return utc_or_none(self.created_ms)
+
+    @property
+    def updated(self) -> datetime | None:
+        """``updated_ms`` as an aware UTC datetime."""
+        return utc_or_none(self.updated_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,12 +190,17 @@ class Attempt:
     @property
     def started(self) -> datetime | None:
         """``started_ms`` as an aware UTC datetime (None if unset)."""
-        return _utc(self.started_ms)
+        return utc_or_none(self.started_ms)
 
     @property
     def finished(self) -> datetime | None:
         """``finished_ms`` as an aware UTC datetime (None if unset)."""
-        return _utc(self.finished_ms)
+        return utc_or_none(self.finished_ms)
+
+    @property
+    def duration(self) -> timedelta:
+        """``duration_ms`` as a timedelta."""
+        return millis(self.duration_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +242,36 @@ class TaskInstance:
                 return attempt.output_tail
         return ""
 
+    @property
+    def ready(self) -> datetime | None:
+        """``ready_ms`` as an aware UTC datetime (None if unset)."""
+        return utc_or_none(self.ready_ms)
+
+    @property
+    def started(self) -> datetime | None:
+        """``started_ms`` as an aware UTC datetime (None if unset)."""
+        return utc_or_none(self.started_ms)
+
+    @property
+    def finished(self) -> datetime | None:
+        """``finished_ms`` as an aware UTC datetime (None if unset)."""
+        return utc_or_none(self.finished_ms)
+
+    @property
+    def retry_at(self) -> datetime | None:
+        """``retry_at_ms`` as an aware UTC datetime (None: no retry is waiting)."""
+        return utc_or_none(self.retry_at_ms)
+
+    @property
+    def lease_ttl(self) -> timedelta:
+        """``lease_ttl_ms`` as a timedelta."""
+        return millis(self.lease_ttl_ms)
+
+    @property
+    def lease_remaining(self) -> timedelta:
+        """``lease_remaining_ms`` as a timedelta."""
+        return millis(self.lease_remaining_ms)
+
 
 @dataclass(frozen=True, slots=True)
 class Run:
@@ -382,7 +294,23 @@ class Run:
 
     @property
     def done(self) -> bool:
+        """Whether the run ended (succeeded, failed, cancelled or skipped)."""
         return self.state.is_terminal
+
+    @property
+    def scheduled_for(self) -> datetime:
+        """``scheduled_for_ms`` as an aware UTC datetime: the slot this run fires for."""
+        return utc(self.scheduled_for_ms)
+
+    @property
+    def created(self) -> datetime | None:
+        """``created_ms`` as an aware UTC datetime."""
+        return utc_or_none(self.created_ms)
+
+    @property
+    def finished(self) -> datetime | None:
+        """``finished_ms`` as an aware UTC datetime (None while running)."""
+        return utc_or_none(self.finished_ms)
 
     def task(self, name: str) -> TaskInstance:
         """The instance of task ``name``; KeyError if the run has none."""
@@ -406,7 +334,13 @@ class DeadLetter:
 
     @property
     def ref(self) -> TaskRef:
+        """The dead task as a ``TaskRef`` (for ``replay_dead_letters``)."""
         return TaskRef(self.run_id, self.task_name)
+
+    @property
+    def dead(self) -> datetime | None:
+        """``dead_ms`` as an aware UTC datetime: when the task failed for good."""
+        return utc_or_none(self.dead_ms)
 
 
 class TaskRef(NamedTuple):
@@ -418,6 +352,8 @@ class TaskRef(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class NodeStatus:
+    """One cluster member as the answering node sees it."""
+
     node_id: str
     raft_address: str = ""
     grpc_address: str = ""
@@ -444,6 +380,11 @@ class ClusterLimits:
     ``ClusterStatus.dead_letters_evicted``."""
     max_attempt_records: int | None = None
     """Finished attempts kept per task (``TaskInstance.attempts``)."""
+
+    @property
+    def dedupe_max_age(self) -> timedelta | None:
+        """``dedupe_max_age_ms`` as a timedelta (None if not given)."""
+        return None if self.dedupe_max_age_ms is None else millis(self.dedupe_max_age_ms)
 
     def items(self) -> list[tuple[str, int | None]]:
         """``(name, value)`` of every limit, in declaration order."""
@@ -487,3 +428,8 @@ class ClusterStatus:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
+
+    @property
+    def clock(self) -> datetime | None:
+        """``clock_ms`` (the cluster's time, which never goes back) as an aware UTC datetime."""
+        return utc_or_none(self.clock_ms)

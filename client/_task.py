@@ -6,10 +6,11 @@ import inspect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, overload
 
 from ._context import TaskContext
-from ._models import DEFAULT_QUEUE, RetryPolicy, TaskSpec, json_payload
+from ._specs import DEFAULT_QUEUE, RetryPolicy, TaskSpec, json_payload
 
 __all__ = ["ANY_TASK", "TaskDefinition", "task"]
 
@@ -53,15 +54,18 @@ class TaskDefinition:
         payload: bytes | Mapping[str, Any] = b"",
         timeout_ms: int = 0,
         retry: RetryPolicy | None = None,
+        timeout: timedelta | None = None,
     ) -> TaskSpec:
-        """A ``TaskSpec`` naming this task and queue, for a ``JobSpec``'s DAG."""
+        """A ``TaskSpec`` naming this task and queue, for a ``JobSpec``'s DAG (``timeout``, a
+        timedelta, may stand for ``timeout_ms``)."""
         return TaskSpec(
             name=self.name,
             queue=self.queue,
-            depends_on=tuple(depends_on),
-            payload=payload if isinstance(payload, bytes) else json_payload(dict(payload)),
+            depends_on=depends_on,
+            payload=payload,
             timeout_ms=timeout_ms,
-            retry=retry if retry is not None else RetryPolicy(),
+            retry=retry,
+            timeout=timeout,
         )
 
 

@@ -271,7 +271,12 @@ class WorkerStream:
             held=[ex.ref for ex in held],
         )
         hello_at = time.monotonic()
-        await call.write(worker_pb2.WorkerMessage(hello=hello))
+        try:
+            await call.write(worker_pb2.WorkerMessage(hello=hello))
+        except asyncio.InvalidStateError:
+            # The call ended before Hello went out (a follower answers at once): reading it
+            # raises its status, with the leader hint of a redirect.
+            pass
         read = asyncio.create_task(call.read())
         stopped = asyncio.create_task(stop.wait())
         await asyncio.wait(

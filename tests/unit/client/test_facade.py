@@ -14,6 +14,7 @@ from gnomon.client import testing
 PUBLIC = [
     "AlreadyExists",
     "AsyncClient",
+    "AsyncRunHandle",
     "Attempt",
     "AttemptOutcome",
     "Cancelled",
@@ -41,6 +42,8 @@ PUBLIC = [
     "ResourceExhausted",
     "RetryPolicy",
     "Run",
+    "RunFailed",
+    "RunHandle",
     "RunState",
     "RunTrigger",
     "Schedule",
@@ -119,7 +122,14 @@ def test_client_and_async_client_offer_the_same_calls():
 
 
 def test_every_public_method_has_a_docstring_of_its_own():
-    for cls in (gnomon.client.Client, gnomon.client.AsyncClient, gnomon.client.Worker):
+    classes = (
+        gnomon.client.Client,
+        gnomon.client.AsyncClient,
+        gnomon.client.Worker,
+        gnomon.client.RunHandle,
+        gnomon.client.AsyncRunHandle,
+    )
+    for cls in classes:
         for name, member in vars(cls).items():
             if name.startswith("_"):
                 continue

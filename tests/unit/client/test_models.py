@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -14,6 +15,7 @@ from gnomon.client import (
     CronSchedule,
     DeadLetter,
     IntervalSchedule,
+    InvalidArgument,
     JobSpec,
     MisfirePolicy,
     OnceSchedule,
@@ -118,3 +120,62 @@ def test_cluster_limits_items_are_in_declaration_order():
     assert limits.items()[-1] == ("max_attempt_records", 5)
     assert [name for name, _ in limits.items()][0] == "dedupe_capacity"
     assert all(value is None for _, value in limits.items()[:-1])
+
+
+def test_schedules_take_and_give_aware_datetimes_and_timedeltas():
+    berlin = timezone(timedelta(hours=1))
+    when = datetime(2024, 1, 1, 1, 0, tzinfo=berlin)
+    once = OnceSchedule(at=when)
+    assert once == OnceSchedule(1_704_067_200_000) == OnceSchedule.at(when)
+    assert once.when == datetime(2024, 1, 1, tzinfo=UTC) and once.when.tzinfo is UTC
+    every = IntervalSchedule(
+        every=timedelta(minutes=5), anchor=datetime(1970, 1, 1, 0, 0, 7, tzinfo=UTC)
+    )
+    assert every == IntervalSchedule(300_000, 7_000)
+    assert every.interval == timedelta(minutes=5) and every.anchor.timestamp() == 7
+    assert IntervalSchedule(1000).anchor == datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def test_specs_take_timedeltas_beside_the_ms_fields():
+    retry = RetryPolicy(3, initial_backoff=timedelta(seconds=1), max_backoff=timedelta(minutes=1))
+    assert retry == RetryPolicy(3, 1000, 60_000)
+    assert (retry.initial_backoff, retry.max_backoff) == (
+        timedelta(seconds=1),
+        timedelta(minutes=1),
+    )
+    t = TaskSpec("a", timeout=timedelta(milliseconds=1500))
+    assert t == TaskSpec("a", timeout_ms=1500) and t.timeout == timedelta(seconds=1.5)
+    spec = JobSpec.single(
+        "j",
+        IntervalSchedule(1000),
+        timeout=timedelta(seconds=2),
+        misfire_grace=timedelta(seconds=3),
+    )
+    assert spec.tasks[0].timeout_ms == 2000 and spec.misfire_grace_ms == 3000
+    assert spec.misfire_grace == timedelta(seconds=3)
+    assert replace(spec, misfire_grace_ms=5).misfire_grace_ms == 5
+
+
+def test_naive_datetimes_are_refused_naming_the_parameter():
+    with pytest.raises(InvalidArgument, match=r"OnceSchedule\(at=...\): .* naive datetime"):
+        OnceSchedule(at=datetime(2024, 1, 1))
+    with pytest.raises(InvalidArgument, match=r"IntervalSchedule\(anchor=...\)"):
+        IntervalSchedule(every=timedelta(seconds=1), anchor=datetime(2024, 1, 1))
+    with pytest.raises(TypeError, match="at_ms or at, not both"):
+        OnceSchedule(5, at=datetime(2024, 1, 1, tzinfo=UTC))
+    with pytest.raises(TypeError, match=r"TaskSpec\(timeout=...\): expected a timedelta"):
+        TaskSpec("a", timeout=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="give interval_ms or every"):
+        IntervalSchedule()
+
+
+def test_records_read_as_aware_datetimes_and_timedeltas():
+    run = Run("j1@1000", "j1", scheduled_for_ms=1000, created_ms=1500)
+    assert run.scheduled_for == datetime(1970, 1, 1, 0, 0, 1, tzinfo=UTC)
+    assert run.created is not None and run.created.tzinfo is UTC and run.finished is None
+    ti = TaskInstance("a", ready_ms=1, retry_at_ms=0, lease_ttl_ms=30_000)
+    assert ti.ready is not None and ti.retry_at is None and ti.lease_ttl == timedelta(seconds=30)
+    assert Attempt(1, duration_ms=250).duration == timedelta(milliseconds=250)
+    assert DeadLetter("j1@0", "a", dead_ms=2000).dead == datetime(1970, 1, 1, 0, 0, 2, tzinfo=UTC)
+    assert ClusterLimits(dedupe_max_age_ms=60_000).dedupe_max_age == timedelta(minutes=1)
+    assert ClusterLimits().dedupe_max_age is None

@@ -631,3 +631,28 @@ def test_worker_options_are_validated():
         Worker("h:1", tasks=[t], max_concurrency=0)
     w = Worker("h:1,h:2", tasks=[t, Gate().task(name="other", queue="c")])
     assert w.queues == ("a", "c") and w.worker_id
+
+
+async def test_a_call_that_ended_before_hello_still_yields_its_leader_hint():
+    # A follower may end the call before the worker's Hello is written: the write then fails
+    # with InvalidStateError, and only reading the call gives its status and leader hint.
+    class EndedCall:
+        async def write(self, msg):
+            raise asyncio.InvalidStateError("RPC already finished")
+
+        async def read(self):
+            trailers = grpc.aio.Metadata(("gnomon-leader", "leader:1"))
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.UNAVAILABLE, grpc.aio.Metadata(), trailers, "not the leader"
+            )
+
+        def cancel(self):
+            return False
+
+    class Channel:
+        def stream_stream(self, *args, **kwargs):
+            return lambda **kw: EndedCall()
+
+    worker = make_worker("follower:1", [Gate().task()])
+    end = await worker._stream._session(Channel(), "follower:1", asyncio.Event())
+    assert end.hint == "leader:1" and not end.welcomed

@@ -1,0 +1,327 @@
+"""What a user submits: schedules, retry policies, task specs and job specs.
+
+Frozen dataclasses that mirror ``gnomon/v1/types.proto`` field for field (``_convert`` is the
+only place that knows the protobuf side). Times are integer milliseconds as on the wire
+(``at_ms``, ``timeout_ms``, ...); every such field is also taken as an aware ``datetime`` or a
+``timedelta`` by a keyword without the ``_ms`` (``OnceSchedule(at=...)``,
+``TaskSpec(timeout=...)``) and read back by a property of that name (``OnceSchedule.when`` for
+``at_ms``, as ``OnceSchedule.at`` is the older constructor).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from ._time import duration_ms, instant_ms, millis, ms_or_alias, utc
+
+__all__ = [
+    "CronSchedule",
+    "IntervalSchedule",
+    "JobSpec",
+    "MisfirePolicy",
+    "OnceSchedule",
+    "RetryPolicy",
+    "Schedule",
+    "TaskSpec",
+    "json_payload",
+]
+
+DEFAULT_TENANT = "default"
+DEFAULT_QUEUE = "default"
+
+
+def json_payload(value: Any) -> bytes:
+    """Encode ``value`` as compact JSON bytes with sorted keys (equal values, equal bytes)."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False).encode()
+
+
+def payload_bytes(value: bytes | bytearray | memoryview | Mapping[str, Any]) -> bytes:
+    """A payload as bytes: bytes as they are, a mapping as JSON."""
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value)
+    if isinstance(value, Mapping):
+        return json_payload(dict(value))
+    raise TypeError(f"payload must be bytes or a mapping (JSON), not {type(value).__name__}")
+
+
+class MisfirePolicy(enum.StrEnum):
+    """What happens to fire slots missed by more than the job's ``misfire_grace_ms``."""
+
+    RUN_ALL = "run_all"
+    """Every missed slot runs, late."""
+    RUN_LATEST = "run_latest"
+    """Only the latest missed slot runs; the others are recorded as skipped runs."""
+    SKIP = "skip"
+    """Every missed slot is recorded as a skipped run."""
+
+
+@dataclass(frozen=True, slots=True)
+class CronSchedule:
+    """A cron expression (5 fields, 6 with seconds last, or an @alias) in an IANA timezone."""
+
+    expression: str
+    timezone: str = "UTC"
+
+    def __post_init__(self) -> None:
+        if not self.timezone:
+            object.__setattr__(self, "timezone", "UTC")
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class IntervalSchedule:
+    """Fires at ``anchor_ms + k * interval_ms`` for integer ``k``. ``every`` (a timedelta)
+    and ``anchor`` (an aware datetime) may stand for the two fields."""
+
+    interval_ms: int
+    anchor_ms: int = 0
+
+    def __init__(
+        self,
+        interval_ms: int | None = None,
+        anchor_ms: int = 0,
+        *,
+        every: timedelta | None = None,
+        anchor: datetime | None = None,
+    ) -> None:
+        interval = ms_or_alias(
+            "IntervalSchedule", "interval_ms", interval_ms, "every", every, duration_ms
+        )
+        if interval is None:
+            raise TypeError("IntervalSchedule: give interval_ms or every")
+        phase = ms_or_alias(
+            "IntervalSchedule", "anchor_ms", anchor_ms, "anchor", anchor, instant_ms
+        )
+        object.__setattr__(self, "interval_ms", interval)
+        object.__setattr__(self, "anchor_ms", phase)
+
+    @classmethod
+    def every(cls, interval: timedelta | float, *, anchor_ms: int = 0) -> IntervalSchedule:
+        """An interval given as a timedelta or in seconds."""
+        seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
+        return cls(interval_ms=round(seconds * 1000), anchor_ms=anchor_ms)
+
+    @property
+    def interval(self) -> timedelta:
+        """``interval_ms`` as a timedelta."""
+        return millis(self.interval_ms)
+
+    @property
+    def anchor(self) -> datetime:
+        """``anchor_ms`` as an aware UTC datetime (the epoch by default)."""
+        return utc(self.anchor_ms)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class OnceSchedule:
+    """One fire at ``at_ms`` (or ``at``, an aware datetime); an instant in the past fires as
+    soon as possible."""
+
+    at_ms: int
+
+    def __init__(self, at_ms: int | None = None, *, at: datetime | None = None) -> None:
+        when = ms_or_alias("OnceSchedule", "at_ms", at_ms, "at", at, instant_ms)
+        if when is None:
+            raise TypeError("OnceSchedule: give at_ms or at")
+        object.__setattr__(self, "at_ms", when)
+
+    @classmethod
+    def at(cls, when: datetime) -> OnceSchedule:
+        """One fire at a timezone-aware datetime (the same as ``OnceSchedule(at=when)``)."""
+        return cls(at=when)
+
+    @property
+    def when(self) -> datetime:
+        """``at_ms`` as an aware UTC datetime."""
+        return utc(self.at_ms)
+
+
+Schedule = CronSchedule | IntervalSchedule | OnceSchedule
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class RetryPolicy:
+    """How a failed attempt is retried. Zero fields mean the cluster's defaults
+    (3 attempts, 1 s initial backoff, 60 s cap, multiplier 2.0, jitter 0.2); a negative
+    ``jitter`` means none. ``initial_backoff`` and ``max_backoff`` (timedeltas) may stand for
+    the ``_ms`` fields."""
+
+    max_attempts: int = 0
+    initial_backoff_ms: int = 0
+    max_backoff_ms: int = 0
+    multiplier: float = 0.0
+    jitter: float = 0.0
+
+    def __init__(
+        self,
+        max_attempts: int = 0,
+        initial_backoff_ms: int = 0,
+        max_backoff_ms: int = 0,
+        multiplier: float = 0.0,
+        jitter: float = 0.0,
+        *,
+        initial_backoff: timedelta | None = None,
+        max_backoff: timedelta | None = None,
+    ) -> None:
+        owner = "RetryPolicy"
+        first = ms_or_alias(
+            owner,
+            "initial_backoff_ms",
+            initial_backoff_ms,
+            "initial_backoff",
+            initial_backoff,
+            duration_ms,
+        )
+        cap = ms_or_alias(
+            owner, "max_backoff_ms", max_backoff_ms, "max_backoff", max_backoff, duration_ms
+        )
+        object.__setattr__(self, "max_attempts", max_attempts)
+        object.__setattr__(self, "initial_backoff_ms", first)
+        object.__setattr__(self, "max_backoff_ms", cap)
+        object.__setattr__(self, "multiplier", multiplier)
+        object.__setattr__(self, "jitter", jitter)
+
+    @property
+    def initial_backoff(self) -> timedelta:
+        """``initial_backoff_ms`` as a timedelta (zero: the cluster's default)."""
+        return millis(self.initial_backoff_ms)
+
+    @property
+    def max_backoff(self) -> timedelta:
+        """``max_backoff_ms`` as a timedelta (zero: the cluster's default)."""
+        return millis(self.max_backoff_ms)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class TaskSpec:
+    """One node of a job's task DAG. ``payload`` is opaque bytes (a mapping is encoded as
+    JSON, see ``json_payload``); ``timeout`` (a timedelta) may stand for ``timeout_ms``."""
+
+    name: str
+    queue: str = DEFAULT_QUEUE
+    depends_on: tuple[str, ...] = ()
+    payload: bytes = b""
+    timeout_ms: int = 0
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+    def __init__(
+        self,
+        name: str,
+        queue: str = DEFAULT_QUEUE,
+        depends_on: Sequence[str] = (),
+        payload: bytes | Mapping[str, Any] = b"",
+        timeout_ms: int = 0,
+        retry: RetryPolicy | None = None,
+        *,
+        timeout: timedelta | None = None,
+    ) -> None:
+        if isinstance(depends_on, str):
+            raise TypeError("depends_on must be a sequence of task names, not a string")
+        limit = ms_or_alias("TaskSpec", "timeout_ms", timeout_ms, "timeout", timeout, duration_ms)
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "queue", queue or DEFAULT_QUEUE)
+        object.__setattr__(self, "depends_on", tuple(depends_on))
+        object.__setattr__(self, "payload", payload_bytes(payload))
+        object.__setattr__(self, "timeout_ms", limit)
+        object.__setattr__(self, "retry", retry if retry is not None else RetryPolicy())
+
+    @property
+    def timeout(self) -> timedelta:
+        """``timeout_ms`` as a timedelta (zero: no limit)."""
+        return millis(self.timeout_ms)
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class JobSpec:
+    """What a user submits: a schedule and a DAG of tasks. ``misfire_grace`` (a timedelta)
+    may stand for ``misfire_grace_ms``."""
+
+    name: str
+    schedule: Schedule
+    tasks: tuple[TaskSpec, ...]
+    tenant: str = DEFAULT_TENANT
+    priority: int = 0
+    misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ALL
+    misfire_grace_ms: int = 0
+    paused: bool = False
+
+    def __init__(
+        self,
+        name: str,
+        schedule: Schedule,
+        tasks: Sequence[TaskSpec],
+        tenant: str = DEFAULT_TENANT,
+        priority: int = 0,
+        misfire_policy: MisfirePolicy | str = MisfirePolicy.RUN_ALL,
+        misfire_grace_ms: int = 0,
+        paused: bool = False,
+        *,
+        misfire_grace: timedelta | None = None,
+    ) -> None:
+        grace = ms_or_alias(
+            "JobSpec",
+            "misfire_grace_ms",
+            misfire_grace_ms,
+            "misfire_grace",
+            misfire_grace,
+            duration_ms,
+        )
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "schedule", schedule)
+        object.__setattr__(self, "tasks", tuple(tasks))
+        object.__setattr__(self, "tenant", tenant or DEFAULT_TENANT)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "misfire_policy", MisfirePolicy(misfire_policy))
+        object.__setattr__(self, "misfire_grace_ms", grace)
+        object.__setattr__(self, "paused", paused)
+
+    @property
+    def misfire_grace(self) -> timedelta:
+        """``misfire_grace_ms`` as a timedelta."""
+        return millis(self.misfire_grace_ms)
+
+    @classmethod
+    def single(
+        cls,
+        name: str,
+        schedule: Schedule,
+        *,
+        task_name: str = "main",
+        queue: str = DEFAULT_QUEUE,
+        payload: bytes | Mapping[str, Any] = b"",
+        timeout_ms: int = 0,
+        retry: RetryPolicy | None = None,
+        tenant: str = DEFAULT_TENANT,
+        priority: int = 0,
+        misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ALL,
+        misfire_grace_ms: int = 0,
+        paused: bool = False,
+        timeout: timedelta | None = None,
+        misfire_grace: timedelta | None = None,
+    ) -> JobSpec:
+        """A job of one task (named ``task_name``, "main" by default). A mapping payload is
+        encoded as JSON; ``timeout`` and ``misfire_grace`` (timedeltas) may stand for the
+        ``_ms`` options."""
+        task = TaskSpec(
+            name=task_name,
+            queue=queue,
+            payload=payload,
+            timeout_ms=timeout_ms,
+            retry=retry,
+            timeout=timeout,
+        )
+        return cls(
+            name=name,
+            schedule=schedule,
+            tasks=(task,),
+            tenant=tenant,
+            priority=priority,
+            misfire_policy=misfire_policy,
+            misfire_grace_ms=misfire_grace_ms,
+            paused=paused,
+            misfire_grace=misfire_grace,
+        )
