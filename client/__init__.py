@@ -21,7 +21,8 @@ Errors are documented in one place: ``help(gnomon.client._errors)`` (all derive 
 protocol as the SDK sees it is in ``client/DESIGN.md``.
 """
 
-from ._client import AsyncClient, Client
+from ._blocking_client import Client
+from ._client import AsyncClient
 from ._context import TaskContext
 from ._errors import (
     AlreadyExists,

@@ -152,7 +152,7 @@ def busy_ports(ports: tuple[int, ...]) -> list[int]:
     return busy
 
 
-class _Dev:
+class _DevSession:
     def __init__(
         self,
         *,
@@ -456,7 +456,7 @@ def run_dev(
     err: TextIO | None = None,
 ) -> int:
     """Run ``gnomon dev``; returns the exit code."""
-    dev = _Dev(
+    dev = _DevSession(
         data_dir=Path(data_dir).resolve(),
         grpc_ports=grpc_ports,
         raft_ports=raft_ports,

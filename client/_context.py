@@ -7,10 +7,9 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-from ._time import utc, utc_or_none
+from ._time import InstantField
 
 __all__ = ["TaskContext"]
 
@@ -111,15 +110,8 @@ class TaskContext:
     _output: OutputTail = field(default_factory=OutputTail, repr=False)
     _exit_code: ExitCode = field(default_factory=ExitCode, repr=False)
 
-    @property
-    def scheduled_for(self) -> datetime:
-        """``scheduled_for_ms`` as an aware UTC datetime: the slot the run fires for."""
-        return utc(self.scheduled_for_ms)
-
-    @property
-    def deadline(self) -> datetime | None:
-        """``deadline_ms`` as an aware UTC datetime (None: no deadline)."""
-        return utc_or_none(self.deadline_ms)
+    scheduled_for = InstantField("the slot the run fires for", zero_is_epoch=True)
+    deadline = InstantField("None: no deadline")
 
     def json(self) -> Any:
         """The payload decoded as JSON; ``None`` for an empty payload."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, fields
-from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
 from ._specs import (
@@ -28,7 +27,7 @@ from ._specs import (
     TaskSpec,
     json_payload,
 )
-from ._time import millis, utc, utc_or_none
+from ._time import DurationField, InstantField
 
 __all__ = [
     "Attempt",
@@ -148,20 +147,9 @@ class Job:
         """The job's tenant."""
         return self.spec.tenant
 
-    @property
-    def next_fire(self) -> datetime | None:
-        """``next_fire_ms`` as an aware UTC datetime (None: nothing left to fire)."""
-        return utc_or_none(self.next_fire_ms)
-
-    @property
-    def created(self) -> datetime | None:
-        """``created_ms`` as an aware UTC datetime."""
-        return utc_or_none(self.created_ms)
-
-    @property
-    def updated(self) -> datetime | None:
-        """``updated_ms`` as an aware UTC datetime."""
-        return utc_or_none(self.updated_ms)
+    next_fire = InstantField("None: nothing left to fire")
+    created = InstantField()
+    updated = InstantField()
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,20 +175,9 @@ class Attempt:
     def __post_init__(self) -> None:
         object.__setattr__(self, "outcome", AttemptOutcome(self.outcome))
 
-    @property
-    def started(self) -> datetime | None:
-        """``started_ms`` as an aware UTC datetime (None if unset)."""
-        return utc_or_none(self.started_ms)
-
-    @property
-    def finished(self) -> datetime | None:
-        """``finished_ms`` as an aware UTC datetime (None if unset)."""
-        return utc_or_none(self.finished_ms)
-
-    @property
-    def duration(self) -> timedelta:
-        """``duration_ms`` as a timedelta."""
-        return millis(self.duration_ms)
+    started = InstantField()
+    finished = InstantField()
+    duration = DurationField()
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,35 +219,12 @@ class TaskInstance:
                 return attempt.output_tail
         return ""
 
-    @property
-    def ready(self) -> datetime | None:
-        """``ready_ms`` as an aware UTC datetime (None if unset)."""
-        return utc_or_none(self.ready_ms)
-
-    @property
-    def started(self) -> datetime | None:
-        """``started_ms`` as an aware UTC datetime (None if unset)."""
-        return utc_or_none(self.started_ms)
-
-    @property
-    def finished(self) -> datetime | None:
-        """``finished_ms`` as an aware UTC datetime (None if unset)."""
-        return utc_or_none(self.finished_ms)
-
-    @property
-    def retry_at(self) -> datetime | None:
-        """``retry_at_ms`` as an aware UTC datetime (None: no retry is waiting)."""
-        return utc_or_none(self.retry_at_ms)
-
-    @property
-    def lease_ttl(self) -> timedelta:
-        """``lease_ttl_ms`` as a timedelta."""
-        return millis(self.lease_ttl_ms)
-
-    @property
-    def lease_remaining(self) -> timedelta:
-        """``lease_remaining_ms`` as a timedelta."""
-        return millis(self.lease_remaining_ms)
+    ready = InstantField()
+    started = InstantField()
+    finished = InstantField()
+    retry_at = InstantField("None: no retry is waiting")
+    lease_ttl = DurationField()
+    lease_remaining = DurationField()
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,20 +251,9 @@ class Run:
         """Whether the run ended (succeeded, failed, cancelled or skipped)."""
         return self.state.is_terminal
 
-    @property
-    def scheduled_for(self) -> datetime:
-        """``scheduled_for_ms`` as an aware UTC datetime: the slot this run fires for."""
-        return utc(self.scheduled_for_ms)
-
-    @property
-    def created(self) -> datetime | None:
-        """``created_ms`` as an aware UTC datetime."""
-        return utc_or_none(self.created_ms)
-
-    @property
-    def finished(self) -> datetime | None:
-        """``finished_ms`` as an aware UTC datetime (None while running)."""
-        return utc_or_none(self.finished_ms)
+    scheduled_for = InstantField("the slot this run fires for", zero_is_epoch=True)
+    created = InstantField()
+    finished = InstantField("None while running")
 
     def task(self, name: str) -> TaskInstance:
         """The instance of task ``name``; KeyError if the run has none."""
@@ -337,10 +280,7 @@ class DeadLetter:
         """The dead task as a ``TaskRef`` (for ``replay_dead_letters``)."""
         return TaskRef(self.run_id, self.task_name)
 
-    @property
-    def dead(self) -> datetime | None:
-        """``dead_ms`` as an aware UTC datetime: when the task failed for good."""
-        return utc_or_none(self.dead_ms)
+    dead = InstantField("when the task failed for good")
 
 
 class TaskRef(NamedTuple):
@@ -381,10 +321,7 @@ class ClusterLimits:
     max_attempt_records: int | None = None
     """Finished attempts kept per task (``TaskInstance.attempts``)."""
 
-    @property
-    def dedupe_max_age(self) -> timedelta | None:
-        """``dedupe_max_age_ms`` as a timedelta (None if not given)."""
-        return None if self.dedupe_max_age_ms is None else millis(self.dedupe_max_age_ms)
+    dedupe_max_age = DurationField("None if not given")
 
     def items(self) -> list[tuple[str, int | None]]:
         """``(name, value)`` of every limit, in declaration order."""
@@ -429,7 +366,4 @@ class ClusterStatus:
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
 
-    @property
-    def clock(self) -> datetime | None:
-        """``clock_ms`` (the cluster's time, which never goes back) as an aware UTC datetime."""
-        return utc_or_none(self.clock_ms)
+    clock = InstantField("the cluster's time, which never goes back")

@@ -10,7 +10,8 @@ from ._errors import RunFailed
 from ._models import Run, RunState
 
 if TYPE_CHECKING:
-    from ._client import AsyncClient, Client
+    from ._blocking_client import Client
+    from ._client import AsyncClient
 
 __all__ = ["AsyncRunHandle", "RunHandle"]
 

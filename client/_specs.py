@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from ._time import duration_ms, instant_ms, millis, ms_or_alias, utc
+from ._time import DurationField, InstantField, duration_ms, instant_ms, ms_or_alias
 
 __all__ = [
     "CronSchedule",
@@ -105,15 +105,8 @@ class IntervalSchedule:
         seconds = interval.total_seconds() if isinstance(interval, timedelta) else interval
         return cls(interval_ms=round(seconds * 1000), anchor_ms=anchor_ms)
 
-    @property
-    def interval(self) -> timedelta:
-        """``interval_ms`` as a timedelta."""
-        return millis(self.interval_ms)
-
-    @property
-    def anchor(self) -> datetime:
-        """``anchor_ms`` as an aware UTC datetime (the epoch by default)."""
-        return utc(self.anchor_ms)
+    interval = DurationField()
+    anchor = InstantField("the epoch by default", zero_is_epoch=True)
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -134,10 +127,7 @@ class OnceSchedule:
         """One fire at a timezone-aware datetime (the same as ``OnceSchedule(at=when)``)."""
         return cls(at=when)
 
-    @property
-    def when(self) -> datetime:
-        """``at_ms`` as an aware UTC datetime."""
-        return utc(self.at_ms)
+    when = InstantField(field="at_ms", zero_is_epoch=True)
 
 
 Schedule = CronSchedule | IntervalSchedule | OnceSchedule
@@ -185,15 +175,8 @@ class RetryPolicy:
         object.__setattr__(self, "multiplier", multiplier)
         object.__setattr__(self, "jitter", jitter)
 
-    @property
-    def initial_backoff(self) -> timedelta:
-        """``initial_backoff_ms`` as a timedelta (zero: the cluster's default)."""
-        return millis(self.initial_backoff_ms)
-
-    @property
-    def max_backoff(self) -> timedelta:
-        """``max_backoff_ms`` as a timedelta (zero: the cluster's default)."""
-        return millis(self.max_backoff_ms)
+    initial_backoff = DurationField("zero: the cluster's default")
+    max_backoff = DurationField("zero: the cluster's default")
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -229,10 +212,7 @@ class TaskSpec:
         object.__setattr__(self, "timeout_ms", limit)
         object.__setattr__(self, "retry", retry if retry is not None else RetryPolicy())
 
-    @property
-    def timeout(self) -> timedelta:
-        """``timeout_ms`` as a timedelta (zero: no limit)."""
-        return millis(self.timeout_ms)
+    timeout = DurationField("zero: no limit")
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -279,10 +259,7 @@ class JobSpec:
         object.__setattr__(self, "misfire_grace_ms", grace)
         object.__setattr__(self, "paused", paused)
 
-    @property
-    def misfire_grace(self) -> timedelta:
-        """``misfire_grace_ms`` as a timedelta."""
-        return millis(self.misfire_grace_ms)
+    misfire_grace = DurationField()
 
     @classmethod
     def single(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 from ._errors import InvalidArgument
 
@@ -65,3 +65,58 @@ def ms_or_alias(
     if ms:
         raise TypeError(f"{owner}: give {ms_name} or {alias}, not both")
     return convert(value, f"{owner}({alias}=...)")
+
+
+class InstantField:
+    """A read-only attribute ``x`` that reads the owner's ``x_ms`` (or ``field``) as an aware
+    UTC datetime; None where the field is 0 (the wire's "unset") unless ``zero_is_epoch``."""
+
+    def __init__(self, note: str = "", *, field: str | None = None, zero_is_epoch: bool = False):
+        self._note = note
+        self._field = field or ""
+        self._zero_is_epoch = zero_is_epoch
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = self._field or f"{name}_ms"
+        note = self._note or ("" if self._zero_is_epoch else "None if unset")
+        self.__doc__ = f"``{self._field}`` as an aware UTC datetime" + (
+            f" ({note})." if note else "."
+        )
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> InstantField: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> datetime | None: ...
+
+    def __get__(self, obj: object | None, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        ms = getattr(obj, self._field)
+        return utc(ms) if ms or self._zero_is_epoch else None
+
+
+class DurationField:
+    """A read-only attribute ``x`` that reads the owner's ``x_ms`` as a timedelta (None only
+    where the field itself is None)."""
+
+    def __init__(self, note: str = "") -> None:
+        self._note = note
+        self._field = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._field = f"{name}_ms"
+        note = f" ({self._note})" if self._note else ""
+        self.__doc__ = f"``{self._field}`` as a timedelta{note}."
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> DurationField: ...
+
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> timedelta: ...
+
+    def __get__(self, obj: object | None, objtype: type | None = None) -> Any:
+        if obj is None:
+            return self
+        ms = getattr(obj, self._field)
+        return None if ms is None else millis(ms)

@@ -25,11 +25,12 @@ from collections.abc import Callable, Mapping, Sequence
 
 from gnomon.v1 import worker_pb2
 
-from ._client import AsyncClient, Client
+from ._blocking_client import Client
+from ._client import AsyncClient
 from ._context import DEFAULT_OUTPUT_TAIL_BYTES
 from ._task import TaskDefinition
 from ._transport import Backoff, ChannelConfig, parse_servers
-from ._worker_leases import SHUTDOWN, Execution, LeaseTable, LeaseTiming
+from ._worker_leases import SHUTDOWN, HeldLease, LeaseTable, LeaseTiming
 from ._worker_reports import ReportRefusal, Reports, StatsCounter, WorkerStats
 from ._worker_stream import CLOSE_WAIT_S, WorkerIdentity, WorkerStream
 from ._worker_tasks import TaskRunner
@@ -247,7 +248,7 @@ class Worker:
     def _fence_lapsed(self) -> None:
         self._reports.lapsed(self._leases.fence_lapsed(time.monotonic()))
 
-    def _prepare_hello(self) -> list[Execution]:
+    def _prepare_hello(self) -> list[HeldLease]:
         self._fence_lapsed()
         held = self._leases.all()
         self._reports.mark_unsent(held)

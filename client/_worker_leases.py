@@ -32,8 +32,9 @@ SHUTDOWN = "shutdown"
 
 
 @dataclass(eq=False)
-class Execution:
-    """One held lease and the task running under it."""
+class HeldLease:
+    """A lease this worker holds (from its Assign until it is forgotten) and the task that
+    runs under it, if one does."""
 
     definition: TaskDefinition | None
     ctx: TaskContext
@@ -123,38 +124,38 @@ class LeaseTiming:
 
 
 class LeaseTable:
-    """Owner of the held leases: one ``Execution`` per fencing token, the task slots they
+    """Owner of the held leases: one ``HeldLease`` per fencing token, the task slots they
     take out of ``max_concurrency``, renewal by heartbeat acks, and self-fencing."""
 
     def __init__(self, timing: LeaseTiming, max_concurrency: int) -> None:
         self.timing = timing
         self.max_concurrency = max_concurrency
-        self.executions: dict[int, Execution] = {}
+        self.held: dict[int, HeldLease] = {}
         self.busy = 0
         self.draining = False
         """Shutting down: no slot is offered, an Assign is handed back."""
         self._idle = asyncio.Event()
         self._idle.set()
 
-    def get(self, token: int) -> Execution | None:
-        return self.executions.get(token)
+    def get(self, token: int) -> HeldLease | None:
+        return self.held.get(token)
 
-    def holds(self, ex: Execution) -> bool:
-        return self.executions.get(ex.token) is ex
+    def holds(self, ex: HeldLease) -> bool:
+        return self.held.get(ex.token) is ex
 
-    def all(self) -> list[Execution]:
-        return list(self.executions.values())
+    def all(self) -> list[HeldLease]:
+        return list(self.held.values())
 
-    def add(self, ex: Execution) -> None:
-        self.executions[ex.token] = ex
+    def add(self, ex: HeldLease) -> None:
+        self.held[ex.token] = ex
         self._set_idle()
 
-    def forget(self, ex: Execution) -> None:
+    def forget(self, ex: HeldLease) -> None:
         if self.holds(ex):
-            del self.executions[ex.token]
+            del self.held[ex.token]
         self._set_idle()
 
-    def drop(self, ex: Execution, reason: str) -> None:
+    def drop(self, ex: HeldLease, reason: str) -> None:
         """The lease is gone (revoked, cancelled, lost, lapsed): stop the task, never report."""
         ex.lease.fence()
         ex.request_cancel(reason)
@@ -165,11 +166,11 @@ class LeaseTable:
     def free_slots(self) -> int:
         return 0 if self.draining else self.max_concurrency - self.busy
 
-    def take_slot(self, ex: Execution) -> None:
+    def take_slot(self, ex: HeldLease) -> None:
         self.busy += 1
         ex.slot_released = False
 
-    def release_slot(self, ex: Execution) -> bool:
+    def release_slot(self, ex: HeldLease) -> bool:
         """Free ``ex``'s slot; False if it was free already."""
         if ex.slot_released:
             return False
@@ -183,7 +184,7 @@ class LeaseTable:
         await self._idle.wait()
 
     def _set_idle(self) -> None:
-        if self.executions or self.busy:
+        if self.held or self.busy:
             self._idle.clear()
         else:
             self._idle.set()
@@ -193,24 +194,24 @@ class LeaseTable:
     def renew(self, tokens: Iterable[int], sent_at: float) -> None:
         """A heartbeat sent at ``sent_at`` (monotonic) was acknowledged for ``tokens``."""
         for token in tokens:
-            ex = self.executions.get(token)
+            ex = self.held.get(token)
             if ex is not None:
                 ex.lease.renew(sent_at + ex.ttl_s - ex.margin_s)
 
     def revoke(self, tokens: Iterable[int]) -> None:
         for token in tokens:
-            ex = self.executions.get(token)
+            ex = self.held.get(token)
             if ex is not None:
                 log.warning("lease %s revoked by the cluster; stopping it", ex.describe())
                 self.drop(ex, "revoked")
 
     def cancel(self, cancel: worker_pb2.Cancel) -> None:
-        ex = self.executions.get(cancel.lease.fencing_token)
+        ex = self.held.get(cancel.lease.fencing_token)
         if ex is not None:
             log.info("task %s cancelled by the cluster: %s", ex.describe(), cancel.reason)
             self.drop(ex, "cancelled")
 
-    def resume(self, held: Sequence[Execution], resumed: Iterable[int], hello_at: float) -> None:
+    def resume(self, held: Sequence[HeldLease], resumed: Iterable[int], hello_at: float) -> None:
         """A Welcome answered the Hello (sent at ``hello_at``) that listed ``held``."""
         resumed_tokens = set(resumed)
         for ex in held:
@@ -223,9 +224,9 @@ class LeaseTable:
                 )
                 self.drop(ex, "lost")
 
-    def fence_lapsed(self, now: float) -> list[Execution]:
+    def fence_lapsed(self, now: float) -> list[HeldLease]:
         """Self-fence every lease without an acknowledged heartbeat for ``ttl - margin`` (one
-        whose report was sent waits for its ack); returns the executions dropped."""
+        whose report was sent waits for its ack); returns the leases dropped."""
         dropped = []
         for ex in self.all():
             if ex.report_sent or ex.lease.valid(now):
@@ -241,4 +242,4 @@ class LeaseTable:
         return dropped
 
     def heartbeat_refs(self) -> list[worker_pb2.LeaseRef]:
-        return [ex.ref for ex in self.executions.values() if not ex.lease.fenced]
+        return [ex.ref for ex in self.held.values() if not ex.lease.fenced]

@@ -14,7 +14,7 @@ from typing import Literal
 from gnomon.v1 import worker_pb2
 
 from ._transport import Backoff
-from ._worker_leases import Execution, LeaseTable
+from ._worker_leases import HeldLease, LeaseTable
 from ._worker_stream import WorkerStream
 
 __all__ = ["ReportRefusal", "WorkerStats"]
@@ -113,7 +113,7 @@ class Reports:
         self._on_refused = on_refused
         self._rng = rng
 
-    async def finish(self, ex: Execution, report: worker_pb2.WorkerMessage | None) -> None:
+    async def finish(self, ex: HeldLease, report: worker_pb2.WorkerMessage | None) -> None:
         """The task ended with ``report`` (None: nothing to report): send it if the lease is
         still ours and valid."""
         if report is None or not self._leases.holds(ex):
@@ -131,11 +131,11 @@ class Reports:
         ex.report = report
         await self.send(ex)
 
-    def send_soon(self, ex: Execution, report: worker_pb2.WorkerMessage) -> None:
+    def send_soon(self, ex: HeldLease, report: worker_pb2.WorkerMessage) -> None:
         ex.report = report
         self._stream.spawn(self.send(ex))
 
-    async def send(self, ex: Execution) -> None:
+    async def send(self, ex: HeldLease) -> None:
         # Unsent reports stay with the lease: after a reconnect they are sent if the lease
         # was resumed, else dropped.
         if ex.report is None or not self._stream.connected or not self._leases.holds(ex):
@@ -145,7 +145,7 @@ class Reports:
         if not await self._stream.write(ex.report):
             ex.report_sent = False
 
-    def mark_unsent(self, held: Iterable[Execution]) -> None:
+    def mark_unsent(self, held: Iterable[HeldLease]) -> None:
         """A new stream: no report is in flight on it yet."""
         for ex in held:
             ex.report_sent = False
@@ -183,17 +183,17 @@ class Reports:
         else:
             self.abandon(ex, f"{ack.detail} (the lease is no longer valid)")
 
-    def lapsed(self, dropped: Iterable[Execution]) -> None:
+    def lapsed(self, dropped: Iterable[HeldLease]) -> None:
         """Leases that self-fenced: a report among them that the cluster answered "not
         recorded" and that waited to be sent again is abandoned."""
         for ex in dropped:
             if ex.report is not None and ex.report_attempts > 0:
                 self.abandon(ex, "not recorded before the lease lapsed")
 
-    def abandon(self, ex: Execution, detail: str) -> None:
+    def abandon(self, ex: HeldLease, detail: str) -> None:
         self._refused(ex, detail, final=False, reason=NOT_RECORDED)
 
-    def _resend(self, ex: Execution) -> None:
+    def _resend(self, ex: HeldLease) -> None:
         if not self._leases.holds(ex):
             return
         if ex.lease.valid():
@@ -202,7 +202,7 @@ class Reports:
         else:
             self.abandon(ex, "not recorded, and the lease is no longer valid")
 
-    def _refused(self, ex: Execution, detail: str, *, final: bool, reason: str) -> None:
+    def _refused(self, ex: HeldLease, detail: str, *, final: bool, reason: str) -> None:
         """The cluster did not record ``ex``'s report as sent: log it, count it, tell the
         application, forget the lease."""
         kind = ex.report.WhichOneof("msg") if ex.report is not None else "fail"

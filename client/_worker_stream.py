@@ -28,7 +28,7 @@ from ._transport import (
     leader_hint,
     reason_of,
 )
-from ._worker_leases import Execution, LeaseTable, LeaseTiming
+from ._worker_leases import HeldLease, LeaseTable, LeaseTiming
 
 log = logging.getLogger("gnomon.client.worker")
 
@@ -87,7 +87,7 @@ class WorkerStream:
         rng: random.Random,
         timing: LeaseTiming,
         leases: LeaseTable,
-        prepare_hello: Callable[[], Sequence[Execution]],
+        prepare_hello: Callable[[], Sequence[HeldLease]],
         on_connected: Callable[[], Awaitable[None]],
         handlers: Mapping[str, Callable[[Any], None]],
     ) -> None:

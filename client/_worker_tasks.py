@@ -17,7 +17,7 @@ from . import _convert as cv
 from ._context import LeaseState, OutputTail
 from ._errors import NonRetryableError
 from ._task import ANY_TASK, TaskDefinition, encode_result
-from ._worker_leases import DEADLINE, SHUTDOWN, Execution, LeaseTable
+from ._worker_leases import DEADLINE, SHUTDOWN, HeldLease, LeaseTable
 from ._worker_reports import Reports, StatsCounter
 from ._worker_stream import WorkerStream
 
@@ -26,7 +26,7 @@ log = logging.getLogger("gnomon.client.worker")
 _MAX_ERROR_CHARS = 4096
 
 
-def complete_message(ex: Execution, result: bytes) -> worker_pb2.WorkerMessage:
+def complete_message(ex: HeldLease, result: bytes) -> worker_pb2.WorkerMessage:
     complete = worker_pb2.Complete(
         lease=ex.ref, result=result, output_tail=ex.output.tail(), duration_ms=ex.duration_ms()
     )
@@ -35,7 +35,7 @@ def complete_message(ex: Execution, result: bytes) -> worker_pb2.WorkerMessage:
     return worker_pb2.WorkerMessage(complete=complete)
 
 
-def fail_message(ex: Execution, error: str, *, retryable: bool) -> worker_pb2.WorkerMessage:
+def fail_message(ex: HeldLease, error: str, *, retryable: bool) -> worker_pb2.WorkerMessage:
     fail = worker_pb2.Fail(
         lease=ex.ref,
         error=error[:_MAX_ERROR_CHARS],
@@ -120,7 +120,7 @@ class TaskRunner:
     def shutdown(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
-    def _execution(self, assign: worker_pb2.Assign) -> Execution:
+    def _execution(self, assign: worker_pb2.Assign) -> HeldLease:
         timing = self._leases.timing
         ttl_s = timing.ttl_of(assign.lease_ttl_ms)
         margin_s = timing.margin_for(ttl_s)
@@ -133,9 +133,9 @@ class TaskRunner:
         definition = self._definitions.get((ctx.queue, ctx.task_name)) or self._definitions.get(
             (ctx.queue, ANY_TASK)
         )
-        return Execution(definition, ctx, lease, ttl_s, margin_s, output)
+        return HeldLease(definition, ctx, lease, ttl_s, margin_s, output)
 
-    def _start(self, ex: Execution, deadline_ms: int) -> None:
+    def _start(self, ex: HeldLease, deadline_ms: int) -> None:
         if self._leases.busy >= self._leases.max_concurrency:
             log.warning("worker %s: assigned more tasks than credited", self._worker_id)
         self._leases.take_slot(ex)
@@ -147,7 +147,7 @@ class TaskRunner:
                 delay, ex.request_cancel, DEADLINE
             )
 
-    async def _execute(self, ex: Execution) -> None:
+    async def _execute(self, ex: HeldLease) -> None:
         try:
             await self._reports.finish(ex, await self._outcome(ex))
         finally:
@@ -159,7 +159,7 @@ class TaskRunner:
             else:
                 self._release_slot(ex)
 
-    async def _outcome(self, ex: Execution) -> worker_pb2.WorkerMessage | None:
+    async def _outcome(self, ex: HeldLease) -> worker_pb2.WorkerMessage | None:
         """Call the task function; what to report (None: nothing, the lease is gone)."""
         self._stats.count(tasks_started=1)
         ex.started_at = time.monotonic()
@@ -179,14 +179,14 @@ class TaskRunner:
             retryable = not isinstance(e, NonRetryableError)
             return fail_message(ex, f"{type(e).__name__}: {e}", retryable=retryable)
 
-    async def _call(self, ex: Execution) -> Any:
+    async def _call(self, ex: HeldLease) -> Any:
         assert ex.definition is not None
         if ex.definition.is_async:
             return await ex.definition.fn(ex.ctx)
         ex.thread = self._executor.submit(ex.definition.fn, ex.ctx)
         return await asyncio.wrap_future(ex.thread)
 
-    def _result_message(self, ex: Execution, result: bytes) -> worker_pb2.WorkerMessage:
+    def _result_message(self, ex: HeldLease, result: bytes) -> worker_pb2.WorkerMessage:
         if len(result) > self._max_result_bytes:
             error = (
                 f"result of {len(result)} bytes exceeds max_result_bytes ({self._max_result_bytes})"
@@ -195,14 +195,14 @@ class TaskRunner:
         return complete_message(ex, result)
 
     @staticmethod
-    def _cancelled_message(ex: Execution) -> worker_pb2.WorkerMessage | None:
+    def _cancelled_message(ex: HeldLease) -> worker_pb2.WorkerMessage | None:
         if ex.cancel_reason == DEADLINE:
             return fail_message(ex, "attempt deadline exceeded", retryable=True)
         if ex.cancel_reason == SHUTDOWN:
             return fail_message(ex, "worker shut down before the task finished", retryable=True)
         return None
 
-    def _release_from_thread(self, ex: Execution) -> Any:
+    def _release_from_thread(self, ex: HeldLease) -> Any:
         loop = asyncio.get_running_loop()
 
         def release(_: object) -> None:
@@ -213,6 +213,6 @@ class TaskRunner:
 
         return release
 
-    def _release_slot(self, ex: Execution) -> None:
+    def _release_slot(self, ex: HeldLease) -> None:
         if self._leases.release_slot(ex):
             self._stream.top_up_credits()

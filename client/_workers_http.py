@@ -154,7 +154,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect)
 
 
-def _tail(data: bytes) -> str:
+def _body_tail(data: bytes) -> str:
     text = data.decode(errors="replace")
     return text[-_BODY_TAIL_CHARS:]
 
@@ -197,7 +197,7 @@ def send_request(
         raise RequestFailed(f"{what}: {reason}") from None
     log.info("%s attempt %d: %s -> %d", ctx.idempotency_key, ctx.attempt, what, status)
     # The attempt's output (Attempt.output_tail): the status line and the response's tail.
-    body_tail = _tail(data)
+    body_tail = _body_tail(data)
     ctx.write(f"{what} -> HTTP {status}\n{body_tail}")
     if body_tail and not body_tail.endswith("\n"):
         ctx.write("\n")

@@ -131,7 +131,7 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-async def _pump(stream: asyncio.StreamReader, ctx: TaskContext, tail: OutputTail) -> None:
+async def _copy_output(stream: asyncio.StreamReader, ctx: TaskContext, tail: OutputTail) -> None:
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     while chunk := await stream.read(65536):
         text = decoder.decode(chunk)
@@ -154,7 +154,7 @@ async def _terminate(proc: asyncio.subprocess.Process, grace_s: float) -> None:
     await proc.wait()
 
 
-def _quote(tail: str) -> str:
+def _output_excerpt(tail: str) -> str:
     text = tail.strip()
     if not text:
         return "no output"
@@ -193,7 +193,7 @@ async def run_command(
     )
     tail = OutputTail(_RESULT_TAIL_BYTES)
     assert proc.stdout is not None
-    pump = asyncio.create_task(_pump(proc.stdout, ctx, tail))
+    pump = asyncio.create_task(_copy_output(proc.stdout, ctx, tail))
     try:
         try:
             code = await proc.wait()
@@ -229,10 +229,10 @@ async def run_command(
             name = signal.Signals(-code).name
         except ValueError:
             name = f"signal {-code}"
-        raise CommandFailed(f"killed by {name}; {_quote(tail.tail())}")
+        raise CommandFailed(f"killed by {name}; {_output_excerpt(tail.tail())}")
     if not command.retry_on_exit or code in command.fatal_exit_codes:
-        raise CommandFailedFinal(f"exit code {code} (not retried); {_quote(tail.tail())}")
-    raise CommandFailed(f"exit code {code}; {_quote(tail.tail())}")
+        raise CommandFailedFinal(f"exit code {code} (not retried); {_output_excerpt(tail.tail())}")
+    raise CommandFailed(f"exit code {code}; {_output_excerpt(tail.tail())}")
 
 
 def shell_task(

@@ -28,7 +28,7 @@ __all__ = ["EXIT_CODES", "build_parser", "error_line", "exit_code_for", "main"]
 
 
 def _default_client(servers: str, timeout_s: float) -> Any:
-    from ._client import Client
+    from ._blocking_client import Client
 
     return Client(servers, timeout_s=timeout_s, attempt_timeout_s=min(5.0, timeout_s))
 

@@ -45,6 +45,11 @@ async def wait_until(predicate, timeout=5.0):
         await asyncio.sleep(0.005)
 
 
+@task(name="main")
+async def quick(ctx: TaskContext) -> str:
+    return "done"
+
+
 class Gate:
     """Lets a test hold a task until it says so, and see when it started / was cancelled."""
 
@@ -106,7 +111,7 @@ async def test_hello_credits_assign_heartbeat_complete(serve):
         _, complete = await svc.expect("complete")
         assert complete.result == b"released"
         await svc.expect("credits")
-        await wait_until(lambda: not worker._leases.executions)
+        await wait_until(lambda: not worker._leases.held)
 
 
 async def test_sync_tasks_run_in_threads_and_failures_are_reported(serve):
@@ -214,7 +219,7 @@ async def test_self_fencing_stops_reporting(serve):
         svc.refuse = True
         svc.streams[0].abort(grpc.StatusCode.UNAVAILABLE, "leader lost")
         assert await asyncio.to_thread(finished.wait, 10)
-        await wait_until(lambda: worker._leases.busy == 0 and not worker._leases.executions)
+        await wait_until(lambda: worker._leases.busy == 0 and not worker._leases.held)
         svc.refuse = False
         # Back online: the lease is not held any more and nothing is reported for it
         # (expect() fails on a complete or fail before the credits).
@@ -248,10 +253,6 @@ async def test_report_not_recorded_is_sent_again(serve):
     svc = FakeWorkerService(auto_report_ack=False)
     addr = await serve(svc)
 
-    @task(name="main")
-    async def quick(ctx: TaskContext) -> str:
-        return "done"
-
     async with make_worker(addr, [quick], max_concurrency=1) as worker:
         await svc.expect("credits")
         stream = svc.streams[0]
@@ -268,9 +269,9 @@ async def test_report_not_recorded_is_sent_again(serve):
         )
         _, second = await svc.expect("complete")
         assert second == first
-        assert 71 in worker._leases.executions
+        assert 71 in worker._leases.held
         stream.send(report_ack={"lease": first.lease, "accepted": True})
-        await wait_until(lambda: not worker._leases.executions)
+        await wait_until(lambda: not worker._leases.held)
         assert worker.stats.reports_resent == 1 and worker.stats.reports_accepted == 1
         assert worker.stats.reports_refused == worker.stats.reports_abandoned == 0
 
@@ -288,10 +289,6 @@ async def test_report_the_cluster_decided_on_is_surfaced_not_resent(serve, caplo
         told.set()
         raise RuntimeError("a broken hook must not stop the worker")
 
-    @task(name="main")
-    async def quick(ctx: TaskContext) -> str:
-        return "done"
-
     detail = "result: 70000 bytes exceeds max_result_bytes 65536; recorded as a failure"
     async with make_worker(
         addr, [quick], max_concurrency=1, on_report_refused=on_refused
@@ -305,7 +302,7 @@ async def test_report_the_cluster_decided_on_is_surfaced_not_resent(serve, caplo
             stream.send(report_ack={"lease": first.lease, "accepted": False, "detail": detail})
             await asyncio.wait_for(told.wait(), 5)
         # Forgotten at once: a resend needs the held lease, so none can follow.
-        assert 72 not in worker._leases.executions
+        assert 72 not in worker._leases.held
         assert refusals == [
             ReportRefusal("j1@1000", "main", 72, kind="complete", detail=detail, final=True)
         ]
@@ -327,10 +324,6 @@ async def test_the_ack_reason_decides_over_retry_and_reaches_the_refusal(serve):
     svc = FakeWorkerService(auto_report_ack=False)
     addr = await serve(svc)
     refusals: list[ReportRefusal] = []
-
-    @task(name="main")
-    async def quick(ctx: TaskContext) -> str:
-        return "done"
 
     async with make_worker(
         addr, [quick], max_concurrency=1, on_report_refused=refusals.append
@@ -354,7 +347,7 @@ async def test_the_ack_reason_decides_over_retry_and_reaches_the_refusal(serve):
             }
         )
         await wait_until(lambda: refusals)
-        assert not worker._leases.executions
+        assert not worker._leases.held
     assert refusals == [
         ReportRefusal(
             "j1@1000", "main", 76, kind="complete", detail=stale, final=True, reason="STALE_LEASE"
@@ -394,7 +387,7 @@ async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeyp
                 }
             )
         await wait_until(lambda: refusals)
-        assert not worker._leases.executions
+        assert not worker._leases.held
     (refusal,) = refusals
     assert refusal.kind == "fail" and not refusal.final and not_committed in refusal.detail
     assert worker.stats.reports_resent == 1 and worker.stats.reports_abandoned == 1
@@ -408,10 +401,6 @@ async def test_report_waiting_to_be_resent_when_the_lease_lapses_is_abandoned(se
     svc = FakeWorkerService(heartbeat_interval_ms=50, lease_ttl_ms=600, auto_report_ack=False)
     addr = await serve(svc)
     refusals: list[ReportRefusal] = []
-
-    @task(name="main")
-    async def quick(ctx: TaskContext) -> str:
-        return "done"
 
     async with make_worker(
         addr, [quick], max_concurrency=1, safety_margin_s=0.2, on_report_refused=refusals.append
@@ -429,13 +418,13 @@ async def test_report_waiting_to_be_resent_when_the_lease_lapses_is_abandoned(se
             }
         )
         await wait_until(
-            lambda: 75 in worker._leases.executions and worker._leases.executions[75].report_attempts == 1
+            lambda: 75 in worker._leases.held and worker._leases.held[75].report_attempts == 1
         )
         # The leader is gone and none answers: the lease lapses before the resend is due.
         svc.refuse = True
         stream.abort(grpc.StatusCode.UNAVAILABLE, "leader lost")
         await wait_until(lambda: refusals, timeout=10)
-        assert not worker._leases.executions
+        assert not worker._leases.held
     (refusal,) = refusals
     assert not refusal.final and refusal.kind == "complete" and "lapsed" in refusal.detail
     assert worker.stats.reports_abandoned == 1 and worker.stats.reports_resent == 0
