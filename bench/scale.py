@@ -53,7 +53,7 @@ from gnomon.bench.common import (
     summary,
     wait_for,
 )
-from gnomon.v1 import api_pb2
+from gnomon.v1 import api_pb2, api_pb2_grpc
 
 GOAL_RSS_GIB = 2.0
 DAY_MS = 86_400_000
@@ -144,8 +144,9 @@ def measure(cluster: BenchCluster, n: int, herd: int, root: Path) -> dict[str, A
     since = log_offsets(cluster)
     t0 = time.monotonic()
     cluster.start()
-    leader = cluster.find_leader(timeout_s=900)
+    wait_for(lambda: _serving(cluster), timeout_s=900, what="a leader serving", interval_s=0.2)
     out["restart_to_serving_s"] = round(time.monotonic() - t0, 1)
+    leader = cluster.find_leader(timeout_s=60)
     log(f"scale {n:,}: serving {out['restart_to_serving_s']}s after the restart")
     out["load_s"] = {nid: round(int(m.group(1)) / 1000, 1) for nid, m in node_log_lines(
         cluster, r"read snapshot \S+ at index \d+: \d+ jobs, \d+ runs in (\d+) ms", since)}
@@ -161,6 +162,22 @@ def measure(cluster: BenchCluster, n: int, herd: int, root: Path) -> dict[str, A
                             for nid, pid in cluster.pids().items()}
     out["leader_sessions"] = len(node_log_lines(cluster, r"leading \(session", since))
     return out
+
+
+def _serving(cluster: BenchCluster) -> bool:
+    """A node answers as the ready leader (GetJob of a missing job: NOT_FOUND only there).
+
+    A new channel per probe: a channel refused while the nodes load backs off for up to
+    ~20 s before it tries again, which would be measured as restart time."""
+    for node in cluster.nodes:
+        with grpc.insecure_channel(node.grpc_addr) as channel:
+            try:
+                api_pb2_grpc.JobServiceStub(channel).GetJob(
+                    api_pb2.GetJobRequest(job=api_pb2.JobRef(job_id="j0")), timeout=2)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    return True
+    return False
 
 
 def snapshots_while_probing(cluster: BenchCluster, timeout_s: float) -> dict[str, Any]:

@@ -264,7 +264,10 @@ class Replica:
         """Verify and decode a snapshot file (does not install it); SnapshotError if bad."""
         started = time.perf_counter()
         snap = read_snapshot(path)
-        # Millions of new objects: the cyclic GC would walk them over and over meanwhile.
+        # Millions of new objects: the cyclic GC would walk them over and over meanwhile, and
+        # once more (a pause of seconds at 1M jobs) at the first allocation after it is back on,
+        # unless they are moved to its permanent generation first. They live long anyway;
+        # a discarded snapshot is still freed by reference counting.
         was_enabled = gc.isenabled()
         gc.disable()
         try:
@@ -279,6 +282,7 @@ class Replica:
             raise SnapshotError(f"{path}: cannot decode the snapshot: {exc!r}") from exc
         finally:
             snap.close()
+            gc.freeze()
             if was_enabled:
                 gc.enable()
         log.info("read snapshot %s at index %d: %d jobs, %d runs in %d ms", path,
@@ -290,9 +294,6 @@ class Replica:
         """Replace the state with a decoded snapshot's."""
         with self.lock:
             self.state = loaded.state
-        # The restored objects live long: keep the cyclic GC from walking them again and
-        # again (a full collection over millions of objects pauses every thread).
-        gc.freeze()
         log.info("restored snapshot at index %d: %d jobs, %d runs", loaded.index,
                  len(loaded.state.jobs), len(loaded.state.runs))
 
