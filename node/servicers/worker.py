@@ -19,7 +19,7 @@ from gnomon.node.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leases import LeaseTable
 from gnomon.node.raft import NotCommitted, Overloaded
 from gnomon.node.servicers.base import NodeApi
-from gnomon.node.servicers.errors import NotLeader, abort
+from gnomon.node.servicers.errors import NotLeader, Reason, abort, rejected_reason
 from gnomon.node.validate import ValidationError, validate_worker_id
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
@@ -115,14 +115,16 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         try:
             reply = await self.node.proposer.propose(cmd)
         except (NotCommitted, Overloaded) as exc:
-            ack = worker_pb2.ReportAck(accepted=False, retry=True,
+            ack = worker_pb2.ReportAck(accepted=False, retry=True, reason=Reason.NOT_RECORDED,
                                        detail=f"not recorded: {exc}; report again")
         else:
             if isinstance(reply, Rejected):
-                ack = worker_pb2.ReportAck(accepted=False, detail=reply.detail)
+                ack = worker_pb2.ReportAck(accepted=False, detail=reply.detail,
+                                           reason=rejected_reason(reply))
             elif turned_into:
                 # Recorded, but not as sent: the worker must not believe all is well.
-                ack = worker_pb2.ReportAck(accepted=False, detail=turned_into)
+                ack = worker_pb2.ReportAck(accepted=False, detail=turned_into,
+                                           reason=Reason.RECORDED_AS_FAILURE)
             else:
                 ack = worker_pb2.ReportAck(accepted=True)
         ack.lease.CopyFrom(msg.lease)

@@ -59,14 +59,14 @@ def test_oversized_result_is_answered_not_accepted_with_the_reason(cluster):
     leader, _job, worker, assign = _leased(cluster, "too-big")
     worker.complete(assign.lease, b"x" * 101)
     ack = worker.next("report_ack")
-    assert not ack.accepted and not ack.retry
+    assert not ack.accepted and not ack.retry and ack.reason == "RECORDED_AS_FAILURE"
     assert "max_result_bytes" in ack.detail
     run = leader.jobs().GetRun(api_pb2.GetRunRequest(run_id=assign.lease.run_id), timeout=5).run
     assert run.tasks[0].state == types_pb2.TASK_STATE_DEAD
     # A stale report (the task is no longer leased) is refused for good, not "try again".
     worker.complete(assign.lease, b"ok")
     again = worker.next("report_ack")
-    assert not again.accepted and not again.retry
+    assert not again.accepted and not again.retry and again.reason == "STALE_LEASE"
     worker.close()
 
 
