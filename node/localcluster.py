@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -48,6 +49,20 @@ def wait_for(predicate: Callable[[], T], *, timeout_s: float, what: str,
             last_exc = exc
         time.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last error: {last_exc})")
+
+
+async def wait_for_async(predicate: Callable[[], T], *, timeout_s: float, what: str,
+                         interval_s: float = 0.001) -> T:
+    """`wait_for` on an event loop: poll `predicate` every `interval_s` (it must not block)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(interval_s)
 
 
 @dataclass

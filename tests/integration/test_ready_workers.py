@@ -10,8 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from gnomon.client import (
     RunState,
     TaskState,
 )
-from gnomon.node.localcluster import LocalCluster
+from gnomon.node.localcluster import LocalCluster, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -41,16 +40,6 @@ def _env() -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith("GNOMON_") and "proxy" not in k.lower()
     }
-
-
-def poll(predicate: Callable[[], Any], *, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -186,7 +175,7 @@ def test_cancelled_run_stops_the_subprocess(env, tmp_path):
     command = f"echo $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}; exec sleep 120"
     run = start(env, "shell-cancel", "shell", {"command": command})
     pid = int(
-        poll(
+        wait_for(
             lambda: pid_file.exists() and pid_file.read_text().strip(),
             timeout_s=30,
             what="the command to write its pid",
@@ -205,7 +194,7 @@ def test_cancelled_run_stops_the_subprocess(env, tmp_path):
             return True
         return False
 
-    poll(gone, timeout_s=20, what=f"pid {pid} to be killed and reaped")
+    wait_for(gone, timeout_s=20, what=f"pid {pid} to be killed and reaped")
     main = env["client"].get_run(run.run_id).task("main")
     assert main.state == TaskState.CANCELLED
     assert [a.outcome for a in main.attempts] == [AttemptOutcome.CANCELLED]
@@ -224,7 +213,7 @@ def test_timeout_kills_the_whole_process_group(env, tmp_path):
     )
     shell_pid, child_pid = map(
         int,
-        poll(
+        wait_for(
             lambda: pids.exists() and pids.read_text().split(),
             timeout_s=30,
             what="the command to write its pids",
@@ -244,7 +233,7 @@ def test_timeout_kills_the_whole_process_group(env, tmp_path):
         stat = Path(f"/proc/{pid}/stat")
         return stat.exists() and stat.read_text().rpartition(")")[2].split()[0] == "Z"
 
-    poll(lambda: gone(shell_pid) and gone(child_pid), timeout_s=20, what="both processes to die")
+    wait_for(lambda: gone(shell_pid) and gone(child_pid), timeout_s=20, what="both processes to die")
 
 
 def test_shell_exit_codes_retry_or_dead_letter(env):
@@ -391,7 +380,7 @@ def test_http_5xx_is_retried_and_4xx_dead_lettered(env, hooks):
     proc = gnomon(env, "dlq", "replay", f"{bad.run_id}:main", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"replayed": [{"run_id": bad.run_id, "task_name": "main"}]}
-    poll(lambda: len(_Hooks.seen("/bad")) == 2, timeout_s=30, what="the replayed request")
+    wait_for(lambda: len(_Hooks.seen("/bad")) == 2, timeout_s=30, what="the replayed request")
     again = finished(env, bad)
     assert again.state == RunState.FAILED
 

@@ -23,6 +23,7 @@ from gnomon.client import (
     Worker,
     task,
 )
+from gnomon.node.localcluster import wait_for_async
 
 from .fakes import FakeWorkerService, assign, closed_address
 
@@ -37,12 +38,8 @@ def make_worker(address, tasks, **kw):
 
 
 async def wait_until(predicate, timeout=5.0):
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
+    return await wait_for_async(predicate, timeout_s=timeout, what="the condition",
+                                interval_s=0.005)
 
 
 @task(name="main")

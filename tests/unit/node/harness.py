@@ -47,6 +47,7 @@ from gnomon.node.dispatch import Dispatcher, WorkerSession
 from gnomon.node.history import HistoryStore
 from gnomon.node.leadership import Leadership
 from gnomon.node.leases import LeaseTable, LeaseTiming
+from gnomon.node.localcluster import wait_for_async
 from gnomon.node.raft import LEADER, Proposer
 from gnomon.node.replica import HistorySink, Replica
 from gnomon.node.server import Node
@@ -466,17 +467,8 @@ def loop_tasks() -> set[str]:
 
 
 async def until(predicate: Callable[[], object], what: str, timeout_s: float = 5.0):
-    """Wait until `predicate()` is truthy (checked every loop turn and every millisecond),
-    at most `timeout_s`; fail naming `what` otherwise. Returns the truthy value."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for: {what}")
-        await asyncio.sleep(0.001)
+    """Wait until `predicate()` is truthy, at most `timeout_s`; returns the truthy value."""
+    return await wait_for_async(predicate, timeout_s=timeout_s, what=what)
 
 
 async def turns(n: int = 50) -> None:
