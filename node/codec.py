@@ -333,7 +333,7 @@ def _command_from_proto(cls: type, m: Message):
 
 
 def batch_to_bytes(batch: c.Batch) -> bytes:
-    out = raft_pb2.CommandBatch(now_ms=batch.now_ms, term=batch.term)
+    out = raft_pb2.CommandBatch(now_ms=batch.now_ms)
     for cmd in batch.commands:
         msg = getattr(out.commands.add(), COMMAND_FIELDS[type(cmd)])
         msg.SetInParent()  # selects the oneof even for field-less commands (Barrier)
@@ -350,7 +350,7 @@ def batch_from_bytes(data: bytes) -> c.Batch:
             # Fields unknown to this build land in unknown fields and leave the oneof empty.
             raise UnknownCommand(f"command {which or '<unknown field>'} in batch at {m.now_ms}")
         cmds.append(_command_from_proto(COMMAND_CLASSES[which], getattr(item, which)))
-    return c.Batch(now_ms=m.now_ms, commands=tuple(cmds), term=m.term)
+    return c.Batch(now_ms=m.now_ms, commands=tuple(cmds))
 
 
 # --- replies (kept in the dedupe table, hence in snapshots) -------------------------------

@@ -212,7 +212,7 @@ class RaftNode:
             storage.refuse_to_start(config.data_dir, exc)
         self._by_raft = {m.raft_addr: m for m in config.members}
         # Test-only jepsen canary "fire-on-isleader": act on pysyncobj's belief.
-        self.speculate = False
+        self.canary_apply_before_commit = False
 
     def _open(self, config: Config, host: ApplyHost,
               on_role: Callable[[int, int], None]) -> _StateMachine:
@@ -231,7 +231,7 @@ class RaftNode:
 
     def submit(self, data: bytes, callback: Callable[[object, int], None]) -> None:
         """Append one entry (thread-safe); callback(result, fail_reason) runs on the tick thread."""
-        if self.speculate and self._sync._isLeader():
+        if self.canary_apply_before_commit and self._sync._isLeader():
             # The canary breaks ARCHITECTURE section 1.1 on purpose: apply before commit.
             callback(self._host.apply_entry(data), FAIL_REASON.SUCCESS)
         self._sync._apply(data, callback=self._guard_callback(callback))
@@ -382,8 +382,7 @@ class Proposer:
                 break
             n, size = n + 1, size + p.size
         waiting, self._queue = self._queue[:n], self._queue[n:]
-        return c.Batch(now_ms=wall_ms(), commands=tuple(p.command for p in waiting),
-                       term=self._raft.term()), waiting
+        return c.Batch(now_ms=wall_ms(), commands=tuple(p.command for p in waiting)), waiting
 
     def _send(self, batch: c.Batch, waiting: list[_Pending]) -> None:
         data = codec.batch_to_bytes(batch)

@@ -31,7 +31,7 @@ from gnomon.node.servicers.worker import WorkerServicer
 from gnomon.node.storage import refuse_to_start
 from gnomon.node.tasks import Supervisor, run_steps
 from gnomon.node.trigger import TriggerLimits, TriggerLoop
-from gnomon.node.validate import SpecLimits
+from gnomon.node.validate import InputLimits
 from gnomon.v1 import api_pb2_grpc, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ class Node:
     def __init__(self, config: Config):
         self.config = config
         self.rng = random.Random()
-        self.spec_limits = SpecLimits(
+        self.input_limits = InputLimits(
             max_payload_bytes=config.max_payload_bytes,
             max_tasks_per_job=config.max_tasks_per_job,
             max_attempts=config.max_attempts,
@@ -147,7 +147,7 @@ class Node:
             self.replica.history.store, cfg.peers, page_runs=cfg.history_backfill_page_runs,
             retry_s=cfg.history_backfill_retry_ms / 1000, rng=self.rng).run(),
             name="history-backfill")
-        self.raft.speculate = "fire-on-isleader" in cfg.canaries
+        self.raft.canary_apply_before_commit = "fire-on-isleader" in cfg.canaries
         self.proposer = Proposer(self.raft, cfg, self.leadership.committed)
         self.leases = LeaseTable(
             self.replica, self.proposer,

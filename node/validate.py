@@ -25,7 +25,7 @@ from gnomon.node.core.validate import show as _show
 from gnomon.node.schedules import ScheduleError, check_schedule, job_hash_id
 
 __all__ = [
-    "SpecLimits",
+    "InputLimits",
     "ValidationError",
     "validate_id",
     "validate_request_id",
@@ -47,7 +47,7 @@ _MISFIRE_POLICIES = (MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST, MisfirePol
 
 
 @dataclass(frozen=True, slots=True)
-class SpecLimits:
+class InputLimits:
     """Bounds on user input, from node config."""
 
     max_payload_bytes: int = 64 * 1024
@@ -68,7 +68,7 @@ class ValidationError(ValueError):
         self.rule = rule
 
 
-def validate_spec(spec: JobSpec, limits: SpecLimits) -> JobSpec:
+def validate_spec(spec: JobSpec, limits: InputLimits) -> JobSpec:
     """Check every rule of `spec`; return it normalised (empty tenant and queues -> "default")."""
     tenant = spec.tenant or DEFAULT_TENANT
     if not _TENANT.fullmatch(tenant):
@@ -133,7 +133,7 @@ def validate_worker_id(worker_id: str) -> None:
         )
 
 
-def _check_tasks(tasks: tuple[TaskSpec, ...], limits: SpecLimits) -> tuple[TaskSpec, ...]:
+def _check_tasks(tasks: tuple[TaskSpec, ...], limits: InputLimits) -> tuple[TaskSpec, ...]:
     if not tasks:
         raise ValidationError("spec.tasks", "at least one task is required")
     if len(tasks) > limits.max_tasks_per_job:
@@ -176,7 +176,7 @@ def _check_tasks(tasks: tuple[TaskSpec, ...], limits: SpecLimits) -> tuple[TaskS
     return tuple(normalised)
 
 
-def _check_retry(at: str, retry: RetryPolicy, limits: SpecLimits) -> None:
+def _check_retry(at: str, retry: RetryPolicy, limits: InputLimits) -> None:
     if retry.max_attempts < 0:
         raise ValidationError(
             f"{at}.max_attempts",

@@ -185,4 +185,3 @@ class Batch:
 
     now_ms: int
     commands: tuple[Command, ...]
-    term: int = 0

@@ -14,7 +14,7 @@ from gnomon.node.raft import Proposer, RaftNode
 from gnomon.node.replica import Replica
 from gnomon.node.servicers.errors import NotLeader, abort, status_of
 from gnomon.node.tasks import Supervisor
-from gnomon.node.validate import SpecLimits
+from gnomon.node.validate import InputLimits
 from gnomon.v1 import api_pb2
 
 
@@ -24,7 +24,7 @@ class NodeApi(Protocol):
     proposer: Proposer
     leadership: Leadership
     raft: RaftNode
-    spec_limits: SpecLimits
+    input_limits: InputLimits
     supervisor: Supervisor
     rng: random.Random
 

@@ -173,7 +173,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
 
     def _spec(self, msg: types_pb2.JobSpec):
         _check_enums(msg)
-        return validate_spec(codec.spec_from_proto(msg), self.node.spec_limits)
+        return validate_spec(codec.spec_from_proto(msg), self.node.input_limits)
 
     async def _propose(self, command):
         self.require_leader()

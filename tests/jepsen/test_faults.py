@@ -280,3 +280,50 @@ def test_limits_must_be_equal_and_one_nodes_first_values():
         "limits-not-bootstrapped"]
     assert [a["type"] for a in drift.limits_check(events, {"n1": n2, "n2": other})] == [
         "limits-differ"]
+
+
+# -- command line --------------------------------------------------------------------------------
+
+
+def test_node_flags_for_every_node_and_for_one():
+    from gnomon.jepsen.cli import _node_flags
+
+    common, per_node = _node_flags(["snapshot-min-time-s=2", "n2:dedupe_capacity=500"])
+    assert common == {"snapshot_min_time_s": "2"}
+    assert per_node == {"n2": {"dedupe_capacity": "500"}}
+
+
+def test_tier_names_expand_to_groups_and_the_table_sums_seeds():
+    from gnomon.jepsen.cli import _tiers, grouped
+    from gnomon.jepsen.nemesis import SECOND_TIER
+
+    assert _tiers(("kill", "tier2")) == ("kill", *SECOND_TIER)
+    rows = [{"nodes": 3, "nemesis": "outage", "operations": 10, "faults": 2, "anomalies": a,
+             "valid": a == 0} for a in (0, 1)]
+    assert grouped(rows) == [{"nodes": 3, "nemesis": "outage", "runs": 2, "operations": 20,
+                              "faults": 4, "anomalies": 1, "valid": "no"}]
+
+
+def test_the_others_must_carry_on_while_one_node_is_down():
+    from gnomon.jepsen.history import Event
+
+    start = {"kind": "disk-full", "node": "n3", "free_bytes": 0, "rc": 70}
+
+    def events(*middle):
+        evs = [("nemesis", "ok", "start", start, 0), *middle,
+               ("nemesis", "ok", "stop", {**start, "rejoined": True}, 5 * 10**9)]
+        return [Event(i, t, 0, p, ty, f, v) for i, (p, ty, f, v, t) in enumerate(evs)]
+
+    assert fault_types(events(), ["disk-full"]) == ["no-progress-while-one-node-down"]
+    served = events((1, "ok", "read", {}, 10**9), ("witness", "ok", "effect", {}, 2 * 10**9))
+    assert fault_types(served, ["disk-full"]) == []
+
+
+def test_two_replicas_at_one_index_must_agree_even_without_a_common_index():
+    from gnomon.jepsen.checkers import common
+
+    samples = {"n1": {5: "a", 7: "c"}, "n2": {5: "x"}, "n3": {7: "c"}}
+    result = common.check_digests(samples, ["n1", "n2", "n3"])
+    assert result["valid"] is False and result["anomalies"][0]["applied_index"] == 5
+    assert common.check_digests({"n1": {5: "a"}, "n2": {6: "b"}}, ["n1", "n2"])["valid"] == \
+        "unknown"

@@ -155,7 +155,7 @@ class CoreMachine(RuleBasedStateMachine):
         """Encode one batch, decode it, apply it to every replica, check every invariant that
         relates a batch to the state before it."""
         batch = Batch(now_ms=self.leader_now if now is None else now,
-                      commands=tuple(commands), term=self.term)
+                      commands=tuple(commands))
         data = codec.batch_to_bytes(batch)
         decoded = codec.batch_from_bytes(data)
         assert decoded == batch

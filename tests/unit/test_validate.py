@@ -16,14 +16,14 @@ from gnomon.node.core.model import (
     TaskSpec,
 )
 from gnomon.node.validate import (
-    SpecLimits,
+    InputLimits,
     ValidationError,
     validate_request_id,
     validate_spec,
     validate_worker_id,
 )
 
-LIMITS = SpecLimits()
+LIMITS = InputLimits()
 EVERY_MINUTE = Schedule(kind=ScheduleKind.CRON, expression="* * * * *")
 
 
@@ -244,7 +244,7 @@ def test_normalises_empty_tenant_queue_and_policy() -> None:
 
 
 def test_limits_come_from_config() -> None:
-    tight = SpecLimits(max_payload_bytes=10, max_tasks_per_job=2, max_name_len=5)
+    tight = InputLimits(max_payload_bytes=10, max_tasks_per_job=2, max_name_len=5)
     with pytest.raises(
         ValidationError, match=r"spec.tasks\[0\].payload: 11 bytes exceeds max_payload_bytes 10"
     ):

@@ -53,7 +53,7 @@ from gnomon.node.replica import HistorySink, Replica
 from gnomon.node.server import Node
 from gnomon.node.tasks import Supervisor
 from gnomon.node.trigger import TriggerLimits, TriggerLoop
-from gnomon.node.validate import SpecLimits
+from gnomon.node.validate import InputLimits
 
 T0 = 1_700_000_000_000  # wall ms at the start of every test
 M0 = 5_000_000  # mono ms at the start of every test
@@ -323,7 +323,7 @@ class Harness:
         self.clock = clock
         self.config = config
         self.rng = random.Random(7)
-        self.spec_limits = SpecLimits(
+        self.input_limits = InputLimits(
             max_payload_bytes=config.max_payload_bytes,
             max_tasks_per_job=config.max_tasks_per_job,
             max_attempts=config.max_attempts,
@@ -415,9 +415,9 @@ class Harness:
         assert isinstance(token, int), token
         return token
 
-    def follow(self, *commands, term: int = 2) -> list:
+    def follow(self, *commands) -> list:
         """Apply an entry another leader committed, as a follower receives it."""
-        batch = c.Batch(now_ms=self.clock.wall, commands=tuple(commands), term=term)
+        batch = c.Batch(now_ms=self.clock.wall, commands=tuple(commands))
         return self.replica.apply_entry(codec.batch_to_bytes(batch))
 
     def inst(self, run_id: str, task: str = "a"):

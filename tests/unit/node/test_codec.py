@@ -150,16 +150,16 @@ def _same_fields(cls, descriptor) -> None:
 def test_every_command_round_trips_with_every_field_set(cls):
     cmd = Sampler().build(cls)
     assert_every_field_set(cmd)
-    batch = c.Batch(now_ms=1_700_000_000_001, commands=(cmd,), term=9)
+    batch = c.Batch(now_ms=1_700_000_000_001, commands=(cmd,))
     assert codec.batch_from_bytes(codec.batch_to_bytes(batch)) == batch
 
 
 def test_a_batch_of_every_command_round_trips_in_order():
     sampler = Sampler()
     cmds = tuple(sampler.build(cls) for cls in codec.COMMAND_FIELDS) * 2
-    batch = c.Batch(now_ms=5, commands=cmds, term=2)
+    batch = c.Batch(now_ms=5, commands=cmds)
     assert codec.batch_from_bytes(codec.batch_to_bytes(batch)) == batch
-    empty = c.Batch(now_ms=5, commands=(), term=0)
+    empty = c.Batch(now_ms=5, commands=())
     assert codec.batch_from_bytes(codec.batch_to_bytes(empty)) == empty
 
 
@@ -342,8 +342,7 @@ _COMMANDS = st.one_of(*[
 
 @settings(max_examples=150, deadline=None)
 @given(cmds=st.lists(_COMMANDS, max_size=5),
-       now_ms=st.integers(*_INT_RANGES[FieldDescriptor.TYPE_INT64]),
-       term=st.integers(*_INT_RANGES[FieldDescriptor.TYPE_INT64]))
-def test_random_batches_round_trip(cmds, now_ms, term):
-    batch = c.Batch(now_ms=now_ms, commands=tuple(cmds), term=term)
+       now_ms=st.integers(*_INT_RANGES[FieldDescriptor.TYPE_INT64]))
+def test_random_batches_round_trip(cmds, now_ms):
+    batch = c.Batch(now_ms=now_ms, commands=tuple(cmds))
     assert codec.batch_from_bytes(codec.batch_to_bytes(batch)) == batch

@@ -40,7 +40,7 @@ class Log:
 
     def apply(self, *cmds, dt: int = 1_000) -> list:
         self.now += dt
-        data = codec.batch_to_bytes(c.Batch(now_ms=self.now, commands=cmds, term=1))
+        data = codec.batch_to_bytes(c.Batch(now_ms=self.now, commands=cmds))
         replies, effects = apply_batch(self.state, codec.batch_from_bytes(data))
         assert isinstance(effects, Effects)
         self.evicted += effects.evicted_runs
