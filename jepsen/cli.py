@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                                        seed=args.seed))
             print(results["summary"])
             return exit_code([results])
-        return run_matrix(args, run_test)
+        return run_matrix(args, run_test, errors=(HarnessError, NetError))
     except (HarnessError, NetError, ValueError) as exc:
         print(f"gnomon jepsen: {exc}", file=sys.stderr)
         return 3
@@ -138,7 +138,10 @@ def exit_code(results: list[dict[str, Any]]) -> int:
     return 0
 
 
-def run_matrix(args: argparse.Namespace, run_test) -> int:
+def run_matrix(args: argparse.Namespace, run_test, errors: tuple[type[Exception], ...] = ()
+               ) -> int:
+    """Every (nodes, nemesis, seed) in turn; a run the harness could not complete is a row
+    with its error, and the matrix goes on."""
     rows, results = [], []
     started = time.strftime("%Y%m%dT%H%M%S")
     for nodes in args.nodes:
@@ -146,7 +149,11 @@ def run_matrix(args: argparse.Namespace, run_test) -> int:
             for seed in args.seeds:
                 opts = options(args, workloads=args.workload, nemeses=(nemesis,), nodes=nodes,
                                seed=seed)
-                r = run_test(opts)
+                try:
+                    r = run_test(opts)
+                except errors as exc:
+                    print(f"gnomon jepsen: {opts.label()}: {exc}", file=sys.stderr, flush=True)
+                    r = failed_run(opts, exc)
                 results.append(r)
                 rows.append(matrix_row(r))
                 print(r["summary"], flush=True)
@@ -157,6 +164,11 @@ def run_matrix(args: argparse.Namespace, run_test) -> int:
     (out / f"matrix-{started}.json").write_text(json.dumps(rows, indent=1))
     (out / f"matrix-{started}.txt").write_text(table + "\n")
     return exit_code(results)
+
+
+def failed_run(opts: TestOptions, exc: Exception) -> dict[str, Any]:
+    return {"valid": "error", "test": opts.to_json(), "run_dir": "", "operations": 0,
+            "faults": [], "checkers": {}, "summary": f"{opts.label()}: harness error: {exc}"}
 
 
 def matrix_row(r: dict[str, Any]) -> dict[str, Any]:

@@ -68,8 +68,19 @@ def summary(results: dict[str, Any]) -> str:
             lines.append(f"  - {name}: {a['type']}: {evidence[:400]}")
         if len(anomalies) > 10:
             lines.append(f"  ... and {len(anomalies) - 10} more in results.json")
+    notes = _log_notes(results.get("node_logs") or {})
+    if notes:
+        lines.append(f"  node logs (information): {notes}")
     lines.append(f"  report: {results['run_dir']}/report.html")
     return "\n".join(lines)
+
+
+def _log_notes(node_logs: dict[str, dict[str, int]]) -> str:
+    """Snapshot failures and children killed by a signal, per node (FATAL lines are expected
+    from injected faults, so they are not listed)."""
+    keys = ("snapshot_failed", "child_killed_by_signal", "traceback")
+    return "; ".join(f"{node} " + ", ".join(f"{k} x{c[k]}" for k in keys if c.get(k))
+                     for node, c in sorted(node_logs.items()) if any(c.get(k) for k in keys))
 
 
 # -- HTML --------------------------------------------------------------------------------------

@@ -130,7 +130,7 @@ async def run_sdk(args: argparse.Namespace) -> None:
     tasks = [t for t in sdk_tasks(args.witness, rng) if t.queue in queues]
     worker = ObservedWorker(args.servers.split(","), tasks=tasks,
                             queues=queues, worker_id=args.worker_id,
-                            max_concurrency=8, shutdown_grace_s=1.0)
+                            max_concurrency=args.concurrency, shutdown_grace_s=1.0)
     worker.reporter = Reporter(args.witness)
     post(args.witness, "/hello", {"worker_id": args.worker_id, "mode": "sdk"})
     await worker.run()
@@ -305,6 +305,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--witness", required=True)
     parser.add_argument("--queues", default=f"{FIRE_QUEUE},{LEASE_QUEUE}")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--concurrency", type=int, default=8, help="SDK mode: tasks at once")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO,
                         format=f"%(asctime)s {args.worker_id} %(levelname)s %(name)s: %(message)s")

@@ -14,6 +14,9 @@ Read off the nemesis events (their start and stop values carry the evidence):
 - outage-*: every node was stopped (`outage-incomplete`); outage-clock moved every clock.
 - config-drift: the nodes' first configs differ in a replicated limit (vacuity), and every
   node reports the same replicated limits, one node's first values (`drift.limits_check`).
+- while one node is down (corrupt-*, disk-full), the others carry on: some client operation
+  succeeded and some task executed between the fault's start and stop
+  (`no-progress-while-one-node-down`; the correctness of what they did is every other checker's).
 """
 
 from __future__ import annotations
@@ -22,22 +25,24 @@ from collections import Counter, defaultdict
 from typing import Any
 
 from gnomon.jepsen import drift
-from gnomon.jepsen.history import NEMESIS, OK, Event
+from gnomon.jepsen.history import NEMESIS, OK, WITNESS, Event
 
 FULL_BYTES = 64 << 10
+ONE_NODE_DOWN = {"corrupt-snapshot", "corrupt-journal", "corrupt-meta", "disk-full"}
+MIN_PROGRESS_WINDOW_S = 2.0
 
 
-def nemesis_ops(events: list[Event]) -> list[tuple[dict[str, Any], dict[str, Any] | None]]:
-    """(start value, stop value or None) of every fault that started."""
-    out: list[tuple[dict[str, Any], dict[str, Any] | None]] = []
+def nemesis_ops(events: list[Event]) -> list[tuple[Event, Event | None]]:
+    """(start event, stop event or None) of every fault that started."""
+    out: list[tuple[Event, Event | None]] = []
     for e in events:
         if e.process != NEMESIS or e.type != OK or not isinstance(e.value, dict):
             continue
         if e.f == "start":
-            out.append((e.value, None))
+            out.append((e, None))
         elif e.f == "stop" and out and out[-1][1] is None \
-                and out[-1][0]["kind"] == e.value.get("kind"):
-            out[-1] = (out[-1][0], e.value)
+                and out[-1][0].value["kind"] == e.value.get("kind"):
+            out[-1] = (out[-1][0], e)
     return out
 
 
@@ -45,16 +50,38 @@ def check(events: list[Event], kinds: list[str], *, nodes: int,
           limits: dict[str, dict[str, Any]]) -> dict[str, Any]:
     anomalies: list[dict[str, Any]] = []
     stats: dict[str, Any] = defaultdict(Counter)
-    for start, stop in nemesis_ops(events):
+    for start_ev, stop_ev in nemesis_ops(events):
+        start, stop = start_ev.value, stop_ev.value if stop_ev else None
         kind = start["kind"]
         fn = CHECKS.get(kind.split("-")[0] if kind.startswith("corrupt") else kind)
         if fn is not None:
             anomalies += fn(start, stop, stats[kind], nodes)
+        if kind in ONE_NODE_DOWN and stop_ev is not None:
+            anomalies += _progress(events, start_ev, stop_ev, stats[kind])
     anomalies += _vacuity(kinds, stats)
     if "config-drift" in kinds:
         anomalies += _drift(events, limits, stats["config-drift"])
     return {"valid": not anomalies, "anomalies": anomalies,
             "stats": {k: dict(v) for k, v in stats.items()}}
+
+
+def _progress(events: list[Event], start: Event, stop: Event, st: Counter
+              ) -> list[dict[str, Any]]:
+    """While one node is down (refused or full), the others must serve: client operations
+    succeed and tasks execute between the start and the stop of the fault."""
+    window = [e for e in events[start.index + 1:stop.index]]
+    held_s = (stop.time - start.time) / 1e9
+    ok_ops = sum(1 for e in window if isinstance(e.process, int) and e.type == OK)
+    effects = sum(1 for e in window if e.process == WITNESS and e.f == "effect")
+    st["ok_ops_while_down"] += ok_ops
+    st["effects_while_down"] += effects
+    if held_s < MIN_PROGRESS_WINDOW_S or (ok_ops and effects):
+        return []
+    return [{"type": "no-progress-while-one-node-down", "kind": start.value["kind"],
+             "node": start.value.get("node"), "held_s": round(held_s, 1), "ok_ops": ok_ops,
+             "effects": effects,
+             "explanation": "with one node down the others should have carried on: no client "
+                            "operation succeeded or no task executed while it was down"}]
 
 
 def _rejoin(start: dict[str, Any], stop: dict[str, Any] | None) -> list[dict[str, Any]]:
