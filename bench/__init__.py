@@ -41,7 +41,7 @@ class Options:
 
 def run_scenario(name: str, opts: Options) -> str:
     """Run one scenario; print and return its table."""
-    from gnomon.bench.common import log
+    from gnomon.bench.report import log
 
     module = importlib.import_module(f"gnomon.bench.{name}")
     log(f"scenario {name}{' --quick' if opts.quick else ''}: {SCENARIOS[name]}")
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         tables.append(run_scenario(name, opts))
     if args.name == "all":
-        from gnomon.bench.common import machine_info
+        from gnomon.bench.report import machine_info
 
         opts.out.mkdir(parents=True, exist_ok=True)
         (opts.out / "all.md").write_text(

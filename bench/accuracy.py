@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from gnomon.bench import Options
-from gnomon.bench.common import Report, log, median, now_ms, plot, summary
 from gnomon.bench.harness import profile_text, run_gnomon, run_gnomon_herd
 from gnomon.bench.peers import JobSet, not_installed, run_apscheduler, run_celery
+from gnomon.bench.report import Report, log, now_ms, plot
+from gnomon.bench.stats import median, summary
 
 PEERS = {"celery beat": "celery", "RedBeat": "redbeat", "APScheduler": "apscheduler"}
 GOAL_P99_MS = 100

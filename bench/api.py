@@ -19,17 +19,13 @@ from typing import Any
 import grpc
 
 from gnomon.bench import Options
-from gnomon.bench.common import (
-    CpuMeter,
-    Report,
-    interval_spec,
-    log,
-    plot,
-    running_cluster,
-    summary,
-)
+from gnomon.bench.cluster import running_cluster
 from gnomon.bench.harness import node_groups, profile, profile_text
+from gnomon.bench.load import interval_spec
+from gnomon.bench.meters import CpuMeter
 from gnomon.bench.peers import not_installed
+from gnomon.bench.report import Report, log, plot
+from gnomon.bench.stats import summary
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 GOAL_P50_MS = 5.0

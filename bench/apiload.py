@@ -15,7 +15,7 @@ from pathlib import Path
 
 import grpc
 
-from gnomon.bench.common import interval_spec
+from gnomon.bench.load import interval_spec
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 

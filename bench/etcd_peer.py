@@ -116,7 +116,7 @@ class EtcdCluster:
         return shutil.which("etcd") is not None
 
     def __post_init__(self) -> None:
-        from gnomon.bench.common import free_ports
+        from gnomon.node.localcluster import free_ports
 
         ports = free_ports(2 * self.size)
         for i in range(self.size):
@@ -181,7 +181,7 @@ class EtcdCluster:
             m.proc.wait()
 
     def stop(self) -> None:
-        from gnomon.bench.common import terminate
+        from gnomon.bench.cluster import terminate
 
         for m in self.members:
             terminate(m.proc)

@@ -19,21 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from gnomon.bench import Options
-from gnomon.bench.common import (
-    BenchCluster,
-    Report,
-    WorkerFleet,
-    create_jobs,
-    log,
-    median,
-    now_ms,
-    plot,
-    spec_for,
-    start_cluster,
-    summary,
-)
+from gnomon.bench.cluster import BenchCluster, start_cluster
 from gnomon.bench.etcd_peer import EtcdCluster, first_put_after
+from gnomon.bench.load import WorkerFleet, create_jobs, spec_for
 from gnomon.bench.peers import not_installed
+from gnomon.bench.report import Report, log, now_ms, plot
+from gnomon.bench.stats import median, summary
 
 GOAL_P50_S, GOAL_MAX_S = 1.5, 3.0
 FIRES = 'gnomon_fires_total{outcome="run"}'

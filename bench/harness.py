@@ -12,21 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gnomon.bench.common import (
-    BenchCluster,
-    CpuMeter,
-    WorkerFleet,
-    create_jobs,
-    log,
-    log_offsets,
-    node_log_lines,
-    now_ms,
-    rate_in_window,
-    spec_for,
-    start_cluster,
-    summary,
-)
+from gnomon.bench.cluster import BenchCluster, log_offsets, node_log_lines, start_cluster
+from gnomon.bench.load import WorkerFleet, create_jobs, spec_for
+from gnomon.bench.meters import CpuMeter
 from gnomon.bench.peers import JobSet
+from gnomon.bench.report import log, now_ms
+from gnomon.bench.stats import rate_in_window, summary
 
 # -- py-spy ---------------------------------------------------------------------------------------
 
@@ -188,7 +179,7 @@ def run_gnomon_herd(count: int, root: Path, *, timeout_s: float = 120.0, worker_
     T is set from a create rate measured first on 1,000 never-due jobs, so that every herd job
     is in before T. Figures: start - T per task, lost (never started) and doubled fires.
     """
-    from gnomon.bench.common import create_jobs_parallel, once_spec
+    from gnomon.bench.load import create_jobs_parallel, once_spec
 
     root.mkdir(parents=True, exist_ok=True)
     cluster, leader = start_cluster(root / "cluster")

@@ -11,7 +11,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from gnomon.bench.common import create_jobs_async, spec_for
+from gnomon.bench.load import create_jobs_async, spec_for
 
 
 def main(argv: list[str] | None = None) -> None:

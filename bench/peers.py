@@ -18,18 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gnomon.bench.common import (
-    CpuMeter,
+from gnomon.bench.cluster import (
     apt_install,
-    free_ports,
     have_binary,
     have_module,
-    log,
-    now_ms,
     pip_install,
     terminate,
     wait_port,
 )
+from gnomon.bench.meters import CpuMeter
+from gnomon.bench.report import log, now_ms
+from gnomon.node.localcluster import free_ports
 
 PIP_PACKAGES = ["celery[redis]>=5.3,<6", "redis>=5", "celery-redbeat>=2.2",
                 "apscheduler>=3.10,<4", "sqlalchemy>=2", "matplotlib>=3.7"]
@@ -117,7 +116,7 @@ class JobSet:
 def records_to_result(records: list[tuple[float, float]], t0_ms: int, t1_ms: int,
                       offered: float) -> dict[str, Any]:
     """Standard figures from (scheduled_for_ms, start_ms) records."""
-    from gnomon.bench.common import summary
+    from gnomon.bench.stats import summary
 
     in_window = [(s, st) for s, st in records if t0_ms <= st < t1_ms]
     buckets: dict[int, int] = {}

@@ -37,22 +37,12 @@ from typing import Any
 import grpc
 
 from gnomon.bench import Options
-from gnomon.bench.common import (
-    NODE_DEFAULTS,
-    BenchCluster,
-    Report,
-    cpu_seconds,
-    create_jobs,
-    log,
-    log_offsets,
-    node_log_lines,
-    now_ms,
-    once_spec,
-    plot,
-    rss_bytes,
-    summary,
-    wait_for,
-)
+from gnomon.bench.cluster import NODE_DEFAULTS, BenchCluster, log_offsets, node_log_lines
+from gnomon.bench.load import create_jobs, once_spec
+from gnomon.bench.meters import cpu_seconds, rss_bytes
+from gnomon.bench.report import Report, log, now_ms, plot
+from gnomon.bench.stats import summary
+from gnomon.node.localcluster import wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 GOAL_RSS_GIB = 2.0

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from gnomon.bench import Options
-from gnomon.bench.common import Report, log, median, plot, rate_series, summary
 from gnomon.bench.etcd_peer import EtcdCluster
 from gnomon.bench.harness import profile_text, run_gnomon
 from gnomon.bench.peers import JobSet, not_installed, run_apscheduler, run_celery
+from gnomon.bench.report import Report, log, plot
+from gnomon.bench.stats import median, rate_series, summary
 
 GOAL_TASKS_PER_S = 5000
 # gnomon alone, fresh cluster per step: where completions stop keeping up with fires.
@@ -41,7 +42,7 @@ def _run_peer(name: str, jobs: JobSet, root: Path, warmup: float, measure: float
 def etcd_grants(root: Path, seconds: float, processes: int = 2, concurrency: int = 64
                 ) -> dict[str, Any]:
     """LeaseGrant calls per second against the etcd leader from `processes` load processes."""
-    from gnomon.bench.common import CpuMeter
+    from gnomon.bench.meters import CpuMeter
 
     cluster = EtcdCluster(root / "etcd").start()
     try:

@@ -19,23 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from gnomon.bench import Options
-from gnomon.bench.common import (
-    CpuMeter,
-    Report,
-    WorkerFleet,
-    log,
-    log_offsets,
-    node_log_lines,
-    now_ms,
-    plot,
-    rate_in_window,
-    rate_series,
-    rss_bytes,
-    running_cluster,
-)
+from gnomon.bench.cluster import log_offsets, node_log_lines, running_cluster
 from gnomon.bench.etcd_peer import EtcdCluster
 from gnomon.bench.harness import node_groups, profile, profile_text
+from gnomon.bench.load import WorkerFleet
+from gnomon.bench.meters import CpuMeter, rss_bytes
 from gnomon.bench.peers import not_installed
+from gnomon.bench.report import Report, log, now_ms, plot
+from gnomon.bench.stats import rate_in_window, rate_series
 
 CONNECT_TIMEOUT_S = 60.0
 
