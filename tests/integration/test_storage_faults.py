@@ -21,6 +21,7 @@ import grpc
 import pytest
 
 from gnomon.node import snapshot as snapmod
+from gnomon.node.storage import EXIT_STORAGE
 from gnomon.v1 import api_pb2
 from tests.integration.cluster import LocalCluster, NodeProc, wait_for
 from tests.integration.test_cluster import once_job
@@ -258,7 +259,7 @@ def test_unreadable_snapshot_refuses_to_start_and_names_the_file(make_cluster):
         damage(snap)
         offset = node.log_path.stat().st_size
         cluster.start_node(node.node_id)
-        wait_exit(node)
+        assert wait_exit(node) == EXIT_STORAGE, what
         text = log_of(node)[offset:]
         assert str(snap) in text, f"{what}: the message does not name the file:\n{text[-2000:]}"
         assert "data directory" in text, f"{what}: no advice for the operator:\n{text[-2000:]}"
@@ -275,7 +276,7 @@ def test_journal_record_corrupt_in_the_middle_refuses_to_start(make_cluster):
     journal = node.data_dir / "raft.journal"
     _flip(journal, journal.stat().st_size // 3)
     cluster.start_node(node.node_id)
-    wait_exit(node)
+    assert wait_exit(node) == EXIT_STORAGE
     text = log_of(node)
     assert str(journal) in text and "data directory" in text, text[-2000:]
 
