@@ -104,6 +104,8 @@ class DB:
     nodes: dict[str, NodeProc] = field(default_factory=dict)
     # Per-node flags on top of `overrides` (different local configs).
     node_flags: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Flags a fault or the user asked for: config drift does not vary them.
+    reserved: frozenset[str] = frozenset()
     # Every process end seen: node, start number, exit code, the fault that expected it.
     exits: list[dict[str, Any]] = field(default_factory=list)
     # Every node's wall clock runs at real time + clock_base_s (+ its own fault offset).

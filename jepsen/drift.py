@@ -38,21 +38,29 @@ HARMLESS = {
 }
 
 
-def flags(rng: random.Random) -> dict[str, str]:
-    """One node's local config: a seeded value for every drifted key."""
-    return {k: str(rng.choice(v)) for k, v in {**REPLICATED, **HARMLESS}.items()}
+def flags(rng: random.Random, keep: frozenset[str] = frozenset()) -> dict[str, str]:
+    """One node's local config: a seeded value for every drifted key except those in `keep`
+    (set by another fault of the run, e.g. snapshot cadence); the draws do not depend on it."""
+    drawn = {k: str(rng.choice(v)) for k, v in {**REPLICATED, **HARMLESS}.items()}
+    return {k: v for k, v in drawn.items() if k not in keep}
+
+
+def kept_keys(db: DB) -> frozenset[str]:
+    """Node flags the run's other faults or the user set: drift leaves them alone."""
+    return frozenset(db.reserved) & (set(REPLICATED) | set(HARMLESS))
 
 
 def prepare(db: DB, rng: random.Random, history: History) -> None:
     """Give every node its own first config (before the cluster starts), and make the
     first two nodes differ in every replicated limit that has room to."""
     for node_id in db.nodes:
-        db.node_flags[node_id] = {**db.node_flags.get(node_id, {}), **flags(rng)}
+        db.node_flags[node_id] = {**db.node_flags.get(node_id, {}),
+                                  **flags(rng, kept_keys(db))}
     ids = list(db.nodes)
     if len(ids) > 1:
         a, b = db.node_flags[ids[0]], db.node_flags[ids[1]]
         for key, values in REPLICATED.items():
-            if a[key] == b[key]:
+            if key in a and key in b and a[key] == b[key]:
                 b[key] = str(next(v for v in values if str(v) != a[key]))
     history.append(NEMESIS, INFO, "node-config",
                    {"nodes": {i: dict(db.node_flags[i]) for i in ids}, "generation": 0})
@@ -62,7 +70,7 @@ async def config_drift(n: Nemesis) -> Started:
     """Restart one node (kill -9) with fresh local values."""
     db = n.ctx.db
     node_id = n.rng.choice(n.nodes())
-    new = flags(n.rng)
+    new = flags(n.rng, kept_keys(db))
     db.kill(node_id)
     db.node_flags[node_id] = {**db.node_flags.get(node_id, {}), **new}
     db.start(node_id)
@@ -82,7 +90,8 @@ def first_configs(events: list) -> dict[str, dict[str, str]]:
 def limits_sources(events: list, cluster: dict[str, Any]) -> list[str]:
     """The nodes whose first local values are the cluster's replicated limits."""
     return [node for node, cfg in first_configs(events).items()
-            if all(str(cluster.get(k)) == cfg[k] for k in REPLICATED if k in cluster)]
+            if all(str(cluster.get(k)) == cfg[k] for k in REPLICATED
+                   if k in cluster and k in cfg)]
 
 
 def limits_check(events: list, limits: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -99,7 +108,7 @@ def limits_check(events: list, limits: dict[str, dict[str, Any]]) -> list[dict[s
     cluster = next(iter(limits.values()))
     if not limits_sources(events, cluster):
         anomalies.append({"type": "limits-not-bootstrapped", "limits": cluster,
-                          "first_configs": {i: {k: c[k] for k in REPLICATED}
+                          "first_configs": {i: {k: c[k] for k in REPLICATED if k in c}
                                             for i, c in first.items()},
                           "explanation": "the replicated limits are no node's first local "
                                          "values: a later local config was applied"})

@@ -118,7 +118,8 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
         overrides.update(CANARY_OVERRIDES.get(canary, {}))
     overrides.update(opts.node_overrides)
     db = DB(run_dir, net, node_ids, tuple(opts.canaries), overrides, needs_faketime(kinds),
-            node_flags=copy.deepcopy(opts.node_flags))
+            node_flags=copy.deepcopy(opts.node_flags),
+            reserved=frozenset(node_flags_for(kinds)) | frozenset(opts.node_overrides))
     witness = Witness(history, BRIDGE_IP, WITNESS_PORT)
     procs = Procs(run_dir, net, db.servers, witness.url, opts.seed)
     admin: AsyncClient | None = None

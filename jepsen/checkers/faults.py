@@ -195,7 +195,7 @@ def _vacuity(kinds: list[str], stats: dict[str, Counter]) -> list[dict[str, Any]
 def _drift(events: list[Event], limits: dict[str, dict[str, Any]], st: Counter
            ) -> list[dict[str, Any]]:
     first = drift.first_configs(events)
-    differ = [k for k in drift.REPLICATED if len({c[k] for c in first.values()}) > 1]
+    differ = [k for k in drift.REPLICATED if len({c.get(k) for c in first.values()}) > 1]
     st["replicated_keys_differing"] = len(differ)
     if limits:
         for node in drift.limits_sources(events, next(iter(limits.values()))):

@@ -327,3 +327,15 @@ def test_two_replicas_at_one_index_must_agree_even_without_a_common_index():
     assert result["valid"] is False and result["anomalies"][0]["applied_index"] == 5
     assert common.check_digests({"n1": {5: "a"}, "n2": {6: "b"}}, ["n1", "n2"])["valid"] == \
         "unknown"
+
+
+def test_drift_leaves_flags_other_faults_need_alone(tmp_path):
+    db = DB(tmp_path, Net([Host("n1", "10.77.0.11"), Host("n2", "10.77.0.12")]), ["n1", "n2"],
+            reserved=frozenset({"snapshot_min_time_s", "dedupe_capacity"}))
+    drift.prepare(db, random.Random(1), History())
+    for flags in db.node_flags.values():
+        assert "snapshot_min_time_s" not in flags and "dedupe_capacity" not in flags
+        assert "trigger_tick_ms" in flags
+    # The same draws whatever is kept.
+    assert drift.flags(random.Random(5))["trigger_tick_ms"] == \
+        drift.flags(random.Random(5), frozenset({"dedupe_capacity"}))["trigger_tick_ms"]
