@@ -236,7 +236,8 @@ def fire_herd(cluster: BenchCluster, leader, herd: int) -> dict[str, Any]:
     far = now_ms() + 50 * 365 * DAY_MS
     calib = create_jobs(servers, [once_spec(f"cal-{i}", far) for i in range(200)],
                         concurrency=32, prefix="cal")
-    due = now_ms() + int(1000 * (herd / max(50.0, calib["per_s"]) * 1.4 + 3))
+    # Due well after the creates end (a herd created late fires as misfires, not runs).
+    due = now_ms() + int(1000 * (herd / max(50.0, calib["per_s"]) * 3 + 10))
     created = create_jobs(servers, [once_spec(f"h-{i}", due) for i in range(herd)],
                           concurrency=64, prefix="herd")
     out["create_job_ms_at_n"] = created["latency_ms"]

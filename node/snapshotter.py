@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 
 _MAX_REPORT = 1 << 16
 _PR_SET_PDEATHSIG = 1
+# The child yields the CPU to the node's own threads (the tick thread must keep its
+# heartbeats) and to the other processes of the machine: a snapshot may take longer.
+_CHILD_NICE = 10
 
 
 def _load_libc() -> Any:
@@ -359,6 +362,7 @@ def _child_main(host: SnapshotHost, tmp: str, raft_data: tuple,
         # Collections would touch (and so copy) every page of the parent's heap.
         gc.disable()
         _die_with_parent()
+        os.nice(_CHILD_NICE)
         started = time.perf_counter()
         figures = host.write_snapshot(tmp, raft_data)
         report = {"ok": True, **figures,
