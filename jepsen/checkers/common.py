@@ -9,7 +9,8 @@
 - replicas: after the final heal all replicas reach equal state digests at equal indexes
   (any two sampled at one index must agree; valid only if one index is common to all);
 - vacuity: enough successful operations per second, and every requested fault happened;
-- crashes: no node or worker process exited on its own.
+- crashes: no node or worker process exited on its own;
+- availability: after the final heal a leader answered a linearizable read within 60 s.
 """
 
 from __future__ import annotations
@@ -173,6 +174,15 @@ def _requested_groups(requested: list[str]) -> dict[str, list[str]]:
         if name not in ("none", ""):
             out[name] = list(GROUPS.get(name, (name,)))
     return out
+
+
+def check_availability(events: list[Event]) -> dict[str, Any]:
+    """After the final heal a leader served linearizable reads within the bound."""
+    failed = [e for e in events if e.process == FINAL and e.f == "leader" and e.type == "fail"]
+    anomalies = [{"type": "no-leader-after-heal", "error": e.error,
+                  "explanation": "every fault was healed, yet no leader answered a "
+                                 "linearizable read within 60 s"} for e in failed]
+    return {"valid": not anomalies, "anomalies": anomalies}
 
 
 def check_crashes(crashed: list[str]) -> dict[str, Any]:

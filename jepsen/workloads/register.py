@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from typing import Any
 
 from gnomon.client import GnomonError
@@ -17,6 +18,9 @@ from gnomon.jepsen.checkers import register
 from gnomon.jepsen.client import REGISTER_TENANT, register_value
 from gnomon.jepsen.context import Context
 from gnomon.jepsen.history import FAIL, FINAL, INVOKE, OK
+
+# The final reads of every key together retry for at most this long.
+FINAL_READS_S = 60.0
 
 
 class RegisterWorkload:
@@ -54,8 +58,11 @@ class RegisterWorkload:
 
     async def final(self, ctx: Context) -> None:
         reads = {}
+        end = time.monotonic() + FINAL_READS_S
         for key in self.keys:
             for _attempt in range(40):
+                if time.monotonic() > end:
+                    break
                 ctx.history.append(FINAL, INVOKE, "read", {"key": key}, workload=self.name)
                 try:
                     job = await ctx.admin.get_job(tenant=REGISTER_TENANT, name=key)

@@ -26,6 +26,8 @@ from gnomon.node.core.model import Schedule as CoreSchedule
 
 # Admin calls in flight at once in setup and the final phase (hundreds of jobs).
 PARALLEL = 8
+# How long the final phase retries its pauses (all jobs together) and its reads.
+FINAL_WRITES_S = 60.0
 T = TypeVar("T")
 
 
@@ -124,14 +126,22 @@ class ScheduledWorkload:
         deadline = ctx.heal_wall_ms / 1000 + ctx.opts.heal_bound_s
         await self._wait_caught_up(ctx, deadline)
 
-        async def pause(job_id: str) -> Job:
+        pause_end = time.time() + FINAL_WRITES_S
+
+        async def pause(job_id: str) -> Job | None:
             rid = uuid.uuid4().hex
-            return await retry_admin(
-                ctx, "pause", {"job_id": job_id, "request_id": rid},
-                lambda: ctx.admin.pause_job(job_id, request_id=rid),
-                deadline_s=60, workload=self.name,
-                describe=lambda j: {"job_id": j.job_id, "next_fire_ms": j.next_fire_ms,
-                                    "paused": j.paused})
+            left = pause_end - time.time()
+            if left <= 0:
+                return None  # the phase's time is up: no attempt (final-pause-failed)
+            try:
+                return await retry_admin(
+                    ctx, "pause", {"job_id": job_id, "request_id": rid},
+                    lambda: ctx.admin.pause_job(job_id, request_id=rid),
+                    deadline_s=left, workload=self.name,
+                    describe=lambda j: {"job_id": j.job_id, "next_fire_ms": j.next_fire_ms,
+                                        "paused": j.paused})
+            except GnomonError:
+                return None  # recorded; the checker reports it (final-pause-failed)
 
         ids = sorted(self.jobs)
         self._paused = dict(zip(ids, await bounded(ids, pause), strict=True))
@@ -139,8 +149,12 @@ class ScheduledWorkload:
     async def final_read(self, ctx: Context) -> None:
         """Every run of every job, read once after the workers stopped (so the read comes
         after every completion a worker was told about)."""
-        runs = await self._read_runs(ctx)
-        ctx.finals[self.name] = {"paused": self._paused, "runs": runs}
+        try:
+            runs = await self._read_runs(ctx)
+            failed = False
+        except GnomonError:
+            runs, failed = {}, True
+        ctx.finals[self.name] = {"paused": self._paused, "runs": runs, "read_failed": failed}
 
     async def _wait_caught_up(self, ctx: Context, deadline: float) -> None:
         """Until every job's next slot is at or after the heal (node-clock time): every slot
@@ -148,25 +162,28 @@ class ScheduledWorkload:
         heal_ms = ctx.heal_wall_ms + int(ctx.db.clock_base_s * 1000)
         started = time.time()
         ctx.history.append(FINAL, INVOKE, "caught-up", {"heal_ms": heal_ms}, workload=self.name)
-        behind: dict[str, int] = {}
+        behind: dict[str, int] | None = None
+        error = None
         while True:
             try:
                 behind = {j.job_id: j.next_fire_ms async for j in
                           ctx.admin.iter_jobs(tenant=self.tenant, page_size=500)
                           if j.job_id in self.jobs and j.next_fire_ms
                           and j.next_fire_ms < heal_ms}
-            except GnomonError:
-                behind = behind or {"?": 0}
-            if not behind or time.time() > deadline:
+            except GnomonError as exc:
+                error = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if behind == {} or time.time() > deadline:
                 break
             await asyncio.sleep(0.5)
-        value = {"heal_ms": heal_ms, "waited_s": round(time.time() - started, 2),
-                 "behind": len(behind)}
+        value: dict[str, Any] = {"heal_ms": heal_ms, "waited_s": round(time.time() - started, 2),
+                                 "behind": None if behind is None else len(behind)}
         if behind:
             oldest = sorted(behind.items(), key=lambda kv: kv[1])[:20]
             value.update(oldest_next_fire_ms=dict(oldest),
                          max_behind_ms=heal_ms - oldest[0][1])
-        ctx.history.append(FINAL, FAIL if behind else OK, "caught-up", value,
+        if behind is None:
+            value["error"] = f"the jobs could not be listed: {error}"
+        ctx.history.append(FINAL, OK if behind == {} else FAIL, "caught-up", value,
                            workload=self.name)
 
     async def _read_all(self, ctx: Context, job_id: str) -> list[list]:
@@ -182,14 +199,15 @@ class ScheduledWorkload:
     async def _read_runs(self, ctx: Context) -> dict[str, list[list]]:
         ids = sorted(self.jobs)
         loop = asyncio.get_running_loop()
-        end = loop.time() + 60
+        end = loop.time() + FINAL_WRITES_S
         while True:
             try:
-                got = await bounded(ids, lambda j: self._read_all(ctx, j))
+                async with asyncio.timeout(max(1.0, end - loop.time())):
+                    got = await bounded(ids, lambda j: self._read_all(ctx, j))
                 break
-            except GnomonError:
+            except (GnomonError, TimeoutError):
                 if loop.time() > end:
-                    raise
+                    raise GnomonError("final reads: out of time") from None
                 await asyncio.sleep(0.5)
         runs: dict[str, list[list]] = dict(zip(ids, got, strict=True))
         for job_id, rs in runs.items():
@@ -200,12 +218,34 @@ class ScheduledWorkload:
         return runs
 
     def check_schedule(self, ctx: Context) -> dict[str, Any]:
-        """The schedule checker on this workload's jobs and runs."""
+        """The schedule checker on this workload's jobs and runs, and whether the final phase
+        could pause every job and read every run (60 s of retries after the heal each)."""
         jobs, runs = self.schedule_inputs(ctx)
-        return schedule.check(jobs, runs, ctx.history.snapshot(),
-                              heal_wall_ms=ctx.heal_wall_ms, bound_s=ctx.opts.heal_bound_s,
-                              triggered=dict(self.triggered), nodes=len(ctx.node_ids),
-                              workload=self.name)
+        final = ctx.finals.get(self.name, {})
+        events = ctx.history.snapshot()
+        if final.get("read_failed"):
+            # Without the final state the run checks have nothing to compare with.
+            result = {"anomalies": schedule.check_catch_up(events, self.name),
+                      "stats": {"jobs": len(jobs)}}
+        else:
+            result = schedule.check(jobs, runs, events, heal_wall_ms=ctx.heal_wall_ms,
+                                    bound_s=ctx.opts.heal_bound_s,
+                                    triggered=dict(self.triggered), nodes=len(ctx.node_ids),
+                                    workload=self.name)
+        unpaused = sorted(j for j, job in jobs.items() if job["boundary_ms"] is None)
+        extra = []
+        if unpaused:
+            extra.append({"type": "final-pause-failed", "jobs": len(unpaused),
+                          "job_ids": unpaused[:20],
+                          "explanation": "after the heal the cluster did not accept these "
+                                         "pauses within 60 s of retries (see the final "
+                                         "events)"})
+        if final.get("read_failed"):
+            extra.append({"type": "final-read-failed",
+                          "explanation": "after the heal the runs could not be read within 60 s"})
+        result["anomalies"] += extra
+        result["valid"] = not result["anomalies"]
+        return result
 
     def schedule_inputs(self, ctx: Context) -> tuple[dict, dict]:
         final = ctx.finals.get(self.name, {})
@@ -216,6 +256,6 @@ class ScheduledWorkload:
                 "name": job.spec.name, "tenant": job.spec.tenant,
                 "schedule": core_schedule(job.spec), "policy": str(job.spec.misfire_policy),
                 "grace_ms": job.spec.misfire_grace_ms, "first_ms": job.next_fire_ms,
-                "boundary_ms": paused.next_fire_ms if paused else job.next_fire_ms,
+                "boundary_ms": paused.next_fire_ms if paused else None,
             }
         return jobs, final.get("runs", {})

@@ -339,3 +339,16 @@ def test_drift_leaves_flags_other_faults_need_alone(tmp_path):
     # The same draws whatever is kept.
     assert drift.flags(random.Random(5))["trigger_tick_ms"] == \
         drift.flags(random.Random(5), frozenset({"dedupe_capacity"}))["trigger_tick_ms"]
+
+
+def test_a_stalled_catch_up_is_an_anomaly():
+    from gnomon.jepsen.checkers import schedule
+
+    h = History()
+    h.append("final", "invoke", "caught-up", {"heal_ms": T0}, workload="fire")
+    h.append("final", "fail", "caught-up", {"heal_ms": T0, "behind": 3,
+                                            "max_behind_ms": 25 * SEC}, workload="fire")
+    h.append("final", "ok", "caught-up", {"heal_ms": T0, "behind": 0}, workload="lease")
+    assert [a["type"] for a in schedule.check_catch_up(h.snapshot(), "fire")] == [
+        "catch-up-incomplete"]
+    assert schedule.check_catch_up(h.snapshot(), "lease") == []
