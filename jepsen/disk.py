@@ -163,6 +163,7 @@ def _fsync(path: Path) -> None:
 
 
 def mount_tmpfs(path: Path, size_mb: int) -> None:
+    """A tmpfs of `size_mb` MiB at `path`, with our source name (see `our_mounts`)."""
     path.mkdir(parents=True, exist_ok=True)
     res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_mb}m,mode=0755",
                           MOUNT_SOURCE, str(path)], capture_output=True, text=True, timeout=20)
@@ -201,6 +202,7 @@ def cleanup_mounts() -> list[str]:
 
 
 def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged writer could still put on the filesystem of `path`."""
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
 
@@ -262,6 +264,8 @@ _EVENT = struct.Struct("iIII")
 
 @dataclass
 class Hit:
+    """The file that set a watch off, and when (monotonic seconds)."""
+
     name: str
     mono: float
 
@@ -270,7 +274,7 @@ class CreateWatch:
     """Calls `action` (on its own thread, at once) the first time a file whose name matches
     `pattern` is created in `directory`; inotify, so the latency is a thread wake-up."""
 
-    def __init__(self, directory: Path, pattern: str, action: Callable[[str], None]):
+    def __init__(self, directory: Path, pattern: str, action: Callable[[str], None]) -> None:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         self._fd = libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
         if self._fd < 0:
@@ -311,5 +315,6 @@ class CreateWatch:
                 return
 
     def close(self) -> None:
+        """Stop watching (the thread ends within its 0.1 s poll)."""
         self._stop.set()
         self._thread.join(timeout=2)

@@ -83,6 +83,7 @@ async def config_drift(n: Nemesis) -> Started:
 
 
 def first_configs(events: list) -> dict[str, dict[str, str]]:
+    """Each node's first local config, from the `node-config` event."""
     return next((e.value["nodes"] for e in events
                  if e.process == NEMESIS and e.f == "node-config"), {})
 

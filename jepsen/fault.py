@@ -32,6 +32,7 @@ class Skip(Exception):
 
 
 def wall_ms() -> int:
+    """Real time in ms (the harness never runs under libfaketime)."""
     return int(time.time() * 1000)
 
 
@@ -45,6 +46,7 @@ def names_file(text: str, file_name: str) -> str | None:
 
 
 def last_lines(text: str, n: int = 3) -> list[str]:
+    """The last `n` lines of a log, shortened, for the history."""
     return [line.strip()[:300] for line in text.strip().splitlines()[-n:]]
 
 

@@ -58,6 +58,7 @@ def _resume_all(n: Nemesis) -> dict[str, Any]:
 
 
 async def outage_stop(n: Nemesis) -> Started:
+    """SIGSTOP every node; SIGCONT at the stop."""
     value = await _pause_all(n)
 
     async def resume() -> dict[str, Any]:
@@ -67,6 +68,7 @@ async def outage_stop(n: Nemesis) -> Started:
 
 
 async def outage_kill(n: Nemesis) -> Started:
+    """kill -9 every node; restart them all at the stop."""
     db = n.ctx.db
     for node_id in n.nodes():
         db.kill(node_id)
@@ -83,6 +85,7 @@ async def outage_kill(n: Nemesis) -> Started:
 
 
 async def outage_clock(n: Nemesis) -> Started:
+    """SIGSTOP every node; at the stop every clock jumps forward (for good), then SIGCONT."""
     jump_s = round(n.rng.uniform(*n.ctx.opts.outage_jump_s), 1)
     value = {**await _pause_all(n), "jump_s": jump_s}
 

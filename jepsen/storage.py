@@ -23,6 +23,8 @@ import os
 import re
 import signal
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gnomon.jepsen import disk
@@ -87,6 +89,7 @@ async def corrupt(n: Nemesis, kind: str) -> Started:
 
 
 async def disk_full(n: Nemesis) -> Started:
+    """Fill one node's tmpfs and wait (bounded) for the node to stop."""
     db = n.ctx.db
     candidates = [i for i in _live_nodes(n) if db.nodes[i].mount is not None]
     if not candidates:
@@ -131,7 +134,7 @@ async def snapshot_kill(n: Nemesis) -> Started:
     killed: list[str] = []
     lock = threading.Lock()
 
-    def killer(node_id: str, pid: int):
+    def killer(node_id: str, pid: int) -> Callable[[str], None]:
         def kill(_name: str) -> None:
             with lock:
                 if killed:
@@ -177,7 +180,7 @@ async def snapshot_kill(n: Nemesis) -> Started:
     return value, restart
 
 
-def _snapshot_files(data_dir) -> dict[str, int]:
+def _snapshot_files(data_dir: Path) -> dict[str, int]:
     out = {}
     for name in sorted(os.listdir(data_dir)) if data_dir.exists() else ():
         if name.startswith("snapshot"):

@@ -48,6 +48,8 @@ def nemesis_ops(events: list[Event]) -> list[tuple[Event, Event | None]]:
 
 def check(events: list[Event], kinds: list[str], *, nodes: int,
           limits: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Every second-tier fault's evidence, the vacuity guards, and (config-drift) the
+    replicated limits every node reported after the heal."""
     anomalies: list[dict[str, Any]] = []
     stats: dict[str, Any] = defaultdict(Counter)
     for start_ev, stop_ev in nemesis_ops(events):
