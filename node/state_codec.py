@@ -13,6 +13,7 @@ from collections.abc import Iterable, Iterator
 from gnomon.node import codec
 from gnomon.node.core import new_state
 from gnomon.node.core.apply import index_job
+from gnomon.node.core.index import RunFifo
 from gnomon.node.core.model import DedupeEntry, Run, RunState, State
 from gnomon.v1 import snapshot_pb2, types_pb2
 
@@ -56,8 +57,12 @@ def encode_tables(st: State) -> dict[str, Table]:
         ],
         "runs": [(seq_key(i, r.run_id), encode_run(r)) for i, r in enumerate(st.runs.values())],
         "runs_by_job": [
-            (seq_key(i, job_id), "\n".join(ids).encode())
+            (seq_key(i, job_id), _join(ids))
             for i, (job_id, ids) in enumerate(st.runs_by_job.items())
+        ],
+        "retention": [
+            (seq_key(i, job_id), _join(fifo.items()) + b"\0" + _join(st.pinned.get(job_id, ())))
+            for i, (job_id, fifo) in enumerate(st.retained.items())
         ],
         "dead_letters": [
             (seq_key(i, f"{d.run_id}:{d.task_name}"),
@@ -94,7 +99,13 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
         st.runs[run.run_id] = run
         st.active_runs += run.state == RunState.RUNNING
     for k, v in tables["runs_by_job"]:
-        st.runs_by_job[_key_text(k)] = v.decode().split("\n") if v else []
+        st.runs_by_job[_key_text(k)] = dict.fromkeys(_ids(v))
+    for k, v in tables["retention"]:
+        ended, _, pinned = v.partition(b"\0")
+        job_id = _key_text(k)
+        st.retained[job_id] = RunFifo(_ids(ended))
+        if pinned:
+            st.pinned[job_id] = dict.fromkeys(_ids(pinned))
     for _, v in tables["dead_letters"]:
         d = codec.dead_letter_from_proto(types_pb2.DeadLetter.FromString(v))
         st.dead_letters[(d.run_id, d.task_name)] = d
@@ -104,4 +115,12 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
     return st
 
 
-TABLES = ("state", "jobs", "runs", "runs_by_job", "dead_letters", "dedupe")
+TABLES = ("state", "jobs", "runs", "runs_by_job", "retention", "dead_letters", "dedupe")
+
+
+def _join(ids) -> bytes:
+    return "\n".join(ids).encode()
+
+
+def _ids(data: bytes) -> list[str]:
+    return data.decode().split("\n") if data else []

@@ -234,6 +234,8 @@ def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
         if run.state == RunState.RUNNING:
             _cancel_tasks(ctx, run, "job deleted", leased_too=cmd.cancel_running)
             _finish_if_done(ctx, run, retain=False)
+    for run_id in list(state.pinned.pop(job.job_id, ())):
+        _evict(ctx, state.runs[run_id])  # their dead letters left with the job
     _enforce_retention(ctx, job.job_id)
     return Done()
 
@@ -394,7 +396,7 @@ def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: st
         tasks={},
     )
     ctx.state.runs[run_id] = run
-    ctx.state.runs_by_job.setdefault(job.job_id, []).append(run_id)
+    ctx.state.runs_by_job.setdefault(job.job_id, {})[run_id] = None
     ctx.state.active_runs += 1
     return run
 
@@ -627,8 +629,8 @@ def _bound_dead_letters(ctx: Ctx) -> None:
         letter = state.dead_letters.pop(key)
         state.dead_letters_evicted += 1
         run = state.runs.get(letter.run_id)
-        if run is not None and run.state in TERMINAL_RUN_STATES:
-            _enforce_retention(ctx, run.job_id)
+        if run is not None:
+            _unpin_if_free(ctx, run)
 
 
 def _make_ready(ctx: Ctx, run: Run, inst: TaskInstance,
@@ -686,6 +688,11 @@ def _replay_one(ctx: Ctx, run_id: str, task_name: str) -> None:
             downstream.finished_ms = 0
     move_run(ctx.state, run, RunEvent.REOPEN)
     run.finished_ms = 0
+    pinned = ctx.state.pinned.get(run.job_id)
+    if pinned and run_id in pinned:  # running again: it rejoins the order when it ends
+        del pinned[run_id]
+        if not pinned:
+            del ctx.state.pinned[run.job_id]
 
 
 def _barrier(ctx: Ctx, cmd: Barrier) -> Reply:
@@ -725,7 +732,7 @@ def _trim_all_runs(ctx: Ctx) -> None:
         for inst in run.tasks.values():
             if len(inst.attempts) > keep:
                 inst.attempts = inst.attempts[len(inst.attempts) - keep :] if keep else ()
-    for job_id in list(ctx.state.runs_by_job):
+    for job_id in list(ctx.state.retained):
         _enforce_retention(ctx, job_id)
 
 
@@ -755,28 +762,42 @@ def _final_run_event(run: Run) -> str:
 
 
 def _enforce_retention(ctx: Ctx, job_id: str) -> None:
-    """Evict the oldest terminal runs of `job_id` beyond the retention bound.
+    """Evict the job's terminal runs that ended first while it keeps more than the retention
+    bound (a deleted job keeps none). Cost O(runs evicted), whatever else the job has.
 
-    A deleted job retains nothing. Active runs and runs with dead letters stay in memory.
-    """
+    Runs with dead letters stay in memory (pinned) and count toward the bound."""
     state = ctx.state
-    run_ids = state.runs_by_job.get(job_id)
-    if run_ids is None:
-        return
     keep = max(ctx.limits.runs_retained_per_job, 0) if job_id in state.jobs else 0
-    terminal = [rid for rid in run_ids if state.runs[rid].state in TERMINAL_RUN_STATES]
-    excess = len(terminal) - keep
-    evicted: dict[str, None] = {}
-    for run_id in terminal:
-        if len(evicted) >= excess:
-            break
-        if not _has_dead_letters(state, state.runs[run_id]):
-            evicted[run_id] = None
-            ctx.effects.evicted_runs.append(state.runs.pop(run_id))
-    if evicted:
-        run_ids[:] = [rid for rid in run_ids if rid not in evicted]
-    if not run_ids and job_id not in state.jobs:
-        del state.runs_by_job[job_id]
+    fifo = state.retained.get(job_id)
+    while fifo and len(fifo) + len(state.pinned.get(job_id, ())) > keep:
+        run = state.runs.get(fifo.pop())
+        if run is None or run.state not in TERMINAL_RUN_STATES:
+            continue  # reopened by a replay since (it rejoins when it ends again)
+        if _has_dead_letters(state, run):
+            state.pinned.setdefault(job_id, {})[run.run_id] = None
+        else:
+            _evict(ctx, run)
+    if job_id not in state.jobs and not state.runs_by_job.get(job_id):
+        for table in (state.runs_by_job, state.retained, state.pinned):
+            table.pop(job_id, None)
+
+
+def _unpin_if_free(ctx: Ctx, run: Run) -> None:
+    """A pinned run whose last dead letter left the queue leaves memory too."""
+    pinned = ctx.state.pinned.get(run.job_id)
+    if pinned and run.run_id in pinned and not _has_dead_letters(ctx.state, run):
+        del pinned[run.run_id]
+        if not pinned:
+            del ctx.state.pinned[run.job_id]
+        _evict(ctx, run)
+        _enforce_retention(ctx, run.job_id)
+
+
+def _evict(ctx: Ctx, run: Run) -> None:
+    state = ctx.state
+    del state.runs[run.run_id]
+    del state.runs_by_job[run.job_id][run.run_id]
+    ctx.effects.evicted_runs.append(run)
 
 
 def _has_dead_letters(state: State, run: Run) -> bool:

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import fields, is_dataclass
 from typing import Any
 
+from gnomon.node.core.index import RunFifo
 from gnomon.node.core.model import JobSpec, State
 
 # Bump when the encoding changes, so old and new digests never compare equal by accident.
@@ -67,6 +68,8 @@ class _Encoder:
             self._sequence(value)
         elif isinstance(value, dict):
             self._sorted_items(value)
+        elif isinstance(value, RunFifo):
+            self._sequence(value.items())
         elif isinstance(value, JobSpec):
             self.out.append(b"J" + self._spec_digest(value))
         elif is_dataclass(value) and not isinstance(value, type):

@@ -46,3 +46,32 @@ class JobOrder:
 
     def __len__(self) -> int:
         return len(self._seqs) - self._dead
+
+
+class RunFifo:
+    """Run ids in the order they ended (one job's terminal runs in memory): push at the
+    back, pop at the front, both O(1) amortized. A replicated fact (its order decides which
+    run leaves memory first), so the digest and snapshots see its live items only."""
+
+    __slots__ = ("_items", "_head")
+
+    def __init__(self, items: list[str] | None = None) -> None:
+        self._items: list[str] = list(items or ())
+        self._head = 0
+
+    def push(self, run_id: str) -> None:
+        self._items.append(run_id)
+
+    def pop(self) -> str:
+        run_id = self._items[self._head]
+        self._head += 1
+        if self._head > _COMPACT_MIN and 2 * self._head > len(self._items):
+            del self._items[: self._head]
+            self._head = 0
+        return run_id
+
+    def items(self) -> list[str]:
+        return self._items[self._head :]
+
+    def __len__(self) -> int:
+        return len(self._items) - self._head

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from gnomon.node.core.index import JobOrder
+from gnomon.node.core.index import JobOrder, RunFifo
 
 
 class ScheduleKind:
@@ -250,8 +250,13 @@ class State:
     jobs_per_tenant: dict[str, int] = field(default_factory=dict)
     # Every run still in memory (active and the most recent terminal ones).
     runs: dict[str, Run] = field(default_factory=dict)
-    # job_id -> run ids in creation order (terminal ones are evicted beyond retention).
-    runs_by_job: dict[str, list[str]] = field(default_factory=dict)
+    # job_id -> its run ids in memory, in creation order (an ordered set).
+    runs_by_job: dict[str, dict[str, None]] = field(default_factory=dict)
+    # job_id -> its terminal runs in memory in the order they ended; the front leaves memory
+    # first when the job keeps more than Limits.runs_retained_per_job.
+    retained: dict[str, RunFifo] = field(default_factory=dict)
+    # job_id -> terminal runs beyond the bound that stay in memory for their dead letters.
+    pinned: dict[str, dict[str, None]] = field(default_factory=dict)
     # (run_id, task_name) -> entry, in the order tasks died.
     dead_letters: dict[tuple[str, str], DeadLetter] = field(default_factory=dict)
     # Dead letters that left the queue because of Limits.max_dead_letters.

@@ -10,6 +10,7 @@ answer — never a state nobody designed. node/core/DESIGN.md carries the tables
 
 from __future__ import annotations
 
+from gnomon.node.core.index import RunFifo
 from gnomon.node.core.model import Run, RunState, State, TaskInstance, TaskState
 
 
@@ -73,12 +74,17 @@ def move_task(inst: TaskInstance, event: str) -> None:
 
 
 def move_run(state: State, run: Run, event: str) -> None:
-    """Also keeps the derived count of active (RUNNING) runs."""
+    """Also keeps the derived count of active (RUNNING) runs and the order runs ended in."""
     new = RUN_TRANSITIONS.get((run.state, event))
     if new is None:
         raise IllegalTransition(f"run {run.run_id}: no {event!r} from {run.state!r}")
     state.active_runs += (new == RunState.RUNNING) - (run.state == RunState.RUNNING)
     run.state = new
+    if new != RunState.RUNNING:  # ended: it joins its job's retention order
+        fifo = state.retained.get(run.job_id)
+        if fifo is None:
+            fifo = state.retained[run.job_id] = RunFifo()
+        fifo.push(run.run_id)
 
 
 def render_tables() -> str:

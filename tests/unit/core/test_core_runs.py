@@ -37,7 +37,7 @@ class TestFire:
         assert effects.jobs == [job_id]
         job = h.state.jobs[job_id]
         assert job.next_fire_ms == h.T0 + 100 and job.version == 1
-        assert h.state.runs_by_job[job_id] == [run_id]
+        assert list(h.state.runs_by_job[job_id]) == [run_id]
 
     def test_second_fire_for_same_slot_is_noop(self, h):
         job_id = h.create(next_fire_ms=h.T0)
@@ -75,7 +75,7 @@ class TestFire:
         assert reply == RunReply("")
         assert h.state.jobs[job_id].next_fire_ms == h.T0 + 5
         assert h.inst(run_id, "a").fencing_token == token
-        assert h.state.runs_by_job[job_id] == [run_id]
+        assert list(h.state.runs_by_job[job_id]) == [run_id]
 
     def test_skip_records_skipped_run(self, h):
         job_id = h.create(next_fire_ms=h.T0)
@@ -184,14 +184,14 @@ class TestRetention:
         # Three terminal runs, two retained: the oldest terminal one leaves; active runs[0] stays.
         assert [run.run_id for run in effects.evicted_runs] == [runs[1]]
         assert effects.evicted_runs[0].state == RunState.SUCCEEDED
-        assert h.state.runs_by_job[job_id] == [runs[0], runs[2], runs[3]]
+        assert list(h.state.runs_by_job[job_id]) == [runs[0], runs[2], runs[3]]
         assert list(h.state.runs) == [runs[0], runs[2], runs[3]]
 
     def test_skipped_runs_count(self, small):
         h = small
         job_id = h.create(next_fire_ms=h.T0)
         runs = [h.fire(job_id, skip=True) for _ in range(3)]
-        assert h.state.runs_by_job[job_id] == runs[1:]
+        assert list(h.state.runs_by_job[job_id]) == runs[1:]
 
     def test_runs_with_dead_letters_are_pinned(self, small):
         h = small
@@ -199,7 +199,7 @@ class TestRetention:
         dead_run = h.fire(job_id)
         h.kill(dead_run, "a")
         later = [h.fire(job_id, skip=True) for _ in range(3)]
-        assert h.state.runs_by_job[job_id] == [dead_run, later[2]]
+        assert list(h.state.runs_by_job[job_id]) == [dead_run, later[2]]
         assert h.run(dead_run).state == RunState.FAILED
 
     def test_cancel_triggers_retention(self, small):

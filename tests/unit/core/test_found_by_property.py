@@ -33,7 +33,7 @@ def test_lowering_run_retention_evicts_the_excess_runs(small):
     reply, effects = small.one(SetLimits("", Limits(dedupe_capacity=3, runs_retained_per_job=0)))
     assert reply == LimitsReply(1)
     assert [run.run_id for run in effects.evicted_runs] == runs
-    assert small.state.runs == {} and small.state.runs_by_job[job_id] == []
+    assert small.state.runs == {} and not small.state.runs_by_job[job_id]
 
 
 def _lease_of_deleted_job(h, max_attempts: int) -> tuple[str, int]:
