@@ -136,6 +136,10 @@ def measure(cluster: BenchCluster, n: int, herd: int, root: Path) -> dict[str, A
     cluster.start()
     wait_for(lambda: _serving(cluster), timeout_s=900, what="a leader serving", interval_s=0.2)
     out["restart_to_serving_s"] = round(time.monotonic() - t0, 1)
+    # CPU each node spent to get there (mostly its load): what a node with a core of its own
+    # would take, whatever else this shared machine runs.
+    out["cpu_to_serving_s"] = {nid: round(cpu_seconds(pid), 1)
+                               for nid, pid in cluster.pids().items()}
     leader = cluster.find_leader(timeout_s=60)
     log(f"scale {n:,}: serving {out['restart_to_serving_s']}s after the restart")
     out["load_s"] = {nid: round(int(m.group(1)) / 1000, 1) for nid, m in node_log_lines(
@@ -342,9 +346,10 @@ def _rows_for(report: Report, r: dict[str, Any], herd: int) -> None:
     report.add(f"{n:,} jobs: snapshot: tick-thread pause (fork, ms) / child write (s) / MiB",
                f"{max(r['snapshot_fork_ms'])} / {max(r['snapshot_child_s'])} / "
                f"{r['snapshot_bytes'] / 2**20:.0f}")
-    report.add(f"{n:,} jobs: restart to serving (s); load per node (s)",
+    report.add(f"{n:,} jobs: restart to serving (s); load per node (s); node CPU until then (s)",
                f"{r['restart_to_serving_s']}; " + ", ".join(
-                   f"{nid} {s}" for nid, s in sorted(r["load_s"].items())))
+                   f"{nid} {s}" for nid, s in sorted(r["load_s"].items())) + "; " + ", ".join(
+                   f"{nid} {s}" for nid, s in sorted(r["cpu_to_serving_s"].items())))
     snaps = r["node_snapshots"]
     report.add(f"{n:,} jobs: snapshots by the running nodes: fork ms / child s",
                ", ".join(f"{x['node']} {x['fork_ms']:.0f} / {x['child_s']}" for x in snaps))
