@@ -276,6 +276,10 @@ def run(opts: Options) -> Report:
     quick = opts.quick
     sizes = [1_000, 5_000] if quick else [10_000, 100_000, 1_000_000]
     herd = 300 if quick else 10_000
+    # One size alone (e.g. 1000000), a smaller herd: GNOMON_BENCH_SCALE_SIZES, _HERD.
+    if os.environ.get("GNOMON_BENCH_SCALE_SIZES"):
+        sizes = [int(x) for x in os.environ["GNOMON_BENCH_SCALE_SIZES"].split(",")]
+    herd = int(os.environ.get("GNOMON_BENCH_SCALE_HERD", herd))
     report = Report("scale", quick, "memory, snapshot, restart and fire cost vs job count")
     report.setup.append(
         f"Sizes {', '.join(f'{s:,}' for s in sizes)} daily interval jobs (one task each) put "
