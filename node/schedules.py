@@ -35,6 +35,7 @@ from gnomon.node.core.model import (
     Schedule,
     ScheduleKind,
 )
+from gnomon.node.input_errors import ValidationError
 
 __all__ = [
     "ScheduleError",
@@ -68,13 +69,8 @@ _CRON_LOCK = threading.Lock()
 _MAX_EXPRESSION_LEN = 256
 
 
-class ScheduleError(ValueError):
+class ScheduleError(ValidationError):
     """A schedule that cannot be used; the message is `"<field>: <rule>"`."""
-
-    def __init__(self, field: str, rule: str) -> None:
-        super().__init__(f"{field}: {rule}")
-        self.field = field
-        self.rule = rule
 
 
 def job_hash_id(tenant: str, name: str) -> str:

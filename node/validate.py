@@ -22,7 +22,8 @@ from gnomon.node.core.model import (
 )
 from gnomon.node.core.validate import check_dag
 from gnomon.node.core.validate import show as _show
-from gnomon.node.schedules import ScheduleError, check_schedule, job_hash_id
+from gnomon.node.input_errors import ValidationError
+from gnomon.node.schedules import check_schedule, job_hash_id
 
 __all__ = [
     "InputLimits",
@@ -59,29 +60,15 @@ class InputLimits:
     max_task_name_len: int = 64
 
 
-class ValidationError(ValueError):
-    """Bad user input; the message is `"<field>: <rule>"`."""
-
-    def __init__(self, field: str, rule: str) -> None:
-        super().__init__(f"{field}: {rule}")
-        self.field = field
-        self.rule = rule
-
-
 def validate_spec(spec: JobSpec, limits: InputLimits) -> JobSpec:
     """Check every rule of `spec`; return it normalised (empty tenant and queues -> "default")."""
     tenant = spec.tenant or DEFAULT_TENANT
     if not _TENANT.fullmatch(tenant):
         raise ValidationError("spec.tenant", f"must match [a-z0-9_-]{{1,64}}, got {_show(tenant)}")
     _check_name("spec.name", spec.name, limits.max_name_len)
-    try:
-        check_schedule(
-            spec.schedule,
-            min_interval_ms=limits.min_interval_ms,
-            hash_id=job_hash_id(tenant, spec.name),
-        )
-    except ScheduleError as exc:
-        raise ValidationError(exc.field, exc.rule) from None
+    check_schedule(
+        spec.schedule, min_interval_ms=limits.min_interval_ms, hash_id=job_hash_id(tenant, spec.name)
+    )
     tasks = _check_tasks(spec.tasks, limits)
     if not MIN_PRIORITY <= spec.priority <= MAX_PRIORITY:
         raise ValidationError(

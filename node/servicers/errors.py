@@ -6,7 +6,6 @@ import grpc
 
 from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.raft import NotCommitted, Overloaded
-from gnomon.node.schedules import ScheduleError
 from gnomon.node.validate import ValidationError
 
 LEADER_METADATA_KEY = "gnomon-leader"
@@ -60,8 +59,7 @@ class ServiceError(Exception):
 
 
 EXCEPTION_CODES: dict[type, grpc.StatusCode] = {
-    ValidationError: grpc.StatusCode.INVALID_ARGUMENT,
-    ScheduleError: grpc.StatusCode.INVALID_ARGUMENT,
+    ValidationError: grpc.StatusCode.INVALID_ARGUMENT,  # and ScheduleError, a subclass
     Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NotCommitted: grpc.StatusCode.UNAVAILABLE,
     NotLeader: grpc.StatusCode.UNAVAILABLE,

@@ -83,7 +83,8 @@ EXCEPTIONS = {
 
 
 def test_the_error_table_covers_every_mapped_exception_and_core_code():
-    assert set(EXCEPTIONS) == set(EXCEPTION_CODES)
+    # ScheduleError is a ValidationError: mapped through its base class.
+    assert set(EXCEPTIONS) - {ScheduleError} == set(EXCEPTION_CODES)
     core_codes = {v for k, v in vars(Code).items() if k.isupper()}
     assert set(REJECTED_CODES) == core_codes
 
