@@ -115,6 +115,11 @@ class LocalCluster:
                 self.root / node_id, self.root / f"{node_id}.log",
             ))
 
+    @property
+    def servers(self) -> str:
+        """Every node's gRPC address, comma-separated (what clients and the CLI take)."""
+        return ",".join(n.grpc_addr for n in self.nodes)
+
     def start(self) -> LocalCluster:
         for node in self.nodes:
             self.start_node(node.node_id)

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import grpc
 
 from gnomon.node.localcluster import LocalCluster, NodeProc, wait_for
 
-__all__ = ["LocalCluster", "NodeProc", "RawWorker", "wait_for"]
+__all__ = ["LocalCluster", "NodeProc", "RawWorker", "module_cluster", "wait_for"]
+
+
+@contextlib.contextmanager
+def module_cluster(root, overrides: dict[str, str] | None = None, *, request=None,
+                   size: int = 3) -> Iterator[LocalCluster]:
+    """A cluster for a module-scoped fixture: started, a leader waited for, stopped at the
+    end; its logs printed when a test of the session failed meanwhile (pass `request`)."""
+    cluster = LocalCluster(root, size, dict(overrides or {})).start()
+    failed_before = request.session.testsfailed if request is not None else 0
+    try:
+        cluster.leader()
+        yield cluster
+    finally:
+        cluster.stop()
+        if request is not None and request.session.testsfailed > failed_before:
+            print(cluster.logs())
 
 
 class RawWorker:

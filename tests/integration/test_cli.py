@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from gnomon.node.localcluster import LocalCluster, free_ports
+from gnomon.node.localcluster import free_ports
+from tests.integration.cluster import module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -43,12 +44,8 @@ def cli_env() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory):
-    cluster = LocalCluster(tmp_path_factory.mktemp("cli"), 3).start()
-    try:
-        cluster.leader()
-        yield ",".join(n.grpc_addr for n in cluster.nodes)
-    finally:
-        cluster.stop()
+    with module_cluster(tmp_path_factory.mktemp("cli")) as cluster:
+        yield cluster.servers
 
 
 def gnomon(servers: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:

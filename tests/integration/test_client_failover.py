@@ -27,7 +27,7 @@ FAST = {"lease_ttl_ms": "3000", "heartbeat_interval_ms": "500"}
 
 
 def _servers(cluster) -> str:
-    return ",".join(n.grpc_addr for n in cluster.nodes)
+    return cluster.servers
 
 
 async def _until(predicate, *, timeout_s: float, what: str):

@@ -88,7 +88,7 @@ def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
     client = None
     try:
         cluster.leader()
-        servers = ",".join(n.grpc_addr for n in cluster.nodes)
+        servers = cluster.servers
         workers.append(
             WorkerProc(
                 servers, "shell", root / "shell.log", "--queue", "shell", "--kill-grace", "1"

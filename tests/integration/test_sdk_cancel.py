@@ -29,7 +29,7 @@ from gnomon.client import (
     Worker,
     task,
 )
-from gnomon.node.localcluster import LocalCluster
+from tests.integration.cluster import module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -95,16 +95,8 @@ class RecordingWorker(Worker):
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, request) -> Iterator[str]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("sdk-cancel"), 3, dict(SLOW_HEARTBEATS))
-    cluster.start()
-    failed_before = request.session.testsfailed
-    try:
-        cluster.leader()
-        yield ",".join(n.grpc_addr for n in cluster.nodes)
-    finally:
-        cluster.stop()
-        if request.session.testsfailed > failed_before:
-            print(cluster.logs())
+    with module_cluster(tmp_path_factory.mktemp("sdk-cancel"), SLOW_HEARTBEATS, request=request) as cluster:
+        yield cluster.servers
 
 
 async def _job(client: AsyncClient, name: str) -> str:

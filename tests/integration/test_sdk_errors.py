@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 
 def _servers(cluster) -> str:
-    return ",".join(n.grpc_addr for n in cluster.nodes)
+    return cluster.servers
 
 
 async def test_a_stale_version_is_a_conflict_by_its_reason(make_cluster):

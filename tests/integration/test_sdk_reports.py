@@ -23,7 +23,7 @@ from gnomon.client import (
     Worker,
     task,
 )
-from gnomon.node.localcluster import LocalCluster
+from tests.integration.cluster import module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -35,16 +35,8 @@ FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=100, max_backoff_ms=
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, request) -> Iterator[str]:
-    cluster = LocalCluster(tmp_path_factory.mktemp("sdk-reports"), 3, dict(LIMITS))
-    cluster.start()
-    failed_before = request.session.testsfailed
-    try:
-        cluster.leader()
-        yield ",".join(n.grpc_addr for n in cluster.nodes)
-    finally:
-        cluster.stop()
-        if request.session.testsfailed > failed_before:
-            print(cluster.logs())
+    with module_cluster(tmp_path_factory.mktemp("sdk-reports"), LIMITS, request=request) as cluster:
+        yield cluster.servers
 
 
 async def _trigger(client: AsyncClient, name: str, **task_options) -> str:
