@@ -134,6 +134,12 @@ def schedule_from_proto(m: types_pb2.Schedule) -> Schedule:
     return Schedule(kind="")
 
 
+def schedule_message(s: Schedule) -> types_pb2.Schedule:
+    out = types_pb2.Schedule()
+    schedule_to_proto(s, out)
+    return out
+
+
 def _copy_fields(src, out: Message, names: Iterable[str]) -> None:
     for name in names:
         setattr(out, name, getattr(src, name))
@@ -144,11 +150,22 @@ _RETRY_FIELDS = [f.name for f in dataclasses.fields(RetryPolicy)]
 
 def spec_to_proto(spec: JobSpec, out: types_pb2.JobSpec | None = None) -> types_pb2.JobSpec:
     out = types_pb2.JobSpec() if out is None else out
+    spec_scalars_to_proto(spec, out)
+    schedule_to_proto(spec.schedule, out.schedule)
+    tasks_message(spec.tasks, out)
+    return out
+
+
+def spec_scalars_to_proto(spec: JobSpec, out: types_pb2.JobSpec) -> None:
+    """Every field of the spec but its schedule and tasks."""
     out.tenant, out.name, out.priority = spec.tenant, spec.name, spec.priority
     out.misfire_policy = enum_to_proto(_MISFIRE, spec.misfire_policy)
     out.misfire_grace_ms, out.paused = spec.misfire_grace_ms, spec.paused
-    schedule_to_proto(spec.schedule, out.schedule)
-    for t in spec.tasks:
+
+
+def tasks_message(tasks: tuple[TaskSpec, ...], out):
+    """Add `tasks` to the repeated `tasks` field of `out` (a JobSpec or a TaskSet)."""
+    for t in tasks:
         m = out.tasks.add(name=t.name, queue=t.queue, payload=t.payload, timeout_ms=t.timeout_ms)
         m.depends_on.extend(t.depends_on)
         _copy_fields(t.retry, m.retry, _RETRY_FIELDS)
@@ -176,19 +193,26 @@ def _task_from_bytes(data: bytes) -> TaskSpec:
 _SHARED_TASK_BYTES = 512
 
 
-def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
-    tasks = tuple([
+def tasks_from_proto(tasks) -> tuple[TaskSpec, ...]:
+    return tuple([
         _task_from_bytes(t.SerializeToString()) if t.ByteSize() <= _SHARED_TASK_BYTES
         else _task_from_proto(t)
-        for t in m.tasks
+        for t in tasks
     ])
+
+
+def misfire_from_proto(number: int) -> str:
+    return enum_from_proto(_MISFIRE, number, "run_all")
+
+
+def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
     return JobSpec(
         tenant=m.tenant,
         name=m.name,
         schedule=schedule_from_proto(m.schedule),
-        tasks=tasks,
+        tasks=tasks_from_proto(m.tasks),
         priority=m.priority,
-        misfire_policy=enum_from_proto(_MISFIRE, m.misfire_policy, "run_all"),
+        misfire_policy=misfire_from_proto(m.misfire_policy),
         misfire_grace_ms=m.misfire_grace_ms,
         paused=m.paused,
     )
@@ -197,11 +221,13 @@ def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
 # --- jobs, runs, dead letters ----------------------------------------------------------------
 
 
-def job_to_proto(job: Job, out: types_pb2.Job | None = None) -> types_pb2.Job:
+def job_to_proto(job: Job, out: types_pb2.Job | None = None, *,
+                 with_spec: bool = True) -> types_pb2.Job:
     out = types_pb2.Job() if out is None else out
     _copy_fields(job, out, ("job_id", "version", "next_fire_ms", "paused", "created_ms",
                             "updated_ms", "last_fired_ms"))
-    spec_to_proto(job.spec, out.spec)
+    if with_spec:
+        spec_to_proto(job.spec, out.spec)
     return out
 
 

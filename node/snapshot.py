@@ -30,7 +30,7 @@ from google.protobuf.message import DecodeError
 from gnomon.v1 import snapshot_pb2
 
 # 2: no record digest (the trailer covers every byte), no history table.
-FORMAT_VERSION = 3  # 3: the retention table (terminal runs in the order they ended)
+FORMAT_VERSION = 4  # 3: the retention table; 4: jobs refer to shared schedules and task sets
 
 _MAP_SIZE = 64 << 30  # address space only: the file stays at the size of the pages used
 _MAX_DBS = 16

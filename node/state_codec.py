@@ -14,7 +14,16 @@ from gnomon.node import codec
 from gnomon.node.core import new_state
 from gnomon.node.core.apply import index_job
 from gnomon.node.core.index import RunFifo
-from gnomon.node.core.model import DedupeEntry, Run, RunState, State
+from gnomon.node.core.model import (
+    DedupeEntry,
+    Job,
+    JobSpec,
+    Run,
+    RunState,
+    Schedule,
+    State,
+    TaskSpec,
+)
 from gnomon.v1 import snapshot_pb2, types_pb2
 
 Table = Iterable[tuple[bytes, bytes]]
@@ -41,6 +50,40 @@ def decode_run(data: bytes) -> Run:
     return codec.run_from_proto(rec.run, codec.spec_from_proto(rec.spec))
 
 
+def _encode_jobs(st: State) -> tuple[list, list, list]:
+    """The jobs table, with each distinct schedule and task list stored once and referred
+    to by number: a restore of a million jobs decodes a few of each, not a million."""
+    schedules: dict[Schedule, int] = {}
+    task_sets: dict[tuple[TaskSpec, ...], int] = {}
+    jobs = []
+    for i, job in enumerate(st.jobs.values()):
+        spec = job.spec
+        rec = snapshot_pb2.JobRecord(
+            schedule_ref=schedules.setdefault(spec.schedule, len(schedules)),
+            task_set_ref=task_sets.setdefault(spec.tasks, len(task_sets)),
+        )
+        codec.job_to_proto(job, rec.job, with_spec=False)
+        codec.spec_scalars_to_proto(spec, rec.job.spec)
+        jobs.append((seq_key(i, job.job_id), rec.SerializeToString()))
+    return (
+        jobs,
+        [(struct.pack(">I", ref), codec.schedule_message(s).SerializeToString())
+         for s, ref in schedules.items()],
+        [(struct.pack(">I", ref), codec.tasks_message(t, snapshot_pb2.TaskSet()).SerializeToString())
+         for t, ref in task_sets.items()],
+    )
+
+
+def _decode_job(data: bytes, schedules: list[Schedule], task_sets: list[tuple]) -> Job:
+    rec = snapshot_pb2.JobRecord.FromString(data)
+    m, s = rec.job, rec.job.spec
+    spec = JobSpec(s.tenant, s.name, schedules[rec.schedule_ref], task_sets[rec.task_set_ref],
+                   s.priority, codec.misfire_from_proto(s.misfire_policy), s.misfire_grace_ms,
+                   s.paused)
+    return Job(m.job_id, spec, m.version, m.next_fire_ms, m.paused, m.created_ms,
+               m.updated_ms, m.last_fired_ms)
+
+
 def encode_tables(st: State) -> dict[str, Table]:
     """Every replicated fact of `st` as named tables (lazy where the table is large)."""
     meta = snapshot_pb2.StateMeta(
@@ -49,12 +92,12 @@ def encode_tables(st: State) -> dict[str, Table]:
         dead_letters_evicted=st.dead_letters_evicted,
     )
     codec.limits_to_proto(st.limits, meta.limits)
+    jobs, schedules, task_sets = _encode_jobs(st)
     return {
         "state": [(b"meta", meta.SerializeToString())],
-        "jobs": [
-            (seq_key(i, j.job_id), codec.job_to_proto(j).SerializeToString())
-            for i, j in enumerate(st.jobs.values())
-        ],
+        "schedules": schedules,
+        "task_sets": task_sets,
+        "jobs": jobs,
         "runs": [(seq_key(i, r.run_id), encode_run(r)) for i, r in enumerate(st.runs.values())],
         "runs_by_job": [
             (seq_key(i, job_id), _join(ids))
@@ -87,8 +130,12 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
         st.job_seq, st.manual_seq = m.job_seq, m.manual_seq
         st.limits = codec.limits_from_proto(m.limits)
         st.limits_version, st.dead_letters_evicted = m.limits_version, m.dead_letters_evicted
+    schedules = [codec.schedule_from_proto(types_pb2.Schedule.FromString(v))
+                 for _, v in tables["schedules"]]
+    task_sets = [codec.tasks_from_proto(snapshot_pb2.TaskSet.FromString(v).tasks)
+                 for _, v in tables["task_sets"]]
     for _, v in tables["jobs"]:
-        job = codec.job_from_proto(types_pb2.Job.FromString(v))
+        job = _decode_job(v, schedules, task_sets)
         tenant = job.spec.tenant
         st.jobs[job.job_id] = job
         st.job_names[(tenant, job.spec.name)] = job.job_id
@@ -115,7 +162,7 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
     return st
 
 
-TABLES = ("state", "jobs", "runs", "runs_by_job", "retention", "dead_letters", "dedupe")
+TABLES = ("state", "schedules", "task_sets", "jobs", "runs", "runs_by_job", "retention", "dead_letters", "dedupe")
 
 
 def _join(ids) -> bytes:

@@ -1,7 +1,8 @@
 from gnomon.v1 import types_pb2 as _types_pb2
+from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
-from collections.abc import Mapping as _Mapping
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
@@ -51,6 +52,22 @@ class DedupeRecord(_message.Message):
     seq: int
     at_ms: int
     def __init__(self, request_id: _Optional[str] = ..., reply: _Optional[bytes] = ..., seq: _Optional[int] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class JobRecord(_message.Message):
+    __slots__ = ("job", "schedule_ref", "task_set_ref")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_REF_FIELD_NUMBER: _ClassVar[int]
+    TASK_SET_REF_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    schedule_ref: int
+    task_set_ref: int
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., schedule_ref: _Optional[int] = ..., task_set_ref: _Optional[int] = ...) -> None: ...
+
+class TaskSet(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[_types_pb2.TaskSpec]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[_types_pb2.TaskSpec, _Mapping]]] = ...) -> None: ...
 
 class RunRecord(_message.Message):
     __slots__ = ("run", "spec")
