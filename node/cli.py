@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import sys
 
+from gnomon.node import logs
 from gnomon.node.config import ConfigError, load
 
 
@@ -15,11 +15,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gnomon-node: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(
-        level=logging.INFO,
-        format=f"%(asctime)s {config.node_id} %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("pysyncobj").setLevel(logging.ERROR)
+    logs.configure(config.node_id, config.log_format, config.log_level)
     from gnomon.node.server import Node
 
     asyncio.run(Node(config).run())

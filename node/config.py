@@ -47,6 +47,9 @@ class Config:
     data_dir: str = ".gnomon/node"
     cluster_secret: str = ""
     metrics_addr: str = ""  # "host:port"; empty disables the metrics endpoint
+    # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
+    log_format: str = "text"
+    log_level: str = "info"
     # Raft timing (seconds, pysyncobj's units).
     raft_min_timeout_s: float = 0.4
     raft_max_timeout_s: float = 1.2
@@ -136,6 +139,11 @@ class Config:
                 "cluster_secret: at least 8 characters required: the Raft port speaks pickle "
                 "and must be authenticated and encrypted"
             )
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"log_format: {self.log_format!r} is not text or json")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise ConfigError(f"log_level: {self.log_level!r} is not debug, info, warning "
+                              "or error")
         if self.heartbeat_interval_ms * 2 > self.lease_ttl_ms:
             raise ConfigError("heartbeat_interval_ms: must be at most half of lease_ttl_ms")
         rejected = validate_limits(self.initial_limits())

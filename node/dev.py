@@ -31,6 +31,8 @@ __all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "DevCluster", "main"]
 # The client CLI's default servers (gnomon.client._cli_dev) name the same gRPC ports.
 DEFAULT_GRPC_PORTS = (7701, 7702, 7703)
 DEFAULT_RAFT_PORTS = (7801, 7802, 7803)
+# Prometheus /metrics of each node, served when the gRPC ports are the default ones.
+DEFAULT_METRICS_PORTS = (7901, 7902, 7903)
 HOST = "127.0.0.1"
 _READY_TIMEOUT_S = 60.0
 _LOG_TAIL_CHARS = 2000
@@ -42,6 +44,7 @@ class DevCluster(LocalCluster):
 
     grpc_ports: tuple[int, ...] = DEFAULT_GRPC_PORTS
     raft_ports: tuple[int, ...] = DEFAULT_RAFT_PORTS
+    metrics_ports: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         self.size = len(self.grpc_ports)
@@ -57,6 +60,8 @@ class DevCluster(LocalCluster):
                 zip(self.grpc_ports, self.raft_ports, strict=True)
             )
         ]
+        for node, port in zip(self.nodes, self.metrics_ports, strict=False):
+            node.metrics_addr = f"{HOST}:{port}"
 
 
 def _ports(text: str) -> tuple[int, ...]:
@@ -124,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    cluster = DevCluster(root, grpc_ports=args.grpc_ports, raft_ports=args.raft_ports)
+    metrics_ports = DEFAULT_METRICS_PORTS if args.grpc_ports == DEFAULT_GRPC_PORTS else ()
+    cluster = DevCluster(root, grpc_ports=args.grpc_ports, raft_ports=args.raft_ports,
+                         metrics_ports=metrics_ports)
     resumed = any(n.data_dir.exists() for n in cluster.nodes)
     cluster.start()
     try:
@@ -134,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         for n in cluster.nodes:
             print(
-                f"  {n.node_id}  grpc {n.grpc_addr}  raft {n.raft_addr}  log {_shown(n.log_path)}",
+                f"  {n.node_id}  grpc {n.grpc_addr}  raft {n.raft_addr}  log {_shown(n.log_path)}"
+                + (f"  metrics http://{n.metrics_addr}/metrics" if n.metrics_addr else ""),
                 flush=True,
             )
         deadline = time.monotonic() + _READY_TIMEOUT_S

@@ -172,6 +172,8 @@ class LeaseTable:
             d.expires_mono = now + d.ttl_ms
             d.renewed_mono = now
             valid.append(token)
+        if valid:
+            metrics.LEASES_RENEWED.inc(len(valid))
         return valid, revoked
 
     def reconnected(self, worker_id: str, held: list[int]) -> tuple[list[int], list[int]]:

@@ -74,6 +74,8 @@ class NodeProc:
     log_path: Path
     proc: subprocess.Popen | None = None
     channel: grpc.Channel | None = None
+    # "127.0.0.1:port" of /metrics when the cluster was made with metrics=True.
+    metrics_addr: str = ""
 
     @property
     def member(self) -> str:
@@ -105,6 +107,8 @@ class LocalCluster:
     nodes: list[NodeProc] = field(default_factory=list)
     # Extra environment of every node process (e.g. LD_PRELOAD of libfaketime in tests).
     env: dict[str, str] = field(default_factory=dict)
+    # Give every node a /metrics port (NodeProc.metrics_addr).
+    metrics: bool = False
 
     def __post_init__(self) -> None:
         ports = free_ports(2 * self.size)
@@ -114,6 +118,9 @@ class LocalCluster:
                 node_id, f"127.0.0.1:{ports[2 * i]}", f"127.0.0.1:{ports[2 * i + 1]}",
                 self.root / node_id, self.root / f"{node_id}.log",
             ))
+        if self.metrics:
+            for node, port in zip(self.nodes, free_ports(self.size), strict=True):
+                node.metrics_addr = f"127.0.0.1:{port}"
 
     @property
     def servers(self) -> str:
@@ -134,6 +141,8 @@ class LocalCluster:
                 "--data-dir", str(node.data_dir), "--cluster-secret", SECRET]
         for n in self.nodes:
             args += ["--member", n.member]
+        if node.metrics_addr:
+            args += ["--metrics-addr", node.metrics_addr]
         for key, value in self.overrides.items():
             args += ["--" + key.replace("_", "-"), str(value)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GNOMON_")}

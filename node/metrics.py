@@ -1,21 +1,42 @@
-"""Prometheus metrics of a node (one registry per node process)."""
+"""Prometheus metrics of a node (one registry per node process).
+
+Event metrics (counters, histograms) are updated where the event happens; figures that are a
+view of the state (jobs, runs and tasks by state, backlog per queue, DLQ depth, leases held,
+Raft indexes, snapshot and history sizes) are read at scrape time by `observe.StateCollector`.
+Names follow Prometheus conventions: base units (seconds, bytes), `_total` on counters.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 REGISTRY = CollectorRegistry()
+# Process (CPU, memory, file descriptors) and runtime (Python version, GC) metrics.
+ProcessCollector(registry=REGISTRY)
+PlatformCollector(registry=REGISTRY)
+GCCollector(registry=REGISTRY)
 
 IS_LEADER = Gauge("gnomon_is_leader", "1 while this node leads and its term is committed",
                   registry=REGISTRY)
 APPLIED_ENTRIES = Counter("gnomon_applied_entries_total", "Raft entries applied", registry=REGISTRY)
-COMMANDS = Counter("gnomon_commands_total", "Commands committed by this leader", ["command"],
+COMMANDS = Counter("gnomon_commands_total", "Commands applied on this node, by command",
+                   ["command"], registry=REGISTRY)
+REJECTED = Counter("gnomon_rejected_total",
+                   "Commands the state machine rejected on this node, by reason code", ["code"],
                    registry=REGISTRY)
-REJECTED = Counter("gnomon_rejected_total", "Commands rejected by the state machine", ["code"],
-                   registry=REGISTRY)
-BATCH_SIZE = Histogram("gnomon_batch_commands", "Commands per Raft entry",
+BATCH_SIZE = Histogram("gnomon_batch_commands", "Commands per Raft entry (proposal batch size)",
                        buckets=(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000), registry=REGISTRY)
-COMMIT_SECONDS = Histogram("gnomon_commit_seconds", "Proposal to commit latency",
+COMMIT_SECONDS = Histogram("gnomon_commit_seconds",
+                           "Proposal to commit latency of the entries this leader proposed",
                            buckets=(.001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 2, 5),
                            registry=REGISTRY)
 FIRES = Counter("gnomon_fires_total", "Fires committed by this leader", ["outcome"],
@@ -23,14 +44,22 @@ FIRES = Counter("gnomon_fires_total", "Fires committed by this leader", ["outcom
 FIRE_LATENESS = Histogram("gnomon_fire_lateness_seconds", "Commit time minus scheduled_for",
                           buckets=(.01, .02, .05, .1, .2, .5, 1, 2, 5, 10, 30, 60, 300),
                           registry=REGISTRY)
+RUNS_ENDED = Counter("gnomon_runs_ended_total", "Runs that ended on this replica, by outcome",
+                     ["outcome"], registry=REGISTRY)
 LEASES_GRANTED = Counter("gnomon_leases_granted_total", "Leases granted", registry=REGISTRY)
 LEASES_EXPIRED = Counter("gnomon_leases_expired_total", "Leases expired by the leader", ["reason"],
+                         registry=REGISTRY)
+LEASES_RENEWED = Counter("gnomon_leases_renewed_total",
+                         "Lease renewals acknowledged by this leader (heartbeats)",
                          registry=REGISTRY)
 WORKERS = Gauge("gnomon_workers_connected", "Worker streams on this node", registry=REGISTRY)
 READY_TASKS = Gauge("gnomon_ready_tasks", "Tasks waiting for a worker (leader view)",
                     registry=REGISTRY)
 PENDING_PROPOSALS = Gauge("gnomon_pending_proposals", "Commands waiting to be packed",
                           registry=REGISTRY)
+LEADER_CHANGES = Counter("gnomon_leader_changes_total",
+                         "Times the leader known to this node changed (including to none)",
+                         registry=REGISTRY)
 
 
 def serve(addr: str) -> None:

@@ -11,9 +11,11 @@ import signal
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
 
-from gnomon.node import metrics
+from gnomon.node import logs, metrics, observe
 from gnomon.node.backfill import Backfill
+from gnomon.node.clock import mono_ms
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Batch, SetLimits
 from gnomon.node.core.model import Limits
@@ -32,7 +34,7 @@ from gnomon.node.storage import refuse_to_start
 from gnomon.node.tasks import Supervisor, run_steps
 from gnomon.node.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.validate import InputLimits
-from gnomon.v1 import api_pb2_grpc, worker_pb2_grpc
+from gnomon.v1 import api_pb2, api_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ class Node:
             max_tasks_per_job=config.max_tasks_per_job,
             max_attempts=config.max_attempts,
             min_interval_ms=config.min_interval_ms,
+            max_active_runs=config.max_active_runs,
+            max_buffered_runs=config.max_buffered_runs,
         )
         os.makedirs(config.data_dir, exist_ok=True)
         history = HistorySink(_open_history(config), crash=crash_process,
@@ -77,6 +81,8 @@ class Node:
         self.proposer: Proposer | None = None
         self.supervisor = Supervisor(crash_process)
         self._stopping = asyncio.Event()
+        self._entries = observe.EntryCounter()
+        self.last_apply_mono = -(10**12)  # written on the tick thread after each entry
 
     def leader_grpc_addr(self) -> str | None:
         leader = self.raft.leader() if self.raft else None
@@ -87,7 +93,8 @@ class Node:
     # -- effects from the tick thread -> loop thread ------------------------------------------
 
     def _on_applied(self, batch: Batch, replies: list, effects: Effects) -> None:
-        metrics.APPLIED_ENTRIES.inc()
+        self.last_apply_mono = mono_ms()
+        self._entries.applied(self.replica.state, batch, replies, effects)
         if self.leadership.ready and _has_work(effects):
             self._to_loop(self._route_effects, effects)
 
@@ -143,12 +150,14 @@ class Node:
         )
         self.replica.add_listener(self._on_applied)
         self.raft = RaftNode(cfg, self.replica, self._on_role)
+        logs.set_term_source(self.raft.term)
         self.supervisor.spawn(Backfill(
             self.replica.history.store, cfg.peers, page_runs=cfg.history_backfill_page_runs,
             retry_s=cfg.history_backfill_retry_ms / 1000, rng=self.rng).run(),
             name="history-backfill")
         self.raft.canary_apply_before_commit = "fire-on-isleader" in cfg.canaries
-        self.proposer = Proposer(self.raft, cfg, self.leadership.committed)
+        self.proposer = Proposer(self.raft, cfg, self._committed)
+        metrics.PENDING_PROPOSALS.set_function(self.proposer.pending)
         self.leases = LeaseTable(
             self.replica, self.proposer,
             LeaseTiming(heartbeat_interval_ms=cfg.heartbeat_interval_ms,
@@ -170,12 +179,46 @@ class Node:
         self.leadership.start()
         server = await self._start_grpc()
         if cfg.metrics_addr:
+            metrics.REGISTRY.register(observe.StateCollector(self))
             metrics.serve(cfg.metrics_addr)
+        self.supervisor.spawn(self._watch_health(), name="health")
         self._install_signals()
         log.info("node %s serving gRPC on %s, Raft on %s", cfg.node_id,
                  cfg.self_member.grpc_addr, cfg.self_member.raft_addr)
         await self._stopping.wait()
         await self._shutdown(server)
+
+    def _committed(self, sent_mono: int) -> None:
+        metrics.COMMIT_SECONDS.observe(max(0, mono_ms() - sent_mono) / 1000)
+        self.leadership.committed(sent_mono)
+
+    async def _watch_health(self) -> None:
+        """Keep the health service's answers current (every 100 ms): the whole node ("") and
+        the write and worker services serve only while a leader with a fresh proof is known;
+        ClusterService always serves while the process runs (status works without quorum:
+        a liveness check). Counts leader changes on the way."""
+        serving_names = ("", "gnomon.v1.JobService", "gnomon.v1.WorkerService")
+        last: bool | None = None
+        leader_seen: str | None = None
+        while not self._stopping.is_set():
+            leader = self.raft.leader()
+            leader_id = leader.node_id if leader is not None else None
+            if leader_id != leader_seen:
+                metrics.LEADER_CHANGES.inc()
+            leader_seen = leader_id
+            serving, why = observe.health_verdict(self)
+            if serving != last:
+                status = (health_pb2.HealthCheckResponse.SERVING if serving
+                          else health_pb2.HealthCheckResponse.NOT_SERVING)
+                for name in serving_names:
+                    await self._health.set(name, status)
+                log.info("health: %s (%s)", "SERVING" if serving else "NOT_SERVING", why)
+                last = serving
+            try:
+                async with asyncio.timeout(0.1):
+                    await self._stopping.wait()
+            except TimeoutError:
+                pass
 
     def _on_role(self, old: int, new: int) -> None:  # tick thread
         self._to_loop(self.leadership.role_changed, old, new)
@@ -196,10 +239,19 @@ class Node:
             WorkerServicer(self, self.dispatcher, self.leases), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        # Server reflection: grpcurl and Postman list and call the services without .proto files.
+        reflection.enable_server_reflection((
+            api_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
+            api_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+            worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
+            health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         if server.add_insecure_port(self.config.self_member.grpc_addr) == 0:
             raise SystemExit(f"grpc_addr: cannot bind {self.config.self_member.grpc_addr}")
         await server.start()
-        await self._health.set("", health_pb2.HealthCheckResponse.SERVING)
+        # NOT_SERVING until _watch_health sees a leader with a fresh proof.
+        for name in ("", "gnomon.v1.JobService", "gnomon.v1.WorkerService"):
+            await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
+        await self._health.set("gnomon.v1.ClusterService", health_pb2.HealthCheckResponse.SERVING)
         return server
 
     def _install_signals(self) -> None:
@@ -215,7 +267,7 @@ class Node:
         log.info("shutting down")
         timeout_s = self.config.shutdown_timeout_ms / 1000
         stuck = await run_steps([
-            ("health", lambda: self._health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)),
+            ("health", self._health.enter_graceful_shutdown),
             ("leadership transfer", self._transfer_if_leading),
             ("leader loops", self.leadership.stop),
             ("gRPC server", lambda: server.stop(grace=min(2.0, timeout_s / 4))),
