@@ -24,12 +24,12 @@ from typing import Any
 from gnomon.client import AsyncClient, ClusterStatus, GnomonError
 from gnomon.jepsen import disk
 from gnomon.jepsen.net import Net, libfaketime
+from gnomon.node.tls import NodeFiles, ensure_cluster_files
 
 log = logging.getLogger(__name__)
 
 RAFT_PORT = 7801
 GRPC_PORT = 7701
-SECRET = "jepsen-cluster-secret"
 
 # libfaketime with Python 3.11: time.sleep uses clock_nanosleep(TIMER_ABSTIME), which the
 # preload breaks (EINVAL); select() with a relative timeout does the same job. Test-only.
@@ -110,6 +110,7 @@ class DB:
     exits: list[dict[str, Any]] = field(default_factory=list)
     # Every node's wall clock runs at real time + clock_base_s (+ its own fault offset).
     clock_base_s: float = 0.0
+    _tls: dict[str, NodeFiles] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         for node_id in self.node_ids:
@@ -124,6 +125,14 @@ class DB:
     def servers(self) -> list[str]:
         return [n.grpc_addr for n in self.nodes.values()]
 
+    def tls_files(self) -> dict[str, NodeFiles]:
+        """A throwaway cluster CA and node certificates under the run directory."""
+        if not self._tls:
+            self._tls.update(ensure_cluster_files(
+                self.run_dir / "tls", {n.node_id: [n.ip] for n in self.nodes.values()},
+                common_name="gnomon jepsen CA"))
+        return self._tls
+
     # -- processes ---------------------------------------------------------------------------
 
     def start(self, node_id: str) -> None:
@@ -132,7 +141,7 @@ class DB:
         node.dir.mkdir(parents=True, exist_ok=True)
         args = [*self.net.exec_prefix(node_id), sys.executable, "-m", "gnomon.node.cli",
                 "--node-id", node_id, "--data-dir", str(node.data_dir),
-                "--cluster-secret", SECRET]
+                *self.tls_files()[node_id].flags()]
         for n in self.nodes.values():
             args += ["--member", n.member]
         for key, value in {**self.overrides, **self.node_flags.get(node_id, {})}.items():

@@ -7,12 +7,15 @@ import sys
 
 from gnomon.node import logs
 from gnomon.node.config import ConfigError, load
+from gnomon.node.tls import TlsError, load_peer_tls
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
         config = load(argv)
-    except ConfigError as exc:
+        load_peer_tls(config.raft_tls_cert, config.raft_tls_key, config.raft_tls_ca,
+                      config.node_id)
+    except (ConfigError, TlsError) as exc:
         print(f"gnomon-node: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.node_id, config.log_format, config.log_level)

@@ -14,6 +14,9 @@ from dataclasses import dataclass, field
 from gnomon.node.core.model import Limits
 from gnomon.node.core.validate import validate_limits
 
+FRAME_SLACK_BYTES = 64 << 10  # message fields and codec overhead around entries or chunks
+TASK_SPEC_SLACK_BYTES = 4 << 10  # a task's name, queue, needs and options beside its payload
+
 
 class ConfigError(ValueError):
     """A configuration value is missing or breaks a rule; the message names it."""
@@ -21,23 +24,28 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Member:
-    """One cluster member: its id, its Raft address and its gRPC address."""
+    """One cluster member: its id, its Raft address, its gRPC address and (optionally) the
+    HTTP address it serves the HTTP API and dashboard on (where followers redirect writes)."""
 
     node_id: str
     raft_addr: str
     grpc_addr: str
+    http_addr: str = ""
 
     @classmethod
     def parse(cls, text: str) -> Member:
-        """`id=raft_host:port,grpc_host:port` (the form of --member and GNOMON_MEMBERS)."""
+        """`id=raft_host:port,grpc_host:port[,http_host:port]` (the form of --member and
+        GNOMON_MEMBERS)."""
         try:
             node_id, addrs = text.split("=", 1)
-            raft_addr, grpc_addr = (a.strip() for a in addrs.split(","))
+            parts = [a.strip() for a in addrs.split(",")]
+            if len(parts) not in (2, 3):
+                raise ValueError
         except ValueError:
             raise ConfigError(
-                f"member: {text!r} is not 'id=raft_host:port,grpc_host:port'"
+                f"member: {text!r} is not 'id=raft_host:port,grpc_host:port[,http_host:port]'"
             ) from None
-        return cls(node_id.strip(), raft_addr, grpc_addr)
+        return cls(node_id.strip(), *parts)
 
 
 @dataclass(frozen=True)
@@ -45,11 +53,32 @@ class Config:
     node_id: str = ""
     members: tuple[Member, ...] = ()
     data_dir: str = ".gnomon/node"
-    cluster_secret: str = ""
+    # The Raft port: mutual TLS with one cluster CA (node/TRANSPORT.md). Paths, never key
+    # material; the certificate names this node by the URI urn:gnomon:node:<node_id>.
+    raft_tls_cert: str = ""
+    raft_tls_key: str = ""
+    raft_tls_ca: str = ""
+    # Bounds of the Raft port: the largest frame (an append batch or a snapshot chunk, with
+    # room to spare), how long a connection may take to authenticate, how many may be
+    # authenticating at once, the accept backlog, silence before a link is dropped, bytes
+    # queued for a peer that does not read, and the re-dial interval.
+    raft_max_frame_bytes: int = 16 << 20
+    raft_append_batch_bytes: int = 8 << 20
+    raft_handshake_timeout_ms: int = 5_000
+    raft_unauthenticated_idle_ms: int = 2_000
+    raft_max_unauthenticated: int = 64
+    raft_listen_backlog: int = 128
+    raft_peer_timeout_ms: int = 10_000
+    raft_max_send_buffer_bytes: int = 256 << 20
+    raft_connect_retry_ms: int = 500
     metrics_addr: str = ""  # "host:port"; empty disables the metrics endpoint
     # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
     log_format: str = "text"
     log_level: str = "info"
+    # "host:port" of the HTTP/JSON API and dashboard (node/http); empty: not served.
+    http_addr: str = ""
+    # Server-sent event streams one node serves at once (each bounded in memory).
+    http_max_event_streams: int = 64
     # Raft timing (seconds, pysyncobj's units).
     raft_min_timeout_s: float = 0.4
     raft_max_timeout_s: float = 1.2
@@ -85,6 +114,9 @@ class Config:
     max_jobs_per_tenant: int = 100_000
     max_worker_credits: int = 1_000
     max_output_tail_bytes: int = 4 << 10
+    # Bounds of a job's overlap fields (spec.max_active_runs, spec.max_buffered_runs).
+    max_active_runs: int = 100
+    max_buffered_runs: int = 1_000
     # Replicated limits: the first leader of a new cluster proposes these; later changes go
     # through `gnomon cluster limits --set` (a node's own value is never applied on its own).
     dedupe_capacity: int = 100_000
@@ -134,11 +166,7 @@ class Config:
         if not self.members:
             raise ConfigError("members: at least one --member id=raft_addr,grpc_addr is required")
         self.self_member  # noqa: B018 - raises when node_id is not a member
-        if len(self.cluster_secret) < 8:
-            raise ConfigError(
-                "cluster_secret: at least 8 characters required: the Raft port speaks pickle "
-                "and must be authenticated and encrypted"
-            )
+        self._validate_raft_port()
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format: {self.log_format!r} is not text or json")
         if self.log_level not in ("debug", "info", "warning", "error"):
@@ -150,6 +178,43 @@ class Config:
         if rejected:
             raise ConfigError(rejected.detail.removeprefix("limits."))
         return self
+
+    @property
+    def max_entry_bytes(self) -> int:
+        """The largest Raft log entry this node proposes: a batch, or one command above the
+        batch bound (a job of max_tasks_per_job tasks with max_payload_bytes each)."""
+        job = self.max_tasks_per_job * (self.max_payload_bytes + TASK_SPEC_SLACK_BYTES)
+        return max(self.max_batch_bytes, job, self.max_result_bytes + self.max_output_tail_bytes
+                   + TASK_SPEC_SLACK_BYTES)
+
+    def _validate_raft_port(self) -> None:
+        for name in ("raft_tls_cert", "raft_tls_key", "raft_tls_ca"):
+            if not getattr(self, name):
+                raise ConfigError(
+                    f"{name}: required: the Raft port accepts only peers with a certificate "
+                    f"of the cluster CA (`gnomon dev` and `gnomon-node certs` make them)")
+        for name in ("raft_max_frame_bytes", "raft_append_batch_bytes",
+                     "raft_handshake_timeout_ms", "raft_unauthenticated_idle_ms",
+                     "raft_max_unauthenticated", "raft_listen_backlog", "raft_peer_timeout_ms",
+                     "raft_max_send_buffer_bytes", "raft_connect_retry_ms"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name}: must be positive")
+        # A proposal batch is one log entry and must fit an append message whole: pysyncobj
+        # splits a larger one and its peer unpickles the pieces (node/TRANSPORT.md).
+        entry = self.max_entry_bytes
+        if entry + FRAME_SLACK_BYTES > self.raft_append_batch_bytes:
+            raise ConfigError(
+                f"raft_append_batch_bytes: must be at least {entry + FRAME_SLACK_BYTES} (the "
+                f"largest log entry, from max_batch_bytes or max_tasks_per_job x "
+                f"max_payload_bytes, plus {FRAME_SLACK_BYTES} bytes)")
+        largest = max(self.raft_append_batch_bytes + entry, self.snapshot_send_chunk_bytes)
+        if largest + FRAME_SLACK_BYTES > self.raft_max_frame_bytes:
+            raise ConfigError(
+                f"raft_max_frame_bytes: must be at least {largest + FRAME_SLACK_BYTES} "
+                f"(raft_append_batch_bytes plus the largest log entry, or "
+                f"snapshot_send_chunk_bytes, plus {FRAME_SLACK_BYTES} bytes)")
+        if self.raft_peer_timeout_ms < 4 * self.proof_interval_ms:
+            raise ConfigError("raft_peer_timeout_ms: must be at least 4 x proof_interval_ms")
 
     def initial_limits(self) -> Limits:
         """The replicated limits this node proposes when it is a new cluster's first leader."""
@@ -179,7 +244,8 @@ def _coerce(name: str, raw: object) -> object:
 
 def _member(item: object) -> Member:
     if isinstance(item, dict):
-        return Member(str(item["id"]), str(item["raft"]), str(item["grpc"]))
+        return Member(str(item["id"]), str(item["raft"]), str(item["grpc"]),
+                      str(item.get("http", "")))
     return Member.parse(str(item))
 
 

@@ -16,12 +16,10 @@ from typing import TypeVar
 
 import grpc
 
+from gnomon.node.tls import NodeFiles, ensure_cluster_files
 from gnomon.v1 import api_pb2, api_pb2_grpc, worker_pb2_grpc
 
 T = TypeVar("T")
-
-SECRET = "local-cluster-secret"
-
 
 def free_ports(n: int) -> list[int]:
     socks, ports = [], []
@@ -109,6 +107,7 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)
     # Give every node a /metrics port (NodeProc.metrics_addr).
     metrics: bool = False
+    _tls: dict[str, NodeFiles] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         ports = free_ports(2 * self.size)
@@ -121,6 +120,14 @@ class LocalCluster:
         if self.metrics:
             for node, port in zip(self.nodes, free_ports(self.size), strict=True):
                 node.metrics_addr = f"127.0.0.1:{port}"
+
+    def tls_files(self) -> dict[str, NodeFiles]:
+        """The cluster CA and each node's certificate under `root/tls` (made once, reused)."""
+        if self._tls is None:
+            self._tls = ensure_cluster_files(
+                self.root / "tls", {n.node_id: [n.raft_addr.rsplit(":", 1)[0]]
+                                    for n in self.nodes})
+        return self._tls
 
     @property
     def servers(self) -> str:
@@ -138,7 +145,7 @@ class LocalCluster:
     def start_node(self, node_id: str) -> None:
         node = self.node(node_id)
         args = [sys.executable, "-m", "gnomon.node.cli", "--node-id", node.node_id,
-                "--data-dir", str(node.data_dir), "--cluster-secret", SECRET]
+                "--data-dir", str(node.data_dir), *self.tls_files()[node.node_id].flags()]
         for n in self.nodes:
             args += ["--member", n.member]
         if node.metrics_addr:

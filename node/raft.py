@@ -19,7 +19,7 @@ from typing import Protocol
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE  # noqa: F401 - re-exported for tests
 
-from gnomon.node import codec, journal, storage
+from gnomon.node import codec, entries, journal, storage
 from gnomon.node.clock import mono_ms, wall_ms
 from gnomon.node.config import Config
 from gnomon.node.core import commands as c
@@ -29,6 +29,8 @@ from gnomon.node.replica import LoadedSnapshot, crash_process
 from gnomon.node.snapshot import SnapshotError
 from gnomon.node.snapshotter import ForkSnapshotter
 from gnomon.node.storage import StorageError
+from gnomon.node.tls import load_peer_tls
+from gnomon.node.transport import TlsTransport, TransportLimits, TransportSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +55,15 @@ class ApplyHost(Protocol):
 class _StateMachine(SyncObj):
     def __init__(self, self_addr: str, others: list[str], conf: SyncObjConf, host: ApplyHost,
                  snapshots: ForkSnapshotter, loaded: LoadedSnapshot | None,
-                 crash: Callable[[str], None]):
+                 crash: Callable[[str], None], transport_class: Callable):
         # Set before super().__init__(): excluded from pysyncobj's own bookkeeping.
         self._host = host
         self._snapshots = snapshots
         self._loaded_at_start = loaded
         self._crash = crash
         self._storage_started = False
-        super().__init__(self_addr, others, conf)
+        entries.restrict_pysyncobj_unpickling()
+        super().__init__(self_addr, others, conf, transportClass=transport_class)
 
     # The only replicated method: pysyncobj numbers them by sorted name, so a second one would
     # misroute old log entries. Its argument is a serialized gnomon.v1.CommandBatch.
@@ -149,16 +152,16 @@ def build_conf(config: Config, on_role: Callable[[int, int], None]) -> SyncObjCo
     os.makedirs(data, exist_ok=True)
     host_part = config.self_member.raft_addr.rsplit(":", 1)[0]
     return SyncObjConf(
-        password=config.cluster_secret,
         bindAddress=config.self_member.raft_addr if host_part else None,
         appendEntriesUseBatch=False,
+        # Larger than any entry: pysyncobj never splits one (node/TRANSPORT.md).
+        appendEntriesBatchSizeBytes=config.raft_append_batch_bytes,
         appendEntriesPeriod=config.append_entries_period_s,
         raftMinTimeout=config.raft_min_timeout_s,
         raftMaxTimeout=config.raft_max_timeout_s,
         leaderFallbackTimeout=config.leader_fallback_timeout_s,
-        # Keep idle links up and re-dial fast: halves failover (DEPENDENCY-NOTES).
-        connectionTimeout=3600.0,
-        connectionRetryTime=0.5,
+        # Re-dial fast: halves failover (DEPENDENCY-NOTES); the transport pings idle links.
+        connectionRetryTime=config.raft_connect_retry_ms / 1000,
         journalFile=journal_path(config),
         fullDumpFile=snapshot_path(config),
         # Never called: the forking snapshotter replaces pysyncobj's serializer on the first
@@ -173,6 +176,28 @@ def build_conf(config: Config, on_role: Callable[[int, int], None]) -> SyncObjCo
         commandsWaitLeader=False,
         useFork=False,
     )
+
+
+def build_transport(config: Config):
+    """pysyncobj's `transportClass`: the mutual-TLS transport with this node's settings.
+    A certificate that does not fit (expired, wrong node, another CA) stops the start here."""
+    tls = load_peer_tls(config.raft_tls_cert, config.raft_tls_key, config.raft_tls_ca,
+                        config.node_id)
+    host_part = config.self_member.raft_addr.rsplit(":", 1)[0]
+    limits = TransportLimits(
+        max_frame_bytes=config.raft_max_frame_bytes,
+        handshake_timeout_s=config.raft_handshake_timeout_ms / 1000,
+        unauthenticated_idle_s=config.raft_unauthenticated_idle_ms / 1000,
+        listen_backlog=config.raft_listen_backlog,
+        max_unauthenticated=config.raft_max_unauthenticated,
+        peer_timeout_s=config.raft_peer_timeout_ms / 1000,
+        max_send_buffer_bytes=config.raft_max_send_buffer_bytes,
+        connect_retry_s=config.raft_connect_retry_ms / 1000)
+    settings = TransportSettings(
+        tls=tls, node_id=config.node_id,
+        members={m.node_id: m.raft_addr for m in config.members},
+        bind_host=host_part, limits=limits)
+    return functools.partial(TlsTransport, settings=settings)
 
 
 def journal_path(config: Config) -> str:
@@ -218,6 +243,7 @@ class RaftNode:
               on_role: Callable[[int, int], None]) -> _StateMachine:
         snap_path = snapshot_path(config)
         conf = build_conf(config, on_role)
+        transport = build_transport(config)  # cli.py checked the files before the start
         storage.check_files(snap_path, journal_path(config))
         loaded = host.read_snapshot(snap_path) if os.path.exists(snap_path) else None
         host.restored(loaded)
@@ -225,7 +251,7 @@ class RaftNode:
         journal.patch_pysyncobj(prepare=functools.partial(
             storage.align_journal, last=last, before=before, snapshot_path=snap_path))
         return _StateMachine(config.self_member.raft_addr, [m.raft_addr for m in config.peers],
-                             conf, host, self.snapshots, loaded, self._crash)
+                             conf, host, self.snapshots, loaded, self._crash, transport)
 
     # -- proposing ------------------------------------------------------------------------
 

@@ -297,7 +297,8 @@ class Worker:
 
 def node_config(**overrides) -> Config:
     base = Config(
-        node_id="n1", members=MEMBERS, cluster_secret="unit-test-secret",
+        node_id="n1", members=MEMBERS, raft_tls_cert="unused", raft_tls_key="unused",
+        raft_tls_ca="unused",
         proof_interval_ms=50, lease_ttl_ms=10_000, heartbeat_interval_ms=2_000,
         lease_checkpoint_interval_ms=20, trigger_tick_ms=10, commit_timeout_ms=5_000,
         max_output_tail_bytes=64, max_result_bytes=1_024,
@@ -441,7 +442,7 @@ def make_spec(name: str = "job", *, tenant: str = "acme", interval_ms: int = HOU
               priority: int = 0, misfire_policy: str = MisfirePolicy.RUN_ALL,
               misfire_grace_ms: int = 0, paused: bool = False, payload: bytes = b"p",
               timeout_ms: int = 0, max_attempts: int = 3, schedule: Schedule | None = None,
-              anchor_ms: int = T0) -> JobSpec:
+              anchor_ms: int = T0, **overlap) -> JobSpec:
     """A job spec; the default schedule is every `interval_ms` from `anchor_ms` (slots
     T0 + k * interval_ms)."""
     dag = tasks if tasks is not None else {"a": ()}
@@ -454,7 +455,7 @@ def make_spec(name: str = "job", *, tenant: str = "acme", interval_ms: int = HOU
         tasks=tuple(TaskSpec(t, queue=queue, depends_on=deps, payload=payload,
                              timeout_ms=timeout_ms, retry=retry) for t, deps in dag.items()),
         priority=priority, misfire_policy=misfire_policy, misfire_grace_ms=misfire_grace_ms,
-        paused=paused,
+        paused=paused, **overlap,  # overlap_policy, max_active_runs, max_buffered_runs
     )
 
 

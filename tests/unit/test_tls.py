@@ -1,0 +1,69 @@
+"""Raft-port certificates (node/tls.py): a node refuses to start with files that do not fit,
+with a message that names the setting."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from gnomon.node import tls
+
+
+@pytest.fixture
+def files(tmp_path):
+    return tls.ensure_cluster_files(tmp_path / "tls", {"n1": ["127.0.0.1"], "n2": ["::1"]})
+
+
+def _load(f, node_id="n1", **kw):
+    return tls.load_peer_tls(str(f.cert), str(f.key), str(f.ca), node_id, **kw)
+
+
+def test_generated_files_load_and_are_reused(files, tmp_path):
+    loaded = _load(files["n1"])
+    assert loaded.node_id == "n1"
+    assert (files["n1"].key.stat().st_mode & 0o777) == 0o600
+    before = files["n1"].cert.read_bytes()
+    again = tls.ensure_cluster_files(tmp_path / "tls", {"n1": ["127.0.0.1"]})
+    assert again["n1"].cert.read_bytes() == before
+
+
+def test_certificate_of_another_node_is_refused(files):
+    with pytest.raises(tls.TlsError, match="raft_tls_cert: .* must name exactly this node"):
+        _load(files["n2"], node_id="n1")
+
+
+def test_expired_certificate_is_refused(files):
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=400)
+    with pytest.raises(tls.TlsError, match="raft_tls_cert: .* expired"):
+        _load(files["n1"], now=later)
+
+
+def test_certificate_of_another_ca_is_refused(files, tmp_path):
+    other = tls.ensure_cluster_files(tmp_path / "other", {"n1": ["127.0.0.1"]})
+    with pytest.raises(tls.TlsError, match="raft_tls_ca"):
+        tls.load_peer_tls(str(other["n1"].cert), str(other["n1"].key), str(files["n1"].ca),
+                          "n1")
+
+
+def test_key_of_another_certificate_is_refused(files):
+    with pytest.raises(tls.TlsError, match="raft_tls_key"):
+        tls.load_peer_tls(str(files["n1"].cert), str(files["n2"].key), str(files["n1"].ca),
+                          "n1")
+
+
+def test_missing_file_names_the_setting(files, tmp_path):
+    with pytest.raises(tls.TlsError, match="raft_tls_ca: .* not a readable file"):
+        tls.load_peer_tls(str(files["n1"].cert), str(files["n1"].key),
+                          str(tmp_path / "nope.crt"), "n1")
+
+
+def test_certs_command_writes_a_set(tmp_path, capsys):
+    from gnomon.node.certs import main
+
+    assert main(["--dir", str(tmp_path / "c"), "--node", "n1=10.0.0.1",
+                 "--node", "n2=10.0.0.2,gnomon-2.internal"]) == 0
+    out = capsys.readouterr().out
+    assert "n1: --raft-tls-cert" in out and "n2.key" in out
+    assert _load(tls.NodeFiles(tmp_path / "c" / "n2.crt", tmp_path / "c" / "n2.key",
+                               tmp_path / "c" / "ca.crt"), node_id="n2")
