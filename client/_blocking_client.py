@@ -20,6 +20,7 @@ from ._models import (
     Job,
     JobSpec,
     LimitsUpdate,
+    OverlapPolicy,
     Run,
     TaskRef,
 )
@@ -296,12 +297,15 @@ class Client:
         name: str | None = None,
         request_id: str | None = None,
         timeout_s: float | None = None,
+        overlap_policy: OverlapPolicy | str | None = None,
     ) -> RunHandle:
         """Start a run now, outside the schedule. Returns the run as created (a ``Run``) with
-        ``handle.wait()`` for its end and ``handle.result()`` for its tasks' results."""
+        ``handle.wait()`` for its end and ``handle.result()`` for its tasks' results. The
+        job's overlap policy applies unless ``overlap_policy`` overrides it for this call."""
         run = self._run(
             self._async.trigger_job(
-                job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s
+                job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s,
+                overlap_policy=overlap_policy,
             )
         )
         return RunHandle(**run_fields(run), _client=self)

@@ -252,7 +252,13 @@ def _render_run(ctx: CommandContext, run: Run) -> str:
 
 def _cmd_job_trigger(ctx: CommandContext) -> int:
     job_id, kw = _ref_kwargs(_job_ref(ctx.args.job, ctx.args.tenant))
-    run = ctx.client.trigger_job(job_id, **kw, request_id=ctx.args.request_id)
+    run = ctx.client.trigger_job(job_id, **kw, request_id=ctx.args.request_id,
+                                 overlap_policy=ctx.args.overlap_policy)
+    if run.state == RunState.SKIPPED:  # by the overlap policy: nothing to wait for
+        ctx.emit(f"skipped run {run.run_id}: {run.reason}", run_json(run))
+        return EXIT_OK
+    if run.state == RunState.QUEUED:
+        return _finish_run(ctx, run, f"queued run {run.run_id}: {run.reason}")
     return _finish_run(ctx, run, f"started run {run.run_id}")
 
 

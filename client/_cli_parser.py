@@ -9,7 +9,7 @@ from typing import Any, NoReturn
 from ._cli_dev import DEFAULT_SERVERS, DEV_GRPC_PORTS, DEV_RAFT_PORTS
 from ._cli_errors import EXIT_CODES
 from ._cli_values import UsageError, parse_duration_ms, parse_instant_ms
-from ._models import CLUSTER_LIMIT_NAMES, MisfirePolicy
+from ._models import CLUSTER_LIMIT_NAMES, MisfirePolicy, OverlapPolicy
 
 __all__ = ["ArgumentError", "build_parser"]
 
@@ -139,6 +139,17 @@ def _add_spec_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     g.add_argument(
         "--misfire-grace-ms", type=_duration_arg, metavar="DURATION", help="lateness still on time"
     )
+    g.add_argument(
+        "--overlap-policy",
+        choices=[p.value for p in OverlapPolicy],
+        help="what a fire does while max-active-runs runs are active (default allow_all)",
+    )
+    g.add_argument(
+        "--max-active-runs", type=int, metavar="N", help="active runs at once (default 1)"
+    )
+    g.add_argument(
+        "--max-buffered-runs", type=int, metavar="N", help="buffer_all: queued runs at most"
+    )
     if create:
         g.add_argument("--paused", action="store_true", default=None, help="create it paused")
 
@@ -231,6 +242,11 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
     p = leaf(job, "trigger", "start a run now, outside the schedule")
     _add_job_arg(p)
     _add_request_id(p)
+    p.add_argument(
+        "--overlap-policy",
+        choices=[o.value for o in OverlapPolicy],
+        help="override the job's overlap policy for this trigger",
+    )
     _add_wait(p)
 
 

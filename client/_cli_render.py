@@ -22,6 +22,7 @@ from ._models import (
     DeadLetter,
     IntervalSchedule,
     Job,
+    JobSpec,
     LimitsUpdate,
     Run,
     Schedule,
@@ -165,6 +166,16 @@ def _payload_text(payload: bytes) -> str:
     return text if key == "payload" else f"base64:{value}"
 
 
+def _overlap_text(spec: JobSpec) -> str:
+    policy = spec.overlap_policy.value
+    if policy == "allow_all":
+        return policy
+    text = f"{policy} (max {spec.max_active_runs or 1} active"
+    if policy == "buffer_all":
+        text += f", {spec.max_buffered_runs or 100} buffered"
+    return text + ")"
+
+
 def render_job(job: Job) -> str:
     spec = job.spec
     grace = fmt_duration(spec.misfire_grace_ms) if spec.misfire_grace_ms else "default"
@@ -176,6 +187,7 @@ def render_job(job: Job) -> str:
             ("next fire", fmt_time(job.next_fire_ms) if not job.paused else "-"),
             ("priority", spec.priority),
             ("misfire", f"{spec.misfire_policy.value} (grace {grace})"),
+            ("overlap", _overlap_text(spec)),
             ("version", job.version),
             ("created", fmt_time(job.created_ms)),
             ("updated", fmt_time(job.updated_ms)),
@@ -259,7 +271,8 @@ def render_run(run: Run, *, all_output: bool = False) -> str:
         [
             ("run", run.run_id),
             ("job", f"{run.job_id} (version {run.job_version})  tenant {run.tenant}"),
-            ("state", run.state.value),
+            ("state", run.state.value + (" (cancel requested)" if run.cancel_requested else "")),
+            *([("reason", run.reason)] if run.reason else []),
             ("trigger", run.trigger.value),
             ("scheduled for", fmt_time(run.scheduled_for_ms)),
             ("created", fmt_time(run.created_ms)),
@@ -391,6 +404,8 @@ def run_json(run: Run) -> dict[str, Any]:
         "created_ms": run.created_ms,
         "finished_ms": run.finished_ms,
         "job_version": run.job_version,
+        "reason": run.reason,
+        "cancel_requested": run.cancel_requested,
         "tasks": [task_json(t) for t in run.tasks],
     }
 

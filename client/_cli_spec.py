@@ -17,6 +17,10 @@ for instants (``at_ms``, ``anchor_ms``) an ISO 8601 time with a zone, ``"now"`` 
     priority: 0                        # -100..100
     misfire_policy: run_all            # run_all | run_latest | skip
     misfire_grace_ms: 60s
+    overlap_policy: skip               # allow_all | skip | buffer_one | buffer_all |
+                                       # cancel_other | terminate_other (default allow_all)
+    max_active_runs: 1                 # not with allow_all; default 1
+    max_buffered_runs: 100             # buffer_all only
     paused: false
     defaults:                          # for every task that does not set the key
       queue: etl
@@ -68,6 +72,7 @@ from ._models import (
     JobSpec,
     MisfirePolicy,
     OnceSchedule,
+    OverlapPolicy,
     RetryPolicy,
     Schedule,
     TaskSpec,
@@ -100,6 +105,9 @@ _TOP_KEYS = (
     "misfire_policy",
     "misfire_grace_ms",
     "paused",
+    "overlap_policy",
+    "max_active_runs",
+    "max_buffered_runs",
 )
 _SCHEDULE_KEYS = ("cron", "timezone", "interval_ms", "anchor_ms", "at_ms")
 _TASK_KEYS = (
@@ -223,6 +231,15 @@ def _misfire(value: Any, path: str) -> MisfirePolicy:
         raise fail(path, f"{value!r} is not one of {choices}") from None
 
 
+def overlap_policy(value: Any, path: str) -> OverlapPolicy:
+    text = read_str(value, path).strip().lower().removeprefix("overlap_policy_")
+    try:
+        return OverlapPolicy(text.replace("-", "_"))
+    except ValueError:
+        choices = ", ".join(p.value for p in OverlapPolicy)
+        raise fail(path, f"{value!r} is not one of {choices}") from None
+
+
 def spec_from_data(data: Any, *, path: str = "spec", now_ms: int | None = None) -> JobSpec:
     """A ``JobSpec`` from parsed YAML/JSON in the schema above; UsageError names the key."""
     data = read_mapping(data, path)
@@ -262,6 +279,11 @@ def spec_from_data(data: Any, *, path: str = "spec", now_ms: int | None = None) 
             data.get("misfire_grace_ms", 0), f"{path}.misfire_grace_ms"
         ),
         paused=read_bool(data.get("paused", False), f"{path}.paused"),
+        overlap_policy=overlap_policy(data.get("overlap_policy", "allow_all"),
+                                      f"{path}.overlap_policy"),
+        max_active_runs=None if data.get("max_active_runs") is None
+        else read_int(data["max_active_runs"], f"{path}.max_active_runs"),
+        max_buffered_runs=read_int(data.get("max_buffered_runs", 0), f"{path}.max_buffered_runs"),
     )
 
 
@@ -342,6 +364,9 @@ def spec_to_data(spec: JobSpec) -> dict[str, Any]:
         "misfire_policy": spec.misfire_policy.value,
         "misfire_grace_ms": spec.misfire_grace_ms,
         "paused": spec.paused,
+        "overlap_policy": spec.overlap_policy.value,
+        **({"max_active_runs": spec.max_active_runs} if spec.max_active_runs is not None else {}),
+        "max_buffered_runs": spec.max_buffered_runs,
         "tasks": [task_to_data(t) for t in spec.tasks],
     }
 
@@ -424,7 +449,8 @@ _TASK_FLAGS = (
     "backoff_ms",
     "max_backoff_ms",
 )
-_JOB_FLAGS = ("priority", "misfire_policy", "misfire_grace_ms")
+_JOB_FLAGS = ("priority", "misfire_policy", "misfire_grace_ms", "overlap_policy",
+              "max_active_runs", "max_buffered_runs")
 _SCHEDULE_FLAGS = ("cron", "tz", "interval_ms", "anchor_ms", "at")
 
 

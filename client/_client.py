@@ -26,6 +26,7 @@ from ._models import (
     Job,
     JobSpec,
     LimitsUpdate,
+    OverlapPolicy,
     Run,
     TaskRef,
 )
@@ -307,12 +308,15 @@ class AsyncClient:
         name: str | None = None,
         request_id: str | None = None,
         timeout_s: float | None = None,
+        overlap_policy: OverlapPolicy | str | None = None,
     ) -> AsyncRunHandle:
         """Start a run now, outside the schedule. Returns the run as created (a ``Run``) with
         ``await handle.wait()`` for its end and ``await handle.result()`` for its tasks'
-        results."""
+        results. The job's overlap policy applies (the run may be skipped or queued, see
+        ``run.reason``) unless ``overlap_policy`` overrides it for this trigger."""
         req = api_pb2.TriggerJobRequest(
-            request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name)
+            request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name),
+            overlap_policy=cv.overlap_to_proto(overlap_policy),
         )
         resp = await self._call(_JOBS, "TriggerJob", req, timeout_s=timeout_s)
         return AsyncRunHandle(**run_fields(cv.run_from_proto(resp.run)), _client=self)

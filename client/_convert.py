@@ -30,6 +30,7 @@ from ._models import (
     MisfirePolicy,
     NodeStatus,
     OnceSchedule,
+    OverlapPolicy,
     RetryPolicy,
     Run,
     RunState,
@@ -49,6 +50,14 @@ _MISFIRE = {
 }
 _MISFIRE_BACK = {v: k for k, v in _MISFIRE.items()}
 
+_OVERLAP = {p: types_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{p.name}") for p in OverlapPolicy}
+_OVERLAP_BACK = {v: k for k, v in _OVERLAP.items()}
+
+
+def overlap_to_proto(policy: OverlapPolicy | str | None) -> int:
+    """A trigger's override: None is UNSPECIFIED (the job's policy)."""
+    return 0 if policy is None else _OVERLAP[OverlapPolicy(policy)]
+
 _RUN_STATE = {
     RunState.UNSPECIFIED: types_pb2.RUN_STATE_UNSPECIFIED,
     RunState.RUNNING: types_pb2.RUN_STATE_RUNNING,
@@ -56,6 +65,7 @@ _RUN_STATE = {
     RunState.FAILED: types_pb2.RUN_STATE_FAILED,
     RunState.CANCELLED: types_pb2.RUN_STATE_CANCELLED,
     RunState.SKIPPED: types_pb2.RUN_STATE_SKIPPED,
+    RunState.QUEUED: types_pb2.RUN_STATE_QUEUED,
 }
 _RUN_STATE_BACK = {v: k for k, v in _RUN_STATE.items()}
 
@@ -178,6 +188,9 @@ def job_spec_to_proto(spec: JobSpec) -> types_pb2.JobSpec:
         misfire_policy=_MISFIRE[spec.misfire_policy],
         misfire_grace_ms=spec.misfire_grace_ms,
         paused=spec.paused,
+        overlap_policy=_OVERLAP[spec.overlap_policy],
+        max_active_runs=spec.max_active_runs,
+        max_buffered_runs=spec.max_buffered_runs,
     )
 
 
@@ -191,6 +204,9 @@ def job_spec_from_proto(msg: types_pb2.JobSpec) -> JobSpec:
         misfire_policy=_MISFIRE_BACK.get(msg.misfire_policy, MisfirePolicy.RUN_ALL),
         misfire_grace_ms=msg.misfire_grace_ms,
         paused=msg.paused,
+        overlap_policy=_OVERLAP_BACK.get(msg.overlap_policy, OverlapPolicy.ALLOW_ALL),
+        max_active_runs=msg.max_active_runs if msg.HasField("max_active_runs") else None,
+        max_buffered_runs=msg.max_buffered_runs,
     )
 
 
@@ -305,6 +321,8 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         finished_ms=run.finished_ms,
         tasks=[task_instance_to_proto(t) for t in run.tasks],
         job_version=run.job_version,
+        reason=run.reason,
+        cancel_requested=run.cancel_requested,
     )
 
 
@@ -320,6 +338,8 @@ def run_from_proto(msg: types_pb2.Run) -> Run:
         finished_ms=msg.finished_ms,
         tasks=tuple(task_instance_from_proto(t) for t in msg.tasks),
         job_version=msg.job_version,
+        reason=msg.reason,
+        cancel_requested=msg.cancel_requested,
     )
 
 

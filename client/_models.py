@@ -22,6 +22,7 @@ from ._specs import (
     JobSpec,
     MisfirePolicy,
     OnceSchedule,
+    OverlapPolicy,
     RetryPolicy,
     Schedule,
     TaskSpec,
@@ -44,6 +45,7 @@ __all__ = [
     "MisfirePolicy",
     "NodeStatus",
     "OnceSchedule",
+    "OverlapPolicy",
     "RetryPolicy",
     "Run",
     "RunState",
@@ -69,6 +71,8 @@ class RunState(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
+    QUEUED = "queued"
+    """Buffered by the job's overlap policy: starts when an active run of the job ends."""
 
     @property
     def is_terminal(self) -> bool:
@@ -242,6 +246,11 @@ class Run:
     finished_ms: int = 0
     tasks: tuple[TaskInstance, ...] = ()
     job_version: int = 0
+    # Why a policy skipped, queued or cancelled it ("misfire", "overlap", ...), or the reason
+    # a cancel gave.
+    reason: str = ""
+    # The overlap policy (CANCEL_OTHER) asked it to stop; it ends when its leased tasks have.
+    cancel_requested: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(self.tasks))

@@ -25,6 +25,7 @@ __all__ = [
     "JobSpec",
     "MisfirePolicy",
     "OnceSchedule",
+    "OverlapPolicy",
     "RetryPolicy",
     "Schedule",
     "TaskSpec",
@@ -58,6 +59,24 @@ class MisfirePolicy(enum.StrEnum):
     """Only the latest missed slot runs; the others are recorded as skipped runs."""
     SKIP = "skip"
     """Every missed slot is recorded as a skipped run."""
+
+
+class OverlapPolicy(enum.StrEnum):
+    """What a fire does while the job already has ``max_active_runs`` active runs (decided
+    by the cluster when the fire is applied; manual triggers may override it per call)."""
+
+    ALLOW_ALL = "allow_all"
+    """Every fire starts a run (``max_active_runs`` must be unset)."""
+    SKIP = "skip"
+    """The fire is recorded as a skipped run with reason "overlap"."""
+    BUFFER_ONE = "buffer_one"
+    """The fire waits as a queued run, at most one; further fires are skipped."""
+    BUFFER_ALL = "buffer_all"
+    """Fires wait as queued runs, at most ``max_buffered_runs``, started oldest first."""
+    CANCEL_OTHER = "cancel_other"
+    """The oldest active run is asked to stop (leased tasks may finish); the fire waits."""
+    TERMINATE_OTHER = "terminate_other"
+    """The oldest active run is cancelled at once (workers told); the fire starts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +237,9 @@ class TaskSpec:
 @dataclass(frozen=True, slots=True, init=False)
 class JobSpec:
     """What a user submits: a schedule and a DAG of tasks. ``misfire_grace`` (a timedelta)
-    may stand for ``misfire_grace_ms``."""
+    may stand for ``misfire_grace_ms``. ``overlap_policy`` with ``max_active_runs`` (None:
+    1, no bound for ALLOW_ALL) and ``max_buffered_runs`` (BUFFER_ALL; 0: the default 100)
+    decide what a fire does while earlier runs are active."""
 
     name: str
     schedule: Schedule
@@ -228,6 +249,9 @@ class JobSpec:
     misfire_policy: MisfirePolicy = MisfirePolicy.RUN_ALL
     misfire_grace_ms: int = 0
     paused: bool = False
+    overlap_policy: OverlapPolicy = OverlapPolicy.ALLOW_ALL
+    max_active_runs: int | None = None
+    max_buffered_runs: int = 0
 
     def __init__(
         self,
@@ -241,6 +265,9 @@ class JobSpec:
         paused: bool = False,
         *,
         misfire_grace: timedelta | None = None,
+        overlap_policy: OverlapPolicy | str = OverlapPolicy.ALLOW_ALL,
+        max_active_runs: int | None = None,
+        max_buffered_runs: int = 0,
     ) -> None:
         grace = ms_or_alias(
             "JobSpec",
@@ -258,6 +285,9 @@ class JobSpec:
         object.__setattr__(self, "misfire_policy", MisfirePolicy(misfire_policy))
         object.__setattr__(self, "misfire_grace_ms", grace)
         object.__setattr__(self, "paused", paused)
+        object.__setattr__(self, "overlap_policy", OverlapPolicy(overlap_policy))
+        object.__setattr__(self, "max_active_runs", max_active_runs)
+        object.__setattr__(self, "max_buffered_runs", max_buffered_runs)
 
     misfire_grace = DurationField()
 
@@ -279,6 +309,9 @@ class JobSpec:
         paused: bool = False,
         timeout: timedelta | None = None,
         misfire_grace: timedelta | None = None,
+        overlap_policy: OverlapPolicy | str = OverlapPolicy.ALLOW_ALL,
+        max_active_runs: int | None = None,
+        max_buffered_runs: int = 0,
     ) -> JobSpec:
         """A job of one task (named ``task_name``, "main" by default). A mapping payload is
         encoded as JSON; ``timeout`` and ``misfire_grace`` (timedeltas) may stand for the
@@ -301,4 +334,7 @@ class JobSpec:
             misfire_grace_ms=misfire_grace_ms,
             paused=paused,
             misfire_grace=misfire_grace,
+            overlap_policy=overlap_policy,
+            max_active_runs=max_active_runs,
+            max_buffered_runs=max_buffered_runs,
         )

@@ -89,6 +89,16 @@ _RUN_STATE = types_pb2.RunState.DESCRIPTOR
 _RUN_TRIGGER = types_pb2.RunTrigger.DESCRIPTOR
 _TASK_STATE = types_pb2.TaskState.DESCRIPTOR
 _ATTEMPT_OUTCOME = types_pb2.AttemptOutcome.DESCRIPTOR
+_OVERLAP = types_pb2.OverlapPolicy.DESCRIPTOR
+
+
+def overlap_to_proto(value: str) -> int:
+    """"" (a trigger without override) is UNSPECIFIED."""
+    return enum_to_proto(_OVERLAP, value) if value else 0
+
+
+def overlap_from_proto(number: int, default: str = "allow_all") -> str:
+    return enum_from_proto(_OVERLAP, number, default)
 
 
 # --- limits --------------------------------------------------------------------------------
@@ -161,6 +171,19 @@ def spec_scalars_to_proto(spec: JobSpec, out: types_pb2.JobSpec) -> None:
     out.tenant, out.name, out.priority = spec.tenant, spec.name, spec.priority
     out.misfire_policy = enum_to_proto(_MISFIRE, spec.misfire_policy)
     out.misfire_grace_ms, out.paused = spec.misfire_grace_ms, spec.paused
+    out.overlap_policy = overlap_to_proto(spec.overlap_policy)
+    if spec.max_active_runs is not None:
+        out.max_active_runs = spec.max_active_runs
+    out.max_buffered_runs = spec.max_buffered_runs
+
+
+def overlap_fields_from_proto(m: types_pb2.JobSpec) -> dict:
+    """The overlap fields of a JobSpec message, as JobSpec keyword arguments."""
+    return {
+        "overlap_policy": overlap_from_proto(m.overlap_policy),
+        "max_active_runs": m.max_active_runs if m.HasField("max_active_runs") else None,
+        "max_buffered_runs": m.max_buffered_runs,
+    }
 
 
 def tasks_message(tasks: tuple[TaskSpec, ...], out):
@@ -215,6 +238,7 @@ def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
         misfire_policy=misfire_from_proto(m.misfire_policy),
         misfire_grace_ms=m.misfire_grace_ms,
         paused=m.paused,
+        **overlap_fields_from_proto(m),
     )
 
 
@@ -269,6 +293,7 @@ def run_to_proto(run: Run, out: types_pb2.Run | None = None) -> types_pb2.Run:
     out = types_pb2.Run() if out is None else out
     _copy_fields(run, out, ("run_id", "job_id", "tenant", "scheduled_for_ms", "created_ms"))
     out.finished_ms, out.job_version = run.finished_ms, run.job_version
+    out.reason, out.cancel_requested = run.reason, run.cancel_requested
     out.state = enum_to_proto(_RUN_STATE, run.state)
     out.trigger = enum_to_proto(_RUN_TRIGGER, run.trigger)
     for inst in run.tasks.values():
@@ -304,6 +329,8 @@ def run_from_proto(m: types_pb2.Run, spec: JobSpec) -> Run:
         spec=spec,
         tasks=tasks,
         finished_ms=m.finished_ms,
+        reason=m.reason,
+        cancel_requested=m.cancel_requested,
     )
 
 
@@ -332,6 +359,8 @@ def _command_to_proto(cmd, out: Message) -> None:
             spec_to_proto(value, getattr(out, f.name))
         elif isinstance(value, Limits):
             limits_to_proto(value, getattr(out, f.name))
+        elif f.name == "overlap_policy":
+            out.overlap_policy = overlap_to_proto(value)
         elif f.name in _NESTED:
             repeated = getattr(out, f.name)
             for item in value:
@@ -350,6 +379,8 @@ def _command_from_proto(cls: type, m: Message):
             value = limits_from_proto(value)
         elif f.name == "exit_code":
             value = value if m.HasField("exit_code") else None
+        elif f.name == "overlap_policy":
+            value = overlap_from_proto(value, "")
         elif f.name in _NESTED:
             value = tuple(_command_from_proto(_NESTED[f.name], item) for item in value)
         elif isinstance(value, bytes):

@@ -24,6 +24,7 @@ from gnomon.node.core.model import (
     State,
     TaskSpec,
 )
+from gnomon.node.core.transitions import track_open
 from gnomon.v1 import snapshot_pb2, types_pb2
 
 Table = Iterable[tuple[bytes, bytes]]
@@ -79,7 +80,7 @@ def _decode_job(data: bytes, schedules: list[Schedule], task_sets: list[tuple]) 
     m, s = rec.job, rec.job.spec
     spec = JobSpec(s.tenant, s.name, schedules[rec.schedule_ref], task_sets[rec.task_set_ref],
                    s.priority, codec.misfire_from_proto(s.misfire_policy), s.misfire_grace_ms,
-                   s.paused)
+                   s.paused, **codec.overlap_fields_from_proto(s))
     return Job(m.job_id, spec, m.version, m.next_fire_ms, m.paused, m.created_ms,
                m.updated_ms, m.last_fired_ms)
 
@@ -145,6 +146,7 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
         run = decode_run(v)
         st.runs[run.run_id] = run
         st.active_runs += run.state == RunState.RUNNING
+        track_open(st, run)
     for k, v in tables["runs_by_job"]:
         st.runs_by_job[_key_text(k)] = dict.fromkeys(_ids(v))
     for k, v in tables["retention"]:

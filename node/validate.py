@@ -15,12 +15,13 @@ from gnomon.node.core.model import (
     DEFAULT_MULTIPLIER,
     DEFAULT_QUEUE,
     DEFAULT_TENANT,
+    OVERLAP_POLICIES,
     JobSpec,
     MisfirePolicy,
     RetryPolicy,
     TaskSpec,
 )
-from gnomon.node.core.validate import check_dag
+from gnomon.node.core.validate import check_dag, check_overlap
 from gnomon.node.core.validate import show as _show
 from gnomon.node.input_errors import ValidationError
 from gnomon.node.schedules import check_schedule, job_hash_id
@@ -58,6 +59,8 @@ class InputLimits:
     max_timeout_ms: int = 7 * 24 * 3600 * 1000
     max_name_len: int = 128
     max_task_name_len: int = 64
+    max_active_runs: int = 100
+    max_buffered_runs: int = 1_000
 
 
 def validate_spec(spec: JobSpec, limits: InputLimits) -> JobSpec:
@@ -85,7 +88,34 @@ def validate_spec(spec: JobSpec, limits: InputLimits) -> JobSpec:
             "spec.misfire_grace_ms",
             f"must be >= 0 (0 means the default), got {spec.misfire_grace_ms}",
         )
+    _check_overlap(spec, limits)
     return replace(spec, tenant=tenant, tasks=tasks, misfire_policy=policy)
+
+
+def _check_overlap(spec: JobSpec, limits: InputLimits) -> None:
+    rejected = check_overlap(spec)  # the core's rules (apply checks the same)
+    if rejected:
+        field, _, rule = rejected.detail.partition(": ")
+        raise ValidationError(field, rule)
+    if spec.max_active_runs is not None and spec.max_active_runs > limits.max_active_runs:
+        raise ValidationError(
+            "spec.max_active_runs",
+            f"{spec.max_active_runs} exceeds the node's max_active_runs {limits.max_active_runs}",
+        )
+    if spec.max_buffered_runs > limits.max_buffered_runs:
+        raise ValidationError(
+            "spec.max_buffered_runs",
+            f"{spec.max_buffered_runs} exceeds the node's max_buffered_runs "
+            f"{limits.max_buffered_runs}",
+        )
+
+
+def validate_overlap_override(value: str) -> None:
+    """A manual trigger's overlap policy: "" (the job's) or a known one."""
+    if value and value not in OVERLAP_POLICIES:
+        raise ValidationError(
+            "overlap_policy", f"must be one of {', '.join(OVERLAP_POLICIES)}, got {_show(value)}"
+        )
 
 
 def validate_request_id(request_id: str) -> None:

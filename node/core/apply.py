@@ -35,6 +35,7 @@ from gnomon.node.core.dag import graph
 from gnomon.node.core.errors import Code, Rejected, UnknownCommand
 from gnomon.node.core.index import JobOrder
 from gnomon.node.core.model import (
+    OVERLAP_POLICIES,
     TERMINAL_RUN_STATES,
     TERMINAL_TASK_STATES,
     Attempt,
@@ -44,6 +45,7 @@ from gnomon.node.core.model import (
     Job,
     JobSpec,
     Limits,
+    OverlapPolicy,
     Run,
     RunState,
     RunTrigger,
@@ -62,8 +64,19 @@ from gnomon.node.core.results import (
     RunReply,
 )
 from gnomon.node.core.retry import backoff_ms, effective_max_attempts
-from gnomon.node.core.transitions import RunEvent, TaskEvent, move_run, move_task
-from gnomon.node.core.validate import validate_limits, validate_spec
+from gnomon.node.core.transitions import (
+    RunEvent,
+    TaskEvent,
+    move_run,
+    move_task,
+    track_open,
+)
+from gnomon.node.core.validate import (
+    effective_buffer,
+    effective_max_active_runs,
+    validate_limits,
+    validate_spec,
+)
 
 # States from which a task can still reach SUCCEEDED without a replay.
 _VIABLE_TASK_STATES = frozenset(
@@ -206,6 +219,7 @@ def _update_job(ctx: Ctx, cmd: UpdateJob) -> Reply:
         job.next_fire_ms = cmd.next_fire_ms
     job.spec = cmd.spec
     _bump_version(ctx, job)
+    _start_queued(ctx, job.job_id)  # a raised max_active_runs (or ALLOW_ALL) lets them go
     return JobReply(job_id=job.job_id, version=job.version)
 
 
@@ -231,7 +245,9 @@ def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
         for name, inst in run.tasks.items():
             if inst.state == TaskState.DEAD:  # replaying it would queue work of no job
                 state.dead_letters.pop((run_id, name), None)
-        if run.state == RunState.RUNNING:
+        if run.state == RunState.QUEUED:
+            _end_queued(ctx, run, "job deleted", retain=False)
+        elif run.state == RunState.RUNNING:
             _cancel_tasks(ctx, run, "job deleted", leased_too=cmd.cancel_running)
             _finish_if_done(ctx, run, retain=False)
     for run_id in list(state.pinned.pop(job.job_id, ())):
@@ -333,9 +349,11 @@ def _fire(ctx: Ctx, cmd: Fire) -> Reply:
         return RunReply(run_id="")
     job.last_fired_ms = cmd.scheduled_for_ms
     if cmd.skip:
-        _record_skipped_run(ctx, job, run_id, cmd.scheduled_for_ms)
+        _record_skipped_run(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE,
+                            "misfire")
     else:
-        _start_run(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE)
+        _admit(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE,
+               job.spec.overlap_policy)
     return RunReply(run_id=run_id)
 
 
@@ -344,10 +362,91 @@ def _trigger_job(ctx: Ctx, cmd: TriggerJob) -> Reply:
     job = _find_job(state, cmd.job_id)
     if isinstance(job, Rejected):
         return job
+    policy = cmd.overlap_policy or job.spec.overlap_policy
+    if policy not in OVERLAP_POLICIES:
+        return Rejected(Code.INVALID_ARGUMENT,
+                        f"overlap_policy: must be one of {', '.join(OVERLAP_POLICIES)}, "
+                        f"got {policy!r}")
     state.manual_seq += 1
     run_id = f"{job.job_id}@manual-{state.manual_seq}"
-    _start_run(ctx, job, run_id, ctx.now, RunTrigger.MANUAL)
+    _admit(ctx, job, run_id, ctx.now, RunTrigger.MANUAL, policy)
     return RunReply(run_id=run_id)
+
+
+# --- overlap -------------------------------------------------------------------------------
+
+
+def _admit(ctx: Ctx, job: Job, run_id: str, slot: int, trigger: str, policy: str) -> None:
+    """A fire of `job` (scheduled, catch-up or manual) under overlap `policy`: start its
+    run, or, while the job has its max_active_runs active, skip, buffer, or make room."""
+    limit = effective_max_active_runs(job.spec, policy)
+    if not limit:
+        _start_run(ctx, job, run_id, slot, trigger)
+        return
+    running, queued = _open_runs(ctx.state, job.job_id)
+    if len(running) < limit and not queued:
+        _start_run(ctx, job, run_id, slot, trigger)
+    elif policy == OverlapPolicy.SKIP:
+        _record_skipped_run(ctx, job, run_id, slot, trigger, "overlap")
+    elif policy in (OverlapPolicy.BUFFER_ONE, OverlapPolicy.BUFFER_ALL):
+        if len(queued) >= effective_buffer(job.spec, policy):
+            _record_skipped_run(ctx, job, run_id, slot, trigger,
+                                f"overlap: buffer full ({len(queued)} queued)")
+        else:
+            _queue_run(ctx, job, run_id, slot, trigger, len(running))
+    else:  # CANCEL_OTHER, TERMINATE_OTHER: this fire waits while room is made for it
+        for old in queued:
+            _end_queued(ctx, old, f"overlap: superseded by {run_id}")
+        _queue_run(ctx, job, run_id, slot, trigger, len(running))
+        terminate = policy == OverlapPolicy.TERMINATE_OTHER
+        verb = "terminated" if terminate else "cancelled"
+        for old in running[: len(running) - limit + 1]:  # the oldest, as many as needed
+            if old.cancel_requested and not terminate:
+                continue
+            old.reason, old.cancel_requested = f"overlap: {verb} for {run_id}", True
+            _cancel_tasks(ctx, old, old.reason, leased_too=terminate)
+            _finish_if_done(ctx, old)  # ended (nothing leased): the queued run starts
+
+
+def _open_runs(state: State, job_id: str) -> tuple[list[Run], list[Run]]:
+    """The job's RUNNING and QUEUED runs, each oldest first (a replicated order: the derived
+    indexes' own order differs after a restore)."""
+    def ordered(table: dict[str, dict[str, None]]) -> list[Run]:
+        runs = [state.runs[run_id] for run_id in table.get(job_id, ())]
+        runs.sort(key=lambda r: (r.created_ms, r.scheduled_for_ms, r.run_id))
+        return runs
+
+    return ordered(state.running_by_job), ordered(state.queued_by_job)
+
+
+def _queue_run(ctx: Ctx, job: Job, run_id: str, slot: int, trigger: str, active: int) -> None:
+    run = _new_run(ctx, job, run_id, slot, trigger, RunState.QUEUED)
+    run.reason = f"overlap: waiting for {active} active run{'s' if active != 1 else ''}"
+
+
+def _end_queued(ctx: Ctx, run: Run, reason: str, *, retain: bool = True) -> None:
+    move_run(ctx.state, run, RunEvent.CANCEL)
+    run.reason, run.finished_ms = reason, ctx.now
+    if retain:
+        _enforce_retention(ctx, run.job_id)
+
+
+def _start_queued(ctx: Ctx, job_id: str) -> None:
+    """Start the job's QUEUED runs, oldest first, while it has room for them."""
+    state = ctx.state
+    job = state.jobs.get(job_id)
+    if job is None or job_id not in state.queued_by_job:
+        return
+    limit = effective_max_active_runs(job.spec, job.spec.overlap_policy)
+    running, queued = _open_runs(state, job_id)
+    active = len(running)
+    for run in queued:
+        if limit and active >= limit:
+            return
+        move_run(state, run, RunEvent.START)
+        run.reason = ""
+        _start_tasks(ctx, run)
+        active += 1
 
 
 def _cancel_run(ctx: Ctx, cmd: CancelRun) -> Reply:
@@ -358,10 +457,15 @@ def _cancel_run(ctx: Ctx, cmd: CancelRun) -> Reply:
         return Rejected(
             Code.FAILED_PRECONDITION, f"run_id: run {run.run_id!r} is already {run.state}"
         )
-    _cancel_tasks(ctx, run, cmd.reason or "run cancelled", leased_too=True)
+    reason = cmd.reason or "run cancelled"
+    if run.state == RunState.QUEUED:
+        _end_queued(ctx, run, reason)
+        return RunReply(run_id=run.run_id)
+    _cancel_tasks(ctx, run, reason, leased_too=True)
     move_run(ctx.state, run, RunEvent.CANCEL)
-    run.finished_ms = ctx.now
+    run.reason, run.finished_ms = reason, ctx.now
     _enforce_retention(ctx, run.job_id)
+    _start_queued(ctx, run.job_id)
     return RunReply(run_id=run.run_id)
 
 
@@ -382,13 +486,14 @@ def _cancel_tasks(ctx: Ctx, run: Run, reason: str, *, leased_too: bool) -> None:
         inst.finished_ms = ctx.now
 
 
-def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str) -> Run:
+def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str,
+             run_state: str = RunState.RUNNING) -> Run:
     run = Run(
         run_id=run_id,
         job_id=job.job_id,
         tenant=job.spec.tenant,
         scheduled_for_ms=scheduled_for_ms,
-        state=RunState.RUNNING,
+        state=run_state,
         trigger=trigger,
         created_ms=ctx.now,
         job_version=job.version,
@@ -397,12 +502,18 @@ def _new_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: st
     )
     ctx.state.runs[run_id] = run
     ctx.state.runs_by_job.setdefault(job.job_id, {})[run_id] = None
-    ctx.state.active_runs += 1
+    ctx.state.active_runs += run_state == RunState.RUNNING
+    track_open(ctx.state, run)
     return run
 
 
 def _start_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: str) -> None:
-    run = _new_run(ctx, job, run_id, scheduled_for_ms, trigger)
+    _start_tasks(ctx, _new_run(ctx, job, run_id, scheduled_for_ms, trigger))
+
+
+def _start_tasks(ctx: Ctx, run: Run) -> None:
+    """The run's task instances, its root tasks ready."""
+    run_id = run.run_id
     for task in run.spec.tasks:
         inst = TaskInstance(
             task_name=task.name, state=TaskState.PENDING, idempotency_key=f"{run_id}:{task.name}"
@@ -413,10 +524,11 @@ def _start_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int, trigger: 
     _finish_if_done(ctx, run)
 
 
-def _record_skipped_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int) -> None:
-    run = _new_run(ctx, job, run_id, scheduled_for_ms, RunTrigger.SCHEDULE)
+def _record_skipped_run(ctx: Ctx, job: Job, run_id: str, scheduled_for_ms: int,
+                        trigger: str, reason: str) -> None:
+    run = _new_run(ctx, job, run_id, scheduled_for_ms, trigger)
     move_run(ctx.state, run, RunEvent.SKIP)
-    run.finished_ms = ctx.now
+    run.reason, run.finished_ms = reason, ctx.now
     _enforce_retention(ctx, job.job_id)
 
 
@@ -584,9 +696,10 @@ def _fail_attempt(
 ) -> None:
     policy = graph(run.spec).tasks[inst.task_name].retry
     inst.last_error = error
-    if run.job_id not in ctx.state.jobs:
-        # The job was deleted while this attempt ran: nothing of it is retried or
-        # dead-lettered (nobody may serve it again); the attempt's failure is on record.
+    if run.job_id not in ctx.state.jobs or run.cancel_requested:
+        # The job was deleted while this attempt ran, or the overlap policy asked its run to
+        # stop: nothing of it is retried or dead-lettered (nobody may serve it again, or
+        # nothing new of the run starts); the attempt's failure is on record.
         move_task(inst, TaskEvent.CANCEL)
         inst.finished_ms = ctx.now
         _finish_if_done(ctx, run)
@@ -641,6 +754,8 @@ def _make_ready(ctx: Ctx, run: Run, inst: TaskInstance,
 
 
 def _promote_dependents(ctx: Ctx, run: Run, task_name: str) -> None:
+    if run.cancel_requested:
+        return  # nothing new of it starts; _finish_if_done cancels what waits
     dag = graph(run.spec)
     for name in dag.dependents[task_name]:
         inst = run.tasks[name]
@@ -744,12 +859,15 @@ def _finish_if_done(ctx: Ctx, run: Run, *, retain: bool = True) -> None:
     (a caller that ends many runs of one job applies it once afterwards)."""
     if run.state != RunState.RUNNING:
         return
+    if run.cancel_requested:  # what waits is cancelled; leased tasks end on their own
+        _cancel_tasks(ctx, run, run.reason, leased_too=False)
     if any(inst.state not in TERMINAL_TASK_STATES for inst in run.tasks.values()):
         return
     move_run(ctx.state, run, _final_run_event(run))
     run.finished_ms = ctx.now
     if retain:
         _enforce_retention(ctx, run.job_id)
+        _start_queued(ctx, run.job_id)
 
 
 def _final_run_event(run: Run) -> str:

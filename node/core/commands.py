@@ -58,6 +58,8 @@ class Fire:
 class TriggerJob:
     request_id: str
     job_id: str
+    # "" means the job's overlap policy; else one of model.OVERLAP_POLICIES.
+    overlap_policy: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,14 @@ _DOMAIN = b"gnomon.core.state.v2\x00"
 # queue is listed in the order tasks died. Every other dict is hashed in sorted key order.
 _ORDERED_FIELDS = ("dedupe", "dead_letters")
 # Indexes derived from other fields (rebuilt on restore, never stored): not hashed.
-_DERIVED_FIELDS = ("active_runs", "job_order", "tenant_job_order")
+_DERIVED_FIELDS = ("active_runs", "running_by_job", "queued_by_job", "job_order", "tenant_job_order")
+# Fields added after the encoding above was fixed, hashed only when they differ from their
+# default: a state that does not use them has the digest it had before they existed (an old
+# snapshot's header digest still matches its restored state).
+_LATER_FIELDS: dict[str, dict[str, object]] = {
+    "JobSpec": {"overlap_policy": "allow_all", "max_active_runs": None, "max_buffered_runs": 0},
+    "Run": {"reason": "", "cancel_requested": False},
+}
 
 
 def digest(state: State) -> str:
@@ -95,9 +102,16 @@ class _Encoder:
             self.value(item)
 
     def _dataclass(self, value: Any) -> None:
-        self.text(type(value).__name__)
+        name = type(value).__name__
+        self.text(name)
+        later = _LATER_FIELDS.get(name)
         for f in fields(value):
-            self.value(getattr(value, f.name))
+            item = getattr(value, f.name)
+            if later is not None and f.name in later:
+                if item == later[f.name]:
+                    continue
+                self.text(f.name)  # tagged: which later field this value belongs to
+            self.value(item)
 
     def _spec_digest(self, spec: JobSpec) -> bytes:
         cached = self._specs.get(id(spec))

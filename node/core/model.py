@@ -24,12 +24,35 @@ class MisfirePolicy:
     SKIP = "skip"
 
 
+class OverlapPolicy:
+    """What a fire does while the job has max_active_runs active runs (types.proto)."""
+
+    ALLOW_ALL = "allow_all"
+    SKIP = "skip"
+    BUFFER_ONE = "buffer_one"
+    BUFFER_ALL = "buffer_all"
+    CANCEL_OTHER = "cancel_other"
+    TERMINATE_OTHER = "terminate_other"
+
+
+OVERLAP_POLICIES = (
+    OverlapPolicy.ALLOW_ALL,
+    OverlapPolicy.SKIP,
+    OverlapPolicy.BUFFER_ONE,
+    OverlapPolicy.BUFFER_ALL,
+    OverlapPolicy.CANCEL_OTHER,
+    OverlapPolicy.TERMINATE_OTHER,
+)
+
+
 class RunState:
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
     SKIPPED = "skipped"
+    # Buffered by the job's overlap policy: starts when an active run of the job ends.
+    QUEUED = "queued"
 
 
 class RunTrigger:
@@ -71,6 +94,8 @@ DEFAULT_MAX_BACKOFF_MS = 60_000
 DEFAULT_MULTIPLIER = 2.0
 DEFAULT_JITTER = 0.2
 DEFAULT_MISFIRE_GRACE_MS = 60_000
+# BUFFER_ALL's buffer when the spec leaves max_buffered_runs at 0.
+DEFAULT_MAX_BUFFERED_RUNS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +139,11 @@ class JobSpec:
     misfire_policy: str = MisfirePolicy.RUN_ALL
     misfire_grace_ms: int = 0
     paused: bool = False
+    overlap_policy: str = OverlapPolicy.ALLOW_ALL
+    # None: the default (1; no bound for ALLOW_ALL). See effective_max_active_runs.
+    max_active_runs: int | None = None
+    # BUFFER_ALL's bound; 0 means DEFAULT_MAX_BUFFERED_RUNS.
+    max_buffered_runs: int = 0
 
     def task(self, name: str) -> TaskSpec:
         for spec in self.tasks:
@@ -194,6 +224,11 @@ class Run:
     # Ordered as spec.tasks.
     tasks: dict[str, TaskInstance]
     finished_ms: int = 0
+    # Why a policy skipped, queued or cancelled it ("misfire", "overlap", ...), or the
+    # reason a CancelRun gave.
+    reason: str = ""
+    # CANCEL_OTHER asked it to stop: nothing new of it starts, it ends when its leases have.
+    cancel_requested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,6 +301,10 @@ class State:
     # Derived (not in snapshots or the digest): runs in state RUNNING; creation order of
     # jobs for paging.
     active_runs: int = 0
+    # Derived: job_id -> its RUNNING runs, and its QUEUED ones (the overlap policy's view).
+    # Their order is not replicated meaning: apply reads them sorted (overlap_order).
+    running_by_job: dict[str, dict[str, None]] = field(default_factory=dict)
+    queued_by_job: dict[str, dict[str, None]] = field(default_factory=dict)
     job_order: JobOrder = field(default_factory=lambda: JobOrder())
     tenant_job_order: dict[str, JobOrder] = field(default_factory=dict)
 

@@ -11,7 +11,14 @@ answer — never a state nobody designed. node/core/DESIGN.md carries the tables
 from __future__ import annotations
 
 from gnomon.node.core.index import RunFifo
-from gnomon.node.core.model import Run, RunState, State, TaskInstance, TaskState
+from gnomon.node.core.model import (
+    TERMINAL_RUN_STATES,
+    Run,
+    RunState,
+    State,
+    TaskInstance,
+    TaskState,
+)
 
 
 class TaskEvent:
@@ -32,6 +39,7 @@ class RunEvent:
     FAIL = "fail"  # every task is terminal, some died
     CANCEL = "cancel"  # cancelled, or a task of it was cancelled and the rest ended
     REOPEN = "reopen"  # a dead letter of it was replayed
+    START = "start"  # a run buffered by the overlap policy starts (an active one ended)
 
 
 _LIVE = (TaskState.PENDING, TaskState.READY, TaskState.LEASED, TaskState.RETRY_WAIT)
@@ -59,6 +67,9 @@ RUN_TRANSITIONS: dict[tuple[str, str], str] = {
     (RunState.RUNNING, RunEvent.REOPEN): RunState.RUNNING,
     (RunState.FAILED, RunEvent.REOPEN): RunState.RUNNING,
     (RunState.CANCELLED, RunEvent.REOPEN): RunState.RUNNING,
+    (RunState.QUEUED, RunEvent.START): RunState.RUNNING,
+    # Cancelled while buffered (CancelRun, job deleted, superseded, TERMINATE_OTHER).
+    (RunState.QUEUED, RunEvent.CANCEL): RunState.CANCELLED,
 }
 
 
@@ -74,17 +85,46 @@ def move_task(inst: TaskInstance, event: str) -> None:
 
 
 def move_run(state: State, run: Run, event: str) -> None:
-    """Also keeps the derived count of active (RUNNING) runs and the order runs ended in."""
+    """Also keeps the derived count of active (RUNNING) runs, the open runs of each job and
+    the order runs ended in."""
     new = RUN_TRANSITIONS.get((run.state, event))
     if new is None:
         raise IllegalTransition(f"run {run.run_id}: no {event!r} from {run.state!r}")
     state.active_runs += (new == RunState.RUNNING) - (run.state == RunState.RUNNING)
-    run.state = new
-    if new != RunState.RUNNING:  # ended: it joins its job's retention order
+    old = run.state
+    if old != new:
+        untrack_open(state, run)
+        run.state = new
+        track_open(state, run)
+    if new in TERMINAL_RUN_STATES:  # ended: it joins its job's retention order
         fifo = state.retained.get(run.job_id)
         if fifo is None:
             fifo = state.retained[run.job_id] = RunFifo()
         fifo.push(run.run_id)
+
+
+def _open_table(state: State, run_state: str) -> dict[str, dict[str, None]] | None:
+    if run_state == RunState.RUNNING:
+        return state.running_by_job
+    if run_state == RunState.QUEUED:
+        return state.queued_by_job
+    return None
+
+
+def track_open(state: State, run: Run) -> None:
+    """Index a RUNNING or QUEUED run under its job (derived; also used on restore)."""
+    table = _open_table(state, run.state)
+    if table is not None:
+        table.setdefault(run.job_id, {})[run.run_id] = None
+
+
+def untrack_open(state: State, run: Run) -> None:
+    table = _open_table(state, run.state)
+    ids = table.get(run.job_id) if table is not None else None
+    if ids is not None:
+        ids.pop(run.run_id, None)
+        if not ids:
+            del table[run.job_id]  # type: ignore[union-attr]
 
 
 def render_tables() -> str:

@@ -9,7 +9,14 @@ Name syntax, sizes and schedule expressions are the leader's job alone (before p
 from __future__ import annotations
 
 from gnomon.node.core.errors import Code, Rejected
-from gnomon.node.core.model import JobSpec, Limits, TaskSpec
+from gnomon.node.core.model import (
+    DEFAULT_MAX_BUFFERED_RUNS,
+    OVERLAP_POLICIES,
+    JobSpec,
+    Limits,
+    OverlapPolicy,
+    TaskSpec,
+)
 
 # Limits field -> smallest allowed value.
 LIMIT_MINIMUMS = {
@@ -31,8 +38,59 @@ def validate_limits(limits: Limits) -> Rejected | None:
 
 
 def validate_spec(spec: JobSpec) -> Rejected | None:
-    """None if the DAG of `spec` is usable, else INVALID_ARGUMENT naming the field and rule."""
-    return check_dag(spec.tasks)
+    """None if the DAG and the overlap fields of `spec` are usable, else INVALID_ARGUMENT
+    naming the field and rule."""
+    return check_dag(spec.tasks) or check_overlap(spec)
+
+
+def check_overlap(spec: JobSpec) -> Rejected | None:
+    """The overlap rules that do not depend on node config: a known policy, max_active_runs
+    >= 1 when set and not with ALLOW_ALL, max_buffered_runs only with BUFFER_ALL."""
+    policy = spec.overlap_policy
+    if policy not in OVERLAP_POLICIES:
+        return _invalid(
+            f"spec.overlap_policy: must be one of {', '.join(OVERLAP_POLICIES)}, got {show(policy)}"
+        )
+    if spec.max_active_runs is not None:
+        if policy == OverlapPolicy.ALLOW_ALL:
+            return _invalid(
+                f"spec.max_active_runs: ALLOW_ALL starts every fire, so it takes no "
+                f"max_active_runs (got {spec.max_active_runs}); use BUFFER_ALL or SKIP to bound "
+                "active runs"
+            )
+        if spec.max_active_runs < 1:
+            return _invalid(
+                f"spec.max_active_runs: must be >= 1 with overlap policy {policy} (0 would never "
+                f"let a run start; leave it unset for 1), got {spec.max_active_runs}"
+            )
+    if spec.max_buffered_runs < 0:
+        return _invalid(
+            f"spec.max_buffered_runs: must be >= 0 (0 means the default "
+            f"{DEFAULT_MAX_BUFFERED_RUNS}), got {spec.max_buffered_runs}"
+        )
+    if spec.max_buffered_runs and policy != OverlapPolicy.BUFFER_ALL:
+        return _invalid(
+            f"spec.max_buffered_runs: applies to overlap policy buffer_all only, the job's is "
+            f"{policy} (BUFFER_ONE buffers one)"
+        )
+    return None
+
+
+def effective_max_active_runs(spec: JobSpec, policy: str) -> int:
+    """Runs of the job that may be active at once under `policy` (the job's, or a manual
+    trigger's override): 0 means no bound (ALLOW_ALL)."""
+    if policy == OverlapPolicy.ALLOW_ALL:
+        return 0
+    return spec.max_active_runs or 1
+
+
+def effective_buffer(spec: JobSpec, policy: str) -> int:
+    """QUEUED runs the policy keeps at most."""
+    if policy == OverlapPolicy.BUFFER_ALL:
+        return spec.max_buffered_runs or DEFAULT_MAX_BUFFERED_RUNS
+    if policy in (OverlapPolicy.BUFFER_ONE, OverlapPolicy.CANCEL_OTHER):
+        return 1
+    return 0
 
 
 def check_dag(tasks: tuple[TaskSpec, ...]) -> Rejected | None:

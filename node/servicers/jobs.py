@@ -25,6 +25,7 @@ MAX_PAGE = 1000
 # not fit even the 16 MiB limit of the node and the SDK.
 MAX_PAGE_BYTES = 4_000_000
 _MISFIRE_NUMBERS = tuple(types_pb2.MisfirePolicy.values())
+_OVERLAP_NUMBERS = tuple(types_pb2.OverlapPolicy.values())
 
 
 def _page(limit: int, default: int) -> int:
@@ -39,6 +40,14 @@ def _check_enums(spec: types_pb2.JobSpec) -> None:
         names = ", ".join(types_pb2.MisfirePolicy.keys())
         raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                            f"spec.misfire_policy: must be one of {names}, got {spec.misfire_policy}")
+    _check_overlap_number("spec.overlap_policy", spec.overlap_policy)
+
+
+def _check_overlap_number(field: str, number: int) -> None:
+    if number not in _OVERLAP_NUMBERS:
+        names = ", ".join(types_pb2.OverlapPolicy.keys())
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"{field}: must be one of {names}, got {number}")
 
 
 _REPLIES = {c.CreateJob: JobReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
@@ -263,8 +272,10 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def TriggerJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
+        _check_overlap_number("overlap_policy", request.overlap_policy)
         job_id = await self._write_job_id(request.job, request.request_id)
-        reply = await self._propose(c.TriggerJob(request.request_id, job_id))
+        overlap = codec.overlap_from_proto(request.overlap_policy, "")
+        reply = await self._propose(c.TriggerJob(request.request_id, job_id, overlap))
         return api_pb2.TriggerJobResponse(run=await self._run_proto(reply.run_id))
 
     # -- runs --------------------------------------------------------------------------------

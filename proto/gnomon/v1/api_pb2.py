@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from gnomon.v1 import types_pb2 as gnomon_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13gnomon/v1/api.proto\x12\tgnomon.v1\x1a\x15gnomon/v1/types.proto\"H\n\x10\x43reateJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\"0\n\x11\x43reateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\\\n\rGetJobRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"s\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0c\x61\x66ter_job_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12+\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"K\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\x12\x19\n\x11next_after_job_id\x18\x02 \x01(\t\"\x82\x01\n\x10UpdateJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12 \n\x04spec\x18\x03 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\x03\"0\n\x11UpdateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"x\n\x10\x44\x65leteJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x04 \x01(\x08\"\x13\n\x11\x44\x65leteJobResponse\"E\n\x0fPauseJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\"/\n\x10PauseJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"F\n\x10ResumeJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\"0\n\x11ResumeJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"G\n\x11TriggerJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\"1\n\x12TriggerJobResponse\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\"L\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"-\n\x0eGetRunResponse\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\"\x80\x01\n\x0fListRunsRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x11\n\tbefore_ms\x18\x03 \x01(\x03\x12+\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"0\n\x10ListRunsResponse\x12\x1c\n\x04runs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Run\"F\n\x10\x43\x61ncelRunRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x11\x43\x61ncelRunResponse\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\"d\n\x16ListDeadLettersRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12+\n\x0b\x63onsistency\x18\x03 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"F\n\x17ListDeadLettersResponse\x12+\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.DeadLetter\",\n\x07TaskRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\"n\n\x18ReplayDeadLettersRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x05tasks\x18\x02 \x03(\x0b\x32\x12.gnomon.v1.TaskRef\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0b\n\x03\x61ll\x18\x04 \x01(\x08\"A\n\x19ReplayDeadLettersResponse\x12$\n\x08replayed\x18\x01 \x03(\x0b\x32\x12.gnomon.v1.TaskRef\"Z\n\x14\x45xportHistoryRequest\x12\x14\n\x0c\x61\x66ter_run_id\x18\x01 \x01(\t\x12\x11\n\tpage_runs\x18\x02 \x01(\x05\x12\x19\n\x11min_applied_index\x18\x03 \x01(\x03\"L\n\x11\x45xportHistoryPage\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.gnomon.v1.HistoryRecord\x12\x0c\n\x04last\x18\x02 \x01(\x08\"V\n\rHistoryRecord\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10scheduled_for_ms\x18\x02 \x01(\x03\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x0b\n\x03run\x18\x04 \x01(\x0c\"*\n\x10GetStatusRequest\x12\x16\n\x0einclude_digest\x18\x01 \x01(\x08\"j\n\x10SetLimitsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06limits\x18\x02 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\"U\n\x11SetLimitsResponse\x12(\n\x06limits\x18\x01 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x16\n\x0elimits_version\x18\x02 \x01(\x03\"\x7f\n\nNodeStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0craft_address\x18\x02 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12\x13\n\x0bmatch_index\x18\x05 \x01(\x03\x12\x11\n\tconnected\x18\x06 \x01(\x08\"\x8c\x03\n\x11GetStatusResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0eleader_node_id\x18\x02 \x01(\t\x12\x1b\n\x13leader_grpc_address\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x03\x12\x15\n\rapplied_index\x18\x06 \x01(\x03\x12$\n\x05nodes\x18\x07 \x03(\x0b\x32\x15.gnomon.v1.NodeStatus\x12\x10\n\x08\x63lock_ms\x18\x08 \x01(\x03\x12\x0c\n\x04jobs\x18\t \x01(\x03\x12\x13\n\x0b\x61\x63tive_runs\x18\n \x01(\x03\x12\x14\n\x0c\x64\x65\x61\x64_letters\x18\x0b \x01(\x03\x12\x14\n\x0cstate_digest\x18\x0c \x01(\t\x12\x0f\n\x07version\x18\r \x01(\t\x12(\n\x06limits\x18\x0e \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x16\n\x0elimits_version\x18\x0f \x01(\x03\x12\x1c\n\x14\x64\x65\x61\x64_letters_evicted\x18\x10 \x01(\x03*_\n\x0b\x43onsistency\x12\x1b\n\x17\x43ONSISTENCY_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONSISTENCY_LINEARIZABLE\x10\x01\x12\x15\n\x11\x43ONSISTENCY_STALE\x10\x02\x32\xc6\x07\n\nJobService\x12\x46\n\tCreateJob\x12\x1b.gnomon.v1.CreateJobRequest\x1a\x1c.gnomon.v1.CreateJobResponse\x12=\n\x06GetJob\x12\x18.gnomon.v1.GetJobRequest\x1a\x19.gnomon.v1.GetJobResponse\x12\x43\n\x08ListJobs\x12\x1a.gnomon.v1.ListJobsRequest\x1a\x1b.gnomon.v1.ListJobsResponse\x12\x46\n\tUpdateJob\x12\x1b.gnomon.v1.UpdateJobRequest\x1a\x1c.gnomon.v1.UpdateJobResponse\x12\x46\n\tDeleteJob\x12\x1b.gnomon.v1.DeleteJobRequest\x1a\x1c.gnomon.v1.DeleteJobResponse\x12\x43\n\x08PauseJob\x12\x1a.gnomon.v1.PauseJobRequest\x1a\x1b.gnomon.v1.PauseJobResponse\x12\x46\n\tResumeJob\x12\x1b.gnomon.v1.ResumeJobRequest\x1a\x1c.gnomon.v1.ResumeJobResponse\x12I\n\nTriggerJob\x12\x1c.gnomon.v1.TriggerJobRequest\x1a\x1d.gnomon.v1.TriggerJobResponse\x12=\n\x06GetRun\x12\x18.gnomon.v1.GetRunRequest\x1a\x19.gnomon.v1.GetRunResponse\x12\x43\n\x08ListRuns\x12\x1a.gnomon.v1.ListRunsRequest\x1a\x1b.gnomon.v1.ListRunsResponse\x12\x46\n\tCancelRun\x12\x1b.gnomon.v1.CancelRunRequest\x1a\x1c.gnomon.v1.CancelRunResponse\x12X\n\x0fListDeadLetters\x12!.gnomon.v1.ListDeadLettersRequest\x1a\".gnomon.v1.ListDeadLettersResponse\x12^\n\x11ReplayDeadLetters\x12#.gnomon.v1.ReplayDeadLettersRequest\x1a$.gnomon.v1.ReplayDeadLettersResponse2\xf2\x01\n\x0e\x43lusterService\x12\x46\n\tGetStatus\x12\x1b.gnomon.v1.GetStatusRequest\x1a\x1c.gnomon.v1.GetStatusResponse\x12\x46\n\tSetLimits\x12\x1b.gnomon.v1.SetLimitsRequest\x1a\x1c.gnomon.v1.SetLimitsResponse\x12P\n\rExportHistory\x12\x1f.gnomon.v1.ExportHistoryRequest\x1a\x1c.gnomon.v1.ExportHistoryPage0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13gnomon/v1/api.proto\x12\tgnomon.v1\x1a\x15gnomon/v1/types.proto\"H\n\x10\x43reateJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\"0\n\x11\x43reateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"6\n\x06JobRef\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\"\\\n\rGetJobRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"-\n\x0eGetJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"s\n\x0fListJobsRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x14\n\x0c\x61\x66ter_job_id\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\x05\x12+\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"K\n\x10ListJobsResponse\x12\x1c\n\x04jobs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Job\x12\x19\n\x11next_after_job_id\x18\x02 \x01(\t\"\x82\x01\n\x10UpdateJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12 \n\x04spec\x18\x03 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\x03\"0\n\x11UpdateJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"x\n\x10\x44\x65leteJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x04 \x01(\x08\"\x13\n\x11\x44\x65leteJobResponse\"E\n\x0fPauseJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\"/\n\x10PauseJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"F\n\x10ResumeJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\"0\n\x11ResumeJobResponse\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\"y\n\x11TriggerJobRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x1e\n\x03job\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12\x30\n\x0eoverlap_policy\x18\x14 \x01(\x0e\x32\x18.gnomon.v1.OverlapPolicy\"1\n\x12TriggerJobResponse\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\"L\n\rGetRunRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12+\n\x0b\x63onsistency\x18\x02 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"-\n\x0eGetRunResponse\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\"\x80\x01\n\x0fListRunsRequest\x12\x1e\n\x03job\x18\x01 \x01(\x0b\x32\x11.gnomon.v1.JobRef\x12\r\n\x05limit\x18\x02 \x01(\x05\x12\x11\n\tbefore_ms\x18\x03 \x01(\x03\x12+\n\x0b\x63onsistency\x18\x04 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"0\n\x10ListRunsResponse\x12\x1c\n\x04runs\x18\x01 \x03(\x0b\x32\x0e.gnomon.v1.Run\"F\n\x10\x43\x61ncelRunRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"0\n\x11\x43\x61ncelRunResponse\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\"d\n\x16ListDeadLettersRequest\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\r\n\x05limit\x18\x02 \x01(\x05\x12+\n\x0b\x63onsistency\x18\x03 \x01(\x0e\x32\x16.gnomon.v1.Consistency\"F\n\x17ListDeadLettersResponse\x12+\n\x0c\x64\x65\x61\x64_letters\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.DeadLetter\",\n\x07TaskRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\"n\n\x18ReplayDeadLettersRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x05tasks\x18\x02 \x03(\x0b\x32\x12.gnomon.v1.TaskRef\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\x0b\n\x03\x61ll\x18\x04 \x01(\x08\"A\n\x19ReplayDeadLettersResponse\x12$\n\x08replayed\x18\x01 \x03(\x0b\x32\x12.gnomon.v1.TaskRef\"Z\n\x14\x45xportHistoryRequest\x12\x14\n\x0c\x61\x66ter_run_id\x18\x01 \x01(\t\x12\x11\n\tpage_runs\x18\x02 \x01(\x05\x12\x19\n\x11min_applied_index\x18\x03 \x01(\x03\"L\n\x11\x45xportHistoryPage\x12)\n\x07records\x18\x01 \x03(\x0b\x32\x18.gnomon.v1.HistoryRecord\x12\x0c\n\x04last\x18\x02 \x01(\x08\"V\n\rHistoryRecord\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10scheduled_for_ms\x18\x02 \x01(\x03\x12\x0e\n\x06run_id\x18\x03 \x01(\t\x12\x0b\n\x03run\x18\x04 \x01(\x0c\"*\n\x10GetStatusRequest\x12\x16\n\x0einclude_digest\x18\x01 \x01(\x08\"j\n\x10SetLimitsRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06limits\x18\x02 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\"U\n\x11SetLimitsResponse\x12(\n\x06limits\x18\x01 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x16\n\x0elimits_version\x18\x02 \x01(\x03\"\x7f\n\nNodeStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0craft_address\x18\x02 \x01(\t\x12\x14\n\x0cgrpc_address\x18\x03 \x01(\t\x12\x0c\n\x04role\x18\x04 \x01(\t\x12\x13\n\x0bmatch_index\x18\x05 \x01(\x03\x12\x11\n\tconnected\x18\x06 \x01(\x08\"\x8c\x03\n\x11GetStatusResponse\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x16\n\x0eleader_node_id\x18\x02 \x01(\t\x12\x1b\n\x13leader_grpc_address\x18\x03 \x01(\t\x12\x0c\n\x04term\x18\x04 \x01(\x03\x12\x14\n\x0c\x63ommit_index\x18\x05 \x01(\x03\x12\x15\n\rapplied_index\x18\x06 \x01(\x03\x12$\n\x05nodes\x18\x07 \x03(\x0b\x32\x15.gnomon.v1.NodeStatus\x12\x10\n\x08\x63lock_ms\x18\x08 \x01(\x03\x12\x0c\n\x04jobs\x18\t \x01(\x03\x12\x13\n\x0b\x61\x63tive_runs\x18\n \x01(\x03\x12\x14\n\x0c\x64\x65\x61\x64_letters\x18\x0b \x01(\x03\x12\x14\n\x0cstate_digest\x18\x0c \x01(\t\x12\x0f\n\x07version\x18\r \x01(\t\x12(\n\x06limits\x18\x0e \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x16\n\x0elimits_version\x18\x0f \x01(\x03\x12\x1c\n\x14\x64\x65\x61\x64_letters_evicted\x18\x10 \x01(\x03*_\n\x0b\x43onsistency\x12\x1b\n\x17\x43ONSISTENCY_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x43ONSISTENCY_LINEARIZABLE\x10\x01\x12\x15\n\x11\x43ONSISTENCY_STALE\x10\x02\x32\xc6\x07\n\nJobService\x12\x46\n\tCreateJob\x12\x1b.gnomon.v1.CreateJobRequest\x1a\x1c.gnomon.v1.CreateJobResponse\x12=\n\x06GetJob\x12\x18.gnomon.v1.GetJobRequest\x1a\x19.gnomon.v1.GetJobResponse\x12\x43\n\x08ListJobs\x12\x1a.gnomon.v1.ListJobsRequest\x1a\x1b.gnomon.v1.ListJobsResponse\x12\x46\n\tUpdateJob\x12\x1b.gnomon.v1.UpdateJobRequest\x1a\x1c.gnomon.v1.UpdateJobResponse\x12\x46\n\tDeleteJob\x12\x1b.gnomon.v1.DeleteJobRequest\x1a\x1c.gnomon.v1.DeleteJobResponse\x12\x43\n\x08PauseJob\x12\x1a.gnomon.v1.PauseJobRequest\x1a\x1b.gnomon.v1.PauseJobResponse\x12\x46\n\tResumeJob\x12\x1b.gnomon.v1.ResumeJobRequest\x1a\x1c.gnomon.v1.ResumeJobResponse\x12I\n\nTriggerJob\x12\x1c.gnomon.v1.TriggerJobRequest\x1a\x1d.gnomon.v1.TriggerJobResponse\x12=\n\x06GetRun\x12\x18.gnomon.v1.GetRunRequest\x1a\x19.gnomon.v1.GetRunResponse\x12\x43\n\x08ListRuns\x12\x1a.gnomon.v1.ListRunsRequest\x1a\x1b.gnomon.v1.ListRunsResponse\x12\x46\n\tCancelRun\x12\x1b.gnomon.v1.CancelRunRequest\x1a\x1c.gnomon.v1.CancelRunResponse\x12X\n\x0fListDeadLetters\x12!.gnomon.v1.ListDeadLettersRequest\x1a\".gnomon.v1.ListDeadLettersResponse\x12^\n\x11ReplayDeadLetters\x12#.gnomon.v1.ReplayDeadLettersRequest\x1a$.gnomon.v1.ReplayDeadLettersResponse2\xf2\x01\n\x0e\x43lusterService\x12\x46\n\tGetStatus\x12\x1b.gnomon.v1.GetStatusRequest\x1a\x1c.gnomon.v1.GetStatusResponse\x12\x46\n\tSetLimits\x12\x1b.gnomon.v1.SetLimitsRequest\x1a\x1c.gnomon.v1.SetLimitsResponse\x12P\n\rExportHistory\x12\x1f.gnomon.v1.ExportHistoryRequest\x1a\x1c.gnomon.v1.ExportHistoryPage0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.api_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CONSISTENCY']._serialized_start=3116
-  _globals['_CONSISTENCY']._serialized_end=3211
+  _globals['_CONSISTENCY']._serialized_start=3166
+  _globals['_CONSISTENCY']._serialized_end=3261
   _globals['_CREATEJOBREQUEST']._serialized_start=57
   _globals['_CREATEJOBREQUEST']._serialized_end=129
   _globals['_CREATEJOBRESPONSE']._serialized_start=131
@@ -65,49 +65,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESUMEJOBRESPONSE']._serialized_start=1090
   _globals['_RESUMEJOBRESPONSE']._serialized_end=1138
   _globals['_TRIGGERJOBREQUEST']._serialized_start=1140
-  _globals['_TRIGGERJOBREQUEST']._serialized_end=1211
-  _globals['_TRIGGERJOBRESPONSE']._serialized_start=1213
-  _globals['_TRIGGERJOBRESPONSE']._serialized_end=1262
-  _globals['_GETRUNREQUEST']._serialized_start=1264
-  _globals['_GETRUNREQUEST']._serialized_end=1340
-  _globals['_GETRUNRESPONSE']._serialized_start=1342
-  _globals['_GETRUNRESPONSE']._serialized_end=1387
-  _globals['_LISTRUNSREQUEST']._serialized_start=1390
-  _globals['_LISTRUNSREQUEST']._serialized_end=1518
-  _globals['_LISTRUNSRESPONSE']._serialized_start=1520
-  _globals['_LISTRUNSRESPONSE']._serialized_end=1568
-  _globals['_CANCELRUNREQUEST']._serialized_start=1570
-  _globals['_CANCELRUNREQUEST']._serialized_end=1640
-  _globals['_CANCELRUNRESPONSE']._serialized_start=1642
-  _globals['_CANCELRUNRESPONSE']._serialized_end=1690
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1692
-  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1792
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=1794
-  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=1864
-  _globals['_TASKREF']._serialized_start=1866
-  _globals['_TASKREF']._serialized_end=1910
-  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_start=1912
-  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_end=2022
-  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_start=2024
-  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_end=2089
-  _globals['_EXPORTHISTORYREQUEST']._serialized_start=2091
-  _globals['_EXPORTHISTORYREQUEST']._serialized_end=2181
-  _globals['_EXPORTHISTORYPAGE']._serialized_start=2183
-  _globals['_EXPORTHISTORYPAGE']._serialized_end=2259
-  _globals['_HISTORYRECORD']._serialized_start=2261
-  _globals['_HISTORYRECORD']._serialized_end=2347
-  _globals['_GETSTATUSREQUEST']._serialized_start=2349
-  _globals['_GETSTATUSREQUEST']._serialized_end=2391
-  _globals['_SETLIMITSREQUEST']._serialized_start=2393
-  _globals['_SETLIMITSREQUEST']._serialized_end=2499
-  _globals['_SETLIMITSRESPONSE']._serialized_start=2501
-  _globals['_SETLIMITSRESPONSE']._serialized_end=2586
-  _globals['_NODESTATUS']._serialized_start=2588
-  _globals['_NODESTATUS']._serialized_end=2715
-  _globals['_GETSTATUSRESPONSE']._serialized_start=2718
-  _globals['_GETSTATUSRESPONSE']._serialized_end=3114
-  _globals['_JOBSERVICE']._serialized_start=3214
-  _globals['_JOBSERVICE']._serialized_end=4180
-  _globals['_CLUSTERSERVICE']._serialized_start=4183
-  _globals['_CLUSTERSERVICE']._serialized_end=4425
+  _globals['_TRIGGERJOBREQUEST']._serialized_end=1261
+  _globals['_TRIGGERJOBRESPONSE']._serialized_start=1263
+  _globals['_TRIGGERJOBRESPONSE']._serialized_end=1312
+  _globals['_GETRUNREQUEST']._serialized_start=1314
+  _globals['_GETRUNREQUEST']._serialized_end=1390
+  _globals['_GETRUNRESPONSE']._serialized_start=1392
+  _globals['_GETRUNRESPONSE']._serialized_end=1437
+  _globals['_LISTRUNSREQUEST']._serialized_start=1440
+  _globals['_LISTRUNSREQUEST']._serialized_end=1568
+  _globals['_LISTRUNSRESPONSE']._serialized_start=1570
+  _globals['_LISTRUNSRESPONSE']._serialized_end=1618
+  _globals['_CANCELRUNREQUEST']._serialized_start=1620
+  _globals['_CANCELRUNREQUEST']._serialized_end=1690
+  _globals['_CANCELRUNRESPONSE']._serialized_start=1692
+  _globals['_CANCELRUNRESPONSE']._serialized_end=1740
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_start=1742
+  _globals['_LISTDEADLETTERSREQUEST']._serialized_end=1842
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_start=1844
+  _globals['_LISTDEADLETTERSRESPONSE']._serialized_end=1914
+  _globals['_TASKREF']._serialized_start=1916
+  _globals['_TASKREF']._serialized_end=1960
+  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_start=1962
+  _globals['_REPLAYDEADLETTERSREQUEST']._serialized_end=2072
+  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_start=2074
+  _globals['_REPLAYDEADLETTERSRESPONSE']._serialized_end=2139
+  _globals['_EXPORTHISTORYREQUEST']._serialized_start=2141
+  _globals['_EXPORTHISTORYREQUEST']._serialized_end=2231
+  _globals['_EXPORTHISTORYPAGE']._serialized_start=2233
+  _globals['_EXPORTHISTORYPAGE']._serialized_end=2309
+  _globals['_HISTORYRECORD']._serialized_start=2311
+  _globals['_HISTORYRECORD']._serialized_end=2397
+  _globals['_GETSTATUSREQUEST']._serialized_start=2399
+  _globals['_GETSTATUSREQUEST']._serialized_end=2441
+  _globals['_SETLIMITSREQUEST']._serialized_start=2443
+  _globals['_SETLIMITSREQUEST']._serialized_end=2549
+  _globals['_SETLIMITSRESPONSE']._serialized_start=2551
+  _globals['_SETLIMITSRESPONSE']._serialized_end=2636
+  _globals['_NODESTATUS']._serialized_start=2638
+  _globals['_NODESTATUS']._serialized_end=2765
+  _globals['_GETSTATUSRESPONSE']._serialized_start=2768
+  _globals['_GETSTATUSRESPONSE']._serialized_end=3164
+  _globals['_JOBSERVICE']._serialized_start=3264
+  _globals['_JOBSERVICE']._serialized_end=4230
+  _globals['_CLUSTERSERVICE']._serialized_start=4233
+  _globals['_CLUSTERSERVICE']._serialized_end=4475
 # @@protoc_insertion_point(module_scope)

@@ -138,12 +138,14 @@ class ResumeJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class TriggerJobRequest(_message.Message):
-    __slots__ = ("request_id", "job")
+    __slots__ = ("request_id", "job", "overlap_policy")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job: JobRef
-    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
+    overlap_policy: _types_pb2.OverlapPolicy
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ...) -> None: ...
 
 class TriggerJobResponse(_message.Message):
     __slots__ = ("run",)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gnomon.v1 import types_pb2 as gnomon_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14gnomon/v1/raft.proto\x12\tgnomon.v1\x1a\x15gnomon/v1/types.proto\"P\n\x0c\x43ommandBatch\x12\x0e\n\x06now_ms\x18\x01 \x01(\x03\x12$\n\x08\x63ommands\x18\x02 \x03(\x0b\x32\x12.gnomon.v1.CommandJ\x04\x08\x03\x10\x04R\x04term\"\xf0\x05\n\x07\x43ommand\x12-\n\ncreate_job\x18\x01 \x01(\x0b\x32\x17.gnomon.v1.CreateJobCmdH\x00\x12-\n\nupdate_job\x18\x02 \x01(\x0b\x32\x17.gnomon.v1.UpdateJobCmdH\x00\x12-\n\ndelete_job\x18\x03 \x01(\x0b\x32\x17.gnomon.v1.DeleteJobCmdH\x00\x12-\n\nset_paused\x18\x04 \x01(\x0b\x32\x17.gnomon.v1.SetPausedCmdH\x00\x12\"\n\x04\x66ire\x18\x05 \x01(\x0b\x32\x12.gnomon.v1.FireCmdH\x00\x12/\n\x0btrigger_job\x18\x06 \x01(\x0b\x32\x18.gnomon.v1.TriggerJobCmdH\x00\x12-\n\ncancel_run\x18\x07 \x01(\x0b\x32\x17.gnomon.v1.CancelRunCmdH\x00\x12\x31\n\x0cgrant_leases\x18\x08 \x01(\x0b\x32\x19.gnomon.v1.GrantLeasesCmdH\x00\x12\x33\n\rcomplete_task\x18\t \x01(\x0b\x32\x1a.gnomon.v1.CompleteTaskCmdH\x00\x12+\n\tfail_task\x18\n \x01(\x0b\x32\x16.gnomon.v1.FailTaskCmdH\x00\x12\x33\n\rexpire_leases\x18\x0b \x01(\x0b\x32\x1a.gnomon.v1.ExpireLeasesCmdH\x00\x12>\n\x13replay_dead_letters\x18\x0c \x01(\x0b\x32\x1f.gnomon.v1.ReplayDeadLettersCmdH\x00\x12(\n\x07\x62\x61rrier\x18\r \x01(\x0b\x32\x15.gnomon.v1.BarrierCmdH\x00\x12-\n\nset_limits\x18\x0e \x01(\x0b\x32\x17.gnomon.v1.SetLimitsCmdH\x00\x12;\n\x11\x63heckpoint_leases\x18\x0f \x01(\x0b\x32\x1e.gnomon.v1.CheckpointLeasesCmdH\x00\x42\x05\n\x03\x63md\"w\n\x0c\x43reateJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\x12\x14\n\x0cnext_fire_ms\x18\x03 \x01(\x03\x12\x1b\n\x13max_jobs_per_tenant\x18\x04 \x01(\x05\"\x84\x01\n\x0cUpdateJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12 \n\x04spec\x18\x03 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\x03\x12\x14\n\x0cnext_fire_ms\x18\x05 \x01(\x03\"d\n\x0c\x44\x65leteJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x04 \x01(\x08\"X\n\x0cSetPausedCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06paused\x18\x03 \x01(\x08\x12\x14\n\x0cnext_fire_ms\x18\x04 \x01(\x03\"W\n\x07\x46ireCmd\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10scheduled_for_ms\x18\x02 \x01(\x03\x12\x14\n\x0cnext_fire_ms\x18\x03 \x01(\x03\x12\x0c\n\x04skip\x18\x04 \x01(\x08\"3\n\rTriggerJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\"B\n\x0c\x43\x61ncelRunCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"X\n\nLeaseGrant\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x14\n\x0clease_ttl_ms\x18\x04 \x01(\x03\"7\n\x0eGrantLeasesCmd\x12%\n\x06grants\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.LeaseGrant\"\xab\x01\n\x0f\x43ompleteTaskCmd\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\x0e\n\x06result\x18\x04 \x01(\x0c\x12\x13\n\x0boutput_tail\x18\x05 \x01(\t\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\x42\x0c\n\n_exit_code\"\xce\x01\n\x0b\x46\x61ilTaskCmd\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12\x13\n\x0bjitter_draw\x18\x06 \x01(\x01\x12\x13\n\x0boutput_tail\x18\x07 \x01(\t\x12\x16\n\texit_code\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\t \x01(\x03\x42\x0c\n\n_exit_code\"m\n\x0c\x45xpiredLease\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x13\n\x0bjitter_draw\x18\x05 \x01(\x01\":\n\x0f\x45xpireLeasesCmd\x12\'\n\x06leases\x18\x01 \x03(\x0b\x32\x17.gnomon.v1.ExpiredLease\"M\n\x14ReplayDeadLettersCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x05tasks\x18\x02 \x03(\x0b\x32\x12.gnomon.v1.TaskKey\",\n\x07TaskKey\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\"\x0c\n\nBarrierCmd\"y\n\x0cSetLimitsCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06limits\x18\x02 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\x12\x11\n\tbootstrap\x18\x04 \x01(\x08\"a\n\x0fLeaseCheckpoint\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\x14\n\x0cremaining_ms\x18\x04 \x01(\x03\"F\n\x13\x43heckpointLeasesCmd\x12/\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x1a.gnomon.v1.LeaseCheckpointb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14gnomon/v1/raft.proto\x12\tgnomon.v1\x1a\x15gnomon/v1/types.proto\"P\n\x0c\x43ommandBatch\x12\x0e\n\x06now_ms\x18\x01 \x01(\x03\x12$\n\x08\x63ommands\x18\x02 \x03(\x0b\x32\x12.gnomon.v1.CommandJ\x04\x08\x03\x10\x04R\x04term\"\xf0\x05\n\x07\x43ommand\x12-\n\ncreate_job\x18\x01 \x01(\x0b\x32\x17.gnomon.v1.CreateJobCmdH\x00\x12-\n\nupdate_job\x18\x02 \x01(\x0b\x32\x17.gnomon.v1.UpdateJobCmdH\x00\x12-\n\ndelete_job\x18\x03 \x01(\x0b\x32\x17.gnomon.v1.DeleteJobCmdH\x00\x12-\n\nset_paused\x18\x04 \x01(\x0b\x32\x17.gnomon.v1.SetPausedCmdH\x00\x12\"\n\x04\x66ire\x18\x05 \x01(\x0b\x32\x12.gnomon.v1.FireCmdH\x00\x12/\n\x0btrigger_job\x18\x06 \x01(\x0b\x32\x18.gnomon.v1.TriggerJobCmdH\x00\x12-\n\ncancel_run\x18\x07 \x01(\x0b\x32\x17.gnomon.v1.CancelRunCmdH\x00\x12\x31\n\x0cgrant_leases\x18\x08 \x01(\x0b\x32\x19.gnomon.v1.GrantLeasesCmdH\x00\x12\x33\n\rcomplete_task\x18\t \x01(\x0b\x32\x1a.gnomon.v1.CompleteTaskCmdH\x00\x12+\n\tfail_task\x18\n \x01(\x0b\x32\x16.gnomon.v1.FailTaskCmdH\x00\x12\x33\n\rexpire_leases\x18\x0b \x01(\x0b\x32\x1a.gnomon.v1.ExpireLeasesCmdH\x00\x12>\n\x13replay_dead_letters\x18\x0c \x01(\x0b\x32\x1f.gnomon.v1.ReplayDeadLettersCmdH\x00\x12(\n\x07\x62\x61rrier\x18\r \x01(\x0b\x32\x15.gnomon.v1.BarrierCmdH\x00\x12-\n\nset_limits\x18\x0e \x01(\x0b\x32\x17.gnomon.v1.SetLimitsCmdH\x00\x12;\n\x11\x63heckpoint_leases\x18\x0f \x01(\x0b\x32\x1e.gnomon.v1.CheckpointLeasesCmdH\x00\x42\x05\n\x03\x63md\"w\n\x0c\x43reateJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\x12\x14\n\x0cnext_fire_ms\x18\x03 \x01(\x03\x12\x1b\n\x13max_jobs_per_tenant\x18\x04 \x01(\x05\"\x84\x01\n\x0cUpdateJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12 \n\x04spec\x18\x03 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\x12\x18\n\x10\x65xpected_version\x18\x04 \x01(\x03\x12\x14\n\x0cnext_fire_ms\x18\x05 \x01(\x03\"d\n\x0c\x44\x65leteJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\x12\x16\n\x0e\x63\x61ncel_running\x18\x04 \x01(\x08\"X\n\x0cSetPausedCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06paused\x18\x03 \x01(\x08\x12\x14\n\x0cnext_fire_ms\x18\x04 \x01(\x03\"W\n\x07\x46ireCmd\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10scheduled_for_ms\x18\x02 \x01(\x03\x12\x14\n\x0cnext_fire_ms\x18\x03 \x01(\x03\x12\x0c\n\x04skip\x18\x04 \x01(\x08\"e\n\rTriggerJobCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x30\n\x0eoverlap_policy\x18\x14 \x01(\x0e\x32\x18.gnomon.v1.OverlapPolicy\"B\n\x0c\x43\x61ncelRunCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"X\n\nLeaseGrant\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x11\n\tworker_id\x18\x03 \x01(\t\x12\x14\n\x0clease_ttl_ms\x18\x04 \x01(\x03\"7\n\x0eGrantLeasesCmd\x12%\n\x06grants\x18\x01 \x03(\x0b\x32\x15.gnomon.v1.LeaseGrant\"\xab\x01\n\x0f\x43ompleteTaskCmd\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\x0e\n\x06result\x18\x04 \x01(\x0c\x12\x13\n\x0boutput_tail\x18\x05 \x01(\t\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\x07 \x01(\x03\x42\x0c\n\n_exit_code\"\xce\x01\n\x0b\x46\x61ilTaskCmd\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\r\n\x05\x65rror\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\x12\x13\n\x0bjitter_draw\x18\x06 \x01(\x01\x12\x13\n\x0boutput_tail\x18\x07 \x01(\t\x12\x16\n\texit_code\x18\x08 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\t \x01(\x03\x42\x0c\n\n_exit_code\"m\n\x0c\x45xpiredLease\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x13\n\x0bjitter_draw\x18\x05 \x01(\x01\":\n\x0f\x45xpireLeasesCmd\x12\'\n\x06leases\x18\x01 \x03(\x0b\x32\x17.gnomon.v1.ExpiredLease\"M\n\x14ReplayDeadLettersCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12!\n\x05tasks\x18\x02 \x03(\x0b\x32\x12.gnomon.v1.TaskKey\",\n\x07TaskKey\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\"\x0c\n\nBarrierCmd\"y\n\x0cSetLimitsCmd\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12(\n\x06limits\x18\x02 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x18\n\x10\x65xpected_version\x18\x03 \x01(\x03\x12\x11\n\tbootstrap\x18\x04 \x01(\x08\"a\n\x0fLeaseCheckpoint\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\x12\x14\n\x0cremaining_ms\x18\x04 \x01(\x03\"F\n\x13\x43heckpointLeasesCmd\x12/\n\x0b\x63heckpoints\x18\x01 \x03(\x0b\x32\x1a.gnomon.v1.LeaseCheckpointb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,31 +47,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_FIRECMD']._serialized_start=1343
   _globals['_FIRECMD']._serialized_end=1430
   _globals['_TRIGGERJOBCMD']._serialized_start=1432
-  _globals['_TRIGGERJOBCMD']._serialized_end=1483
-  _globals['_CANCELRUNCMD']._serialized_start=1485
-  _globals['_CANCELRUNCMD']._serialized_end=1551
-  _globals['_LEASEGRANT']._serialized_start=1553
-  _globals['_LEASEGRANT']._serialized_end=1641
-  _globals['_GRANTLEASESCMD']._serialized_start=1643
-  _globals['_GRANTLEASESCMD']._serialized_end=1698
-  _globals['_COMPLETETASKCMD']._serialized_start=1701
-  _globals['_COMPLETETASKCMD']._serialized_end=1872
-  _globals['_FAILTASKCMD']._serialized_start=1875
-  _globals['_FAILTASKCMD']._serialized_end=2081
-  _globals['_EXPIREDLEASE']._serialized_start=2083
-  _globals['_EXPIREDLEASE']._serialized_end=2192
-  _globals['_EXPIRELEASESCMD']._serialized_start=2194
-  _globals['_EXPIRELEASESCMD']._serialized_end=2252
-  _globals['_REPLAYDEADLETTERSCMD']._serialized_start=2254
-  _globals['_REPLAYDEADLETTERSCMD']._serialized_end=2331
-  _globals['_TASKKEY']._serialized_start=2333
-  _globals['_TASKKEY']._serialized_end=2377
-  _globals['_BARRIERCMD']._serialized_start=2379
-  _globals['_BARRIERCMD']._serialized_end=2391
-  _globals['_SETLIMITSCMD']._serialized_start=2393
-  _globals['_SETLIMITSCMD']._serialized_end=2514
-  _globals['_LEASECHECKPOINT']._serialized_start=2516
-  _globals['_LEASECHECKPOINT']._serialized_end=2613
-  _globals['_CHECKPOINTLEASESCMD']._serialized_start=2615
-  _globals['_CHECKPOINTLEASESCMD']._serialized_end=2685
+  _globals['_TRIGGERJOBCMD']._serialized_end=1533
+  _globals['_CANCELRUNCMD']._serialized_start=1535
+  _globals['_CANCELRUNCMD']._serialized_end=1601
+  _globals['_LEASEGRANT']._serialized_start=1603
+  _globals['_LEASEGRANT']._serialized_end=1691
+  _globals['_GRANTLEASESCMD']._serialized_start=1693
+  _globals['_GRANTLEASESCMD']._serialized_end=1748
+  _globals['_COMPLETETASKCMD']._serialized_start=1751
+  _globals['_COMPLETETASKCMD']._serialized_end=1922
+  _globals['_FAILTASKCMD']._serialized_start=1925
+  _globals['_FAILTASKCMD']._serialized_end=2131
+  _globals['_EXPIREDLEASE']._serialized_start=2133
+  _globals['_EXPIREDLEASE']._serialized_end=2242
+  _globals['_EXPIRELEASESCMD']._serialized_start=2244
+  _globals['_EXPIRELEASESCMD']._serialized_end=2302
+  _globals['_REPLAYDEADLETTERSCMD']._serialized_start=2304
+  _globals['_REPLAYDEADLETTERSCMD']._serialized_end=2381
+  _globals['_TASKKEY']._serialized_start=2383
+  _globals['_TASKKEY']._serialized_end=2427
+  _globals['_BARRIERCMD']._serialized_start=2429
+  _globals['_BARRIERCMD']._serialized_end=2441
+  _globals['_SETLIMITSCMD']._serialized_start=2443
+  _globals['_SETLIMITSCMD']._serialized_end=2564
+  _globals['_LEASECHECKPOINT']._serialized_start=2566
+  _globals['_LEASECHECKPOINT']._serialized_end=2663
+  _globals['_CHECKPOINTLEASESCMD']._serialized_start=2665
+  _globals['_CHECKPOINTLEASESCMD']._serialized_end=2735
 # @@protoc_insertion_point(module_scope)

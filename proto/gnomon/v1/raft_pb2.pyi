@@ -112,12 +112,14 @@ class FireCmd(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., skip: _Optional[bool] = ...) -> None: ...
 
 class TriggerJobCmd(_message.Message):
-    __slots__ = ("request_id", "job_id")
+    __slots__ = ("request_id", "job_id", "overlap_policy")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+    overlap_policy: _types_pb2.OverlapPolicy
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ...) -> None: ...
 
 class CancelRunCmd(_message.Message):
     __slots__ = ("request_id", "run_id", "reason")

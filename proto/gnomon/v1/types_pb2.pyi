@@ -22,6 +22,7 @@ class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_STATE_FAILED: _ClassVar[RunState]
     RUN_STATE_CANCELLED: _ClassVar[RunState]
     RUN_STATE_SKIPPED: _ClassVar[RunState]
+    RUN_STATE_QUEUED: _ClassVar[RunState]
 
 class RunTrigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -48,6 +49,16 @@ class AttemptOutcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ATTEMPT_OUTCOME_FAILED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_EXPIRED: _ClassVar[AttemptOutcome]
     ATTEMPT_OUTCOME_CANCELLED: _ClassVar[AttemptOutcome]
+
+class OverlapPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERLAP_POLICY_UNSPECIFIED: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_ALLOW_ALL: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_SKIP: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_BUFFER_ONE: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_BUFFER_ALL: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_CANCEL_OTHER: _ClassVar[OverlapPolicy]
+    OVERLAP_POLICY_TERMINATE_OTHER: _ClassVar[OverlapPolicy]
 MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
 MISFIRE_POLICY_RUN_ALL: MisfirePolicy
 MISFIRE_POLICY_RUN_LATEST: MisfirePolicy
@@ -58,6 +69,7 @@ RUN_STATE_SUCCEEDED: RunState
 RUN_STATE_FAILED: RunState
 RUN_STATE_CANCELLED: RunState
 RUN_STATE_SKIPPED: RunState
+RUN_STATE_QUEUED: RunState
 RUN_TRIGGER_UNSPECIFIED: RunTrigger
 RUN_TRIGGER_SCHEDULE: RunTrigger
 RUN_TRIGGER_MANUAL: RunTrigger
@@ -75,6 +87,13 @@ ATTEMPT_OUTCOME_SUCCEEDED: AttemptOutcome
 ATTEMPT_OUTCOME_FAILED: AttemptOutcome
 ATTEMPT_OUTCOME_EXPIRED: AttemptOutcome
 ATTEMPT_OUTCOME_CANCELLED: AttemptOutcome
+OVERLAP_POLICY_UNSPECIFIED: OverlapPolicy
+OVERLAP_POLICY_ALLOW_ALL: OverlapPolicy
+OVERLAP_POLICY_SKIP: OverlapPolicy
+OVERLAP_POLICY_BUFFER_ONE: OverlapPolicy
+OVERLAP_POLICY_BUFFER_ALL: OverlapPolicy
+OVERLAP_POLICY_CANCEL_OTHER: OverlapPolicy
+OVERLAP_POLICY_TERMINATE_OTHER: OverlapPolicy
 
 class CronSchedule(_message.Message):
     __slots__ = ("expression", "timezone")
@@ -139,7 +158,7 @@ class TaskSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("tenant", "name", "schedule", "tasks", "priority", "misfire_policy", "misfire_grace_ms", "paused")
+    __slots__ = ("tenant", "name", "schedule", "tasks", "priority", "misfire_policy", "misfire_grace_ms", "paused", "overlap_policy", "max_active_runs", "max_buffered_runs")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
@@ -148,6 +167,9 @@ class JobSpec(_message.Message):
     MISFIRE_POLICY_FIELD_NUMBER: _ClassVar[int]
     MISFIRE_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    MAX_ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_BUFFERED_RUNS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     name: str
     schedule: Schedule
@@ -156,7 +178,10 @@ class JobSpec(_message.Message):
     misfire_policy: MisfirePolicy
     misfire_grace_ms: int
     paused: bool
-    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ...) -> None: ...
+    overlap_policy: OverlapPolicy
+    max_active_runs: int
+    max_buffered_runs: int
+    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., max_active_runs: _Optional[int] = ..., max_buffered_runs: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms")
@@ -239,7 +264,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ..., output_tail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version")
+    __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version", "reason", "cancel_requested")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -250,6 +275,8 @@ class Run(_message.Message):
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     JOB_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     tenant: str
@@ -260,7 +287,9 @@ class Run(_message.Message):
     finished_ms: int
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInstance]
     job_version: int
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ...) -> None: ...
+    reason: str
+    cancel_requested: bool
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ..., reason: _Optional[str] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...
 
 class ClusterLimits(_message.Message):
     __slots__ = ("dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters", "max_attempt_records")

@@ -111,9 +111,12 @@ class FakeClient:
         self.jobs[job.job_id] = job
         return job
 
-    def _trigger_job(self, job_id=None, *, tenant=None, name=None, request_id=None):
+    def _trigger_job(self, job_id=None, *, tenant=None, name=None, request_id=None,
+                     overlap_policy=None):
         job = self._find(job_id, tenant, name)
-        run = Run(f"{job.job_id}@manual-1", job.job_id, state=RunState.RUNNING)
+        state = RunState.SKIPPED if overlap_policy == "skip" else RunState.RUNNING
+        run = Run(f"{job.job_id}@manual-1", job.job_id, state=state,
+                  reason="overlap" if state == RunState.SKIPPED else "")
         self.runs[run.run_id] = run
         return run
 
@@ -450,6 +453,24 @@ def test_trigger_and_wait(fake):
     fake._wait_run = slow
     fake.runs["j1@manual-1"] = replace(fake.runs["j1@manual-1"], state=RunState.RUNNING)
     assert run(fake, "job", "trigger", "x", "--wait", "--wait-timeout", "0.1")[0] == 4
+
+
+def test_trigger_with_an_overlap_override(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")))
+    code, out, _ = run(fake, "job", "trigger", "x", "--overlap-policy", "skip", "--wait")
+    assert code == 0 and "skipped run j1@manual-1: overlap" in out
+    assert fake.method_calls("trigger_job")[0][1]["overlap_policy"] == "skip"
+    assert run(fake, "job", "trigger", "x", "--overlap-policy", "sometimes")[0] != 0
+
+
+def test_create_with_overlap_flags(fake):
+    code, _, _ = run(fake, "job", "create", "--name", "o", "--cron", "@daily",
+                     "--overlap-policy", "buffer_all", "--max-active-runs", "2",
+                     "--max-buffered-runs", "5")
+    assert code == 0
+    spec = fake.jobs["j1"].spec
+    assert (spec.overlap_policy, spec.max_active_runs, spec.max_buffered_runs) == (
+        "buffer_all", 2, 5)
 
 
 def test_runs(fake):

@@ -184,6 +184,8 @@ def test_run_json_shape():
         "created_ms",
         "finished_ms",
         "job_version",
+        "reason",
+        "cancel_requested",
         "tasks",
     }
     assert data["state"] == "failed" and data["trigger"] == "schedule"

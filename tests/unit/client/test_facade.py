@@ -38,6 +38,7 @@ PUBLIC = [
     "NonRetryableError",
     "NotFound",
     "OnceSchedule",
+    "OverlapPolicy",
     "ReportRefusal",
     "ResourceExhausted",
     "RetryPolicy",

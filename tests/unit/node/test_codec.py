@@ -29,6 +29,7 @@ from gnomon.node.core.model import (
     JobSpec,
     Limits,
     MisfirePolicy,
+    OverlapPolicy,
     RetryPolicy,
     Run,
     RunState,
@@ -52,6 +53,8 @@ SCHEDULES = [
 SPECIAL = {
     (JobSpec, "schedule"): lambda s, i: CRON,
     (JobSpec, "misfire_policy"): lambda s, i: MisfirePolicy.SKIP,
+    (JobSpec, "overlap_policy"): lambda s, i: OverlapPolicy.BUFFER_ALL,
+    (c.TriggerJob, "overlap_policy"): lambda s, i: OverlapPolicy.TERMINATE_OTHER,
     (Attempt, "outcome"): lambda s, i: AttemptOutcome.EXPIRED,
     (TaskInstance, "state"): lambda s, i: TaskState.RETRY_WAIT,
     (Run, "state"): lambda s, i: RunState.FAILED,
@@ -313,6 +316,9 @@ def _field_strategy(cls, name: str, tp, fd) -> st.SearchStrategy:
     if (cls, name) == (JobSpec, "misfire_policy"):
         return st.sampled_from([MisfirePolicy.RUN_ALL, MisfirePolicy.RUN_LATEST,
                                 MisfirePolicy.SKIP])
+    if name == "overlap_policy":  # a JobSpec's always names one; a trigger's may be ""
+        policies = [v for k, v in vars(OverlapPolicy).items() if k.isupper()]
+        return st.sampled_from(policies + ([""] if cls is c.TriggerJob else []))
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         (inner,) = [a for a in typing.get_args(tp) if a is not type(None)]

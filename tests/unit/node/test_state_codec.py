@@ -135,6 +135,17 @@ def realistic_state() -> State:
     log.one(c.UpdateJob("update-sync", sync, make_spec("sync", tenant="beta", interval_ms=2 * HOUR),
                         0, log.now + 2 * HOUR))
     log.create("late", tenant="gamma", request_id="create-late")  # the tenant comes back
+
+    # Overlap: a BUFFER_ALL job with a leased run, two queued and one skipped (buffer full);
+    # a CANCEL_OTHER job whose leased run was asked to stop while the next one waits.
+    buffered = log.create("buffered", overlap_policy="buffer_all", max_active_runs=1,
+                          max_buffered_runs=2)
+    log.grant(log.fire(buffered))
+    for _ in range(3):
+        log.fire(buffered)
+    other = log.create("other", overlap_policy="cancel_other")
+    log.grant(log.fire(other))
+    log.fire(other)
     log.one(c.SetPaused("pause-report", report, True))
     assert isinstance(log.one(c.CancelRun("cancel-nothing", "j1@1", "")), Rejected)
     log.one(c.Barrier(), dt=HOUR + 30 * MINUTE)  # the oldest request ids age out
@@ -167,6 +178,8 @@ def test_the_log_reaches_every_state(original):
     assert "create-etl" not in st.dedupe  # aged out
     assert any(run.job_id not in st.jobs for run in st.runs.values())  # a deleted job's run
     assert st.job_seq > len(st.jobs)
+    assert any(r.cancel_requested for r in st.runs.values())
+    assert {"overlap: buffer full (2 queued)", "misfire"} <= {r.reason for r in st.runs.values()}
 
 
 def _round_trip(st: State) -> State:
@@ -195,6 +208,8 @@ def _indexes(st: State) -> dict:
         "dead_letter_order": list(st.dead_letters),
         "run_order": list(st.runs),
         "job_order_dict": list(st.jobs),
+        "running_by_job": {j: set(ids) for j, ids in st.running_by_job.items()},
+        "queued_by_job": {j: set(ids) for j, ids in st.queued_by_job.items()},
     }
 
 
