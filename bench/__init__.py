@@ -24,6 +24,7 @@ SCENARIOS: dict[str, str] = {
     "failover": "kill -9 the leader under load: time to the new leader's first fire",
     "scale": "1,000,000 jobs: memory, snapshot, restart, cost of one fire vs job count",
     "workers": "10,000 worker streams: heartbeats per second, leader CPU and memory",
+    "transport": "CPU per Raft message: pickle+zlib+Fernet against the codec over TLS",
 }
 
 
