@@ -74,6 +74,7 @@ from gnomon.node.core.transitions import (
 from gnomon.node.core.validate import (
     effective_buffer,
     effective_max_active_runs,
+    queue_limit,
     validate_limits,
     validate_spec,
 )
@@ -219,7 +220,7 @@ def _update_job(ctx: Ctx, cmd: UpdateJob) -> Reply:
         job.next_fire_ms = cmd.next_fire_ms
     job.spec = cmd.spec
     _bump_version(ctx, job)
-    _start_queued(ctx, job.job_id)  # a raised max_active_runs (or ALLOW_ALL) lets them go
+    _start_queued(ctx, job.job_id)  # a raised max_active_runs lets them go
     return JobReply(job_id=job.job_id, version=job.version)
 
 
@@ -432,16 +433,18 @@ def _end_queued(ctx: Ctx, run: Run, reason: str, *, retain: bool = True) -> None
 
 
 def _start_queued(ctx: Ctx, job_id: str) -> None:
-    """Start the job's QUEUED runs, oldest first, while it has room for them."""
+    """Start the job's QUEUED runs, oldest first, while fewer than its max_active_runs
+    (default 1, whatever the policy: a run queued by a trigger's override waits the same)
+    are running."""
     state = ctx.state
     job = state.jobs.get(job_id)
     if job is None or job_id not in state.queued_by_job:
         return
-    limit = effective_max_active_runs(job.spec, job.spec.overlap_policy)
+    limit = queue_limit(job.spec)
     running, queued = _open_runs(state, job_id)
     active = len(running)
     for run in queued:
-        if limit and active >= limit:
+        if active >= limit:
             return
         move_run(state, run, RunEvent.START)
         run.reason = ""

@@ -84,6 +84,11 @@ def effective_max_active_runs(spec: JobSpec, policy: str) -> int:
     return spec.max_active_runs or 1
 
 
+def queue_limit(spec: JobSpec) -> int:
+    """QUEUED runs of the job start while fewer than this many of its runs are running."""
+    return spec.max_active_runs or 1
+
+
 def effective_buffer(spec: JobSpec, policy: str) -> int:
     """QUEUED runs the policy keeps at most."""
     if policy == OverlapPolicy.BUFFER_ALL:

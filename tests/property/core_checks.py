@@ -20,6 +20,7 @@ from gnomon.node.core.model import (
     DedupeEntry,
     JobSpec,
     Limits,
+    OverlapPolicy,
     RetryPolicy,
     Run,
     RunState,
@@ -30,6 +31,7 @@ from gnomon.node.core.model import (
     TaskState,
 )
 from gnomon.node.core.results import LimitsReply, Reply
+from gnomon.node.core.validate import queue_limit
 
 T0 = 1_700_000_000_000
 # What the first leader proposes (tight bounds, so that eviction, expiry and trimming happen).
@@ -92,8 +94,26 @@ def pick(items: list, i: int):
     return items[i % len(items)] if items else None
 
 
-def make_spec(name: int, dag: int, policy: int, interval: int, paused: bool = False) -> JobSpec:
+# (overlap policy, max_active_runs, max_buffered_runs): what a fire does while runs are active.
+OVERLAPS = [
+    (OverlapPolicy.ALLOW_ALL, None, 0),
+    (OverlapPolicy.SKIP, None, 0),
+    (OverlapPolicy.SKIP, 2, 0),
+    (OverlapPolicy.BUFFER_ONE, None, 0),
+    (OverlapPolicy.BUFFER_ALL, None, 2),
+    (OverlapPolicy.CANCEL_OTHER, None, 0),
+    (OverlapPolicy.TERMINATE_OTHER, None, 0),
+    (OverlapPolicy.TERMINATE_OTHER, 2, 0),
+]
+# A manual trigger's override ("" is the job's own policy).
+OVERRIDES = ["", "", "", OverlapPolicy.ALLOW_ALL, OverlapPolicy.SKIP, OverlapPolicy.BUFFER_ONE,
+             OverlapPolicy.TERMINATE_OTHER]
+
+
+def make_spec(name: int, dag: int, policy: int, interval: int, paused: bool = False,
+              overlap: int = 0) -> JobSpec:
     tenant, job_name = pick(NAMES, name)
+    overlap_policy, max_active, max_buffered = pick(OVERLAPS, overlap)
     return JobSpec(
         tenant=tenant,
         name=job_name,
@@ -103,7 +123,32 @@ def make_spec(name: int, dag: int, policy: int, interval: int, paused: bool = Fa
             for task, deps in pick(DAGS, dag).items()
         ),
         paused=paused,
+        overlap_policy=overlap_policy,
+        max_active_runs=max_active,
+        max_buffered_runs=max_buffered,
     )
+
+
+def check_overlap(state: State) -> None:
+    """The overlap policy's facts: QUEUED runs wait only while their job is at its
+    max_active_runs (a bounded policy), and the derived indexes hold exactly the job's
+    RUNNING and QUEUED runs; a SKIPPED run says why."""
+    for table, run_state in ((state.running_by_job, RunState.RUNNING),
+                             (state.queued_by_job, RunState.QUEUED)):
+        want: dict[str, set[str]] = {}
+        for run in state.runs.values():
+            if run.state == run_state:
+                want.setdefault(run.job_id, set()).add(run.run_id)
+        assert {job_id: set(ids) for job_id, ids in table.items()} == want, run_state
+    for job_id, queued in state.queued_by_job.items():
+        job = state.jobs.get(job_id)
+        assert job is not None, f"queued runs {sorted(queued)} of deleted job {job_id}"
+        limit = queue_limit(job.spec)
+        running = len(state.running_by_job.get(job_id, ()))
+        assert running >= limit, (job_id, sorted(queued), running, limit)
+    for run in state.runs.values():
+        if run.state == RunState.SKIPPED:
+            assert run.reason == "misfire" or run.reason.startswith("overlap"), run.reason
 
 
 # --- dedupe oracle ---------------------------------------------------------------------------

@@ -53,11 +53,13 @@ from gnomon.node.core.model import (
     TERMINAL_TASK_STATES,
     AttemptOutcome,
     Limits,
+    RunState,
     State,
     TaskInstance,
     TaskState,
 )
 from gnomon.node.core.results import Done, Effects, JobReply, LimitsReply, Replayed, Reply, RunReply
+from gnomon.node.core.validate import effective_max_active_runs
 from gnomon.node.snapshot import FORMAT_VERSION, SnapshotMeta, read_snapshot, write_snapshot
 from tests.property.core_checks import (
     BOOTSTRAP_ID,
@@ -65,11 +67,13 @@ from tests.property.core_checks import (
     LIMIT_MINIMUMS,
     LIMITS,
     NAMES,
+    OVERRIDES,
     REVIVABLE,
     T0,
     DedupeModel,
     check_deleted_job,
     check_derived,
+    check_overlap,
     check_structure,
     dead_keys,
     index,
@@ -190,10 +194,32 @@ class CoreMachine(RuleBasedStateMachine):
         self._check_terminal_tasks(before, bool(replayed))
         self._check_dead_letter_flow(before, replayed, effects)
         self._check_new_attempts(before)
+        self._check_overlap_starts(before, batch, replies)
         # Lowering a bound trims lazily in places: remember the highest values in force.
         self.retention_high = max(self.retention_high, state.limits.runs_retained_per_job)
         self.attempt_records_high = max(self.attempt_records_high,
                                         state.limits.max_attempt_records)
+
+    def _check_overlap_starts(self, before: Before, batch: Batch, replies: list[Reply]) -> None:
+        """A fire (scheduled or manual) that started a run under a bounded overlap policy
+        leaves at most max_active_runs runs of its job running ("with SKIP, never two
+        active runs of one job"); one that did not start a run skipped or queued it."""
+        state = self.primary
+        for command, reply, hit in zip(batch.commands, replies, self.last_hits, strict=True):
+            if hit or not isinstance(command, Fire | TriggerJob):
+                continue
+            run = state.runs.get(reply.run_id) if isinstance(reply, RunReply) else None
+            job = state.jobs.get(command.job_id)
+            if run is None or job is None or run.run_id in before.runs:
+                continue
+            policy = getattr(command, "overlap_policy", "") or job.spec.overlap_policy
+            limit = effective_max_active_runs(job.spec, policy)
+            running = len(state.running_by_job.get(job.job_id, ()))
+            if run.state == RunState.RUNNING and limit:
+                assert running <= limit, (run.run_id, policy, running, limit)
+                event(f"overlap {policy}: started within the bound")
+            elif run.state in (RunState.SKIPPED, RunState.QUEUED, RunState.CANCELLED):
+                event(f"overlap {policy}: {run.state}")
 
     def quiet_now(self) -> int:
         """A batch time that does not move the cluster clock (so digests can be compared)."""
@@ -298,28 +324,30 @@ class CoreMachine(RuleBasedStateMachine):
 
     # -- jobs --------------------------------------------------------------------------------
 
-    @initialize(dags=st.lists(index, min_size=1, max_size=3), policy=index)
-    def some_jobs(self, dags, policy):
+    @initialize(dags=st.lists(index, min_size=1, max_size=3), policy=index, overlap=index)
+    def some_jobs(self, dags, policy, overlap):
         for name, dag in enumerate(dags):
-            self.propose(CreateJob("", make_spec(name, dag, policy, name), self.next_slot(0)))
+            spec = make_spec(name, dag, policy, name, overlap=overlap + name)
+            self.propose(CreateJob("", spec, self.next_slot(0)))
 
     @rule(name=index, dag=index, policy=index, interval=index, paused=st.booleans(),
           offset=st.integers(0, 20_000), quota=st.sampled_from([0, 0, 0, 2]),
-          with_id=st.booleans())
-    def create_job(self, name, dag, policy, interval, paused, offset, quota, with_id):
-        command = CreateJob(self.request_id(with_id), make_spec(name, dag, policy, interval, paused),
+          with_id=st.booleans(), overlap=index)
+    def create_job(self, name, dag, policy, interval, paused, offset, quota, with_id, overlap):
+        spec = make_spec(name, dag, policy, interval, paused, overlap)
+        command = CreateJob(self.request_id(with_id), spec,
                             self.next_slot(offset), max_jobs_per_tenant=quota)
         self.remember(command, self.propose(command)[0])
 
     @rule(job=index, dag=index, policy=index, interval=index, version=st.sampled_from([0, 1, -1]),
-          offset=st.integers(0, 20_000), with_id=st.booleans())
-    def update_job(self, job, dag, policy, interval, version, offset, with_id):
+          offset=st.integers(0, 20_000), with_id=st.booleans(), overlap=index)
+    def update_job(self, job, dag, policy, interval, version, offset, with_id, overlap):
         job_id = pick(self.job_ids(), job)
         current = self.primary.jobs.get(job_id)
         expected = {0: 0, 1: current.version if current else 1, -1: 99}[version]
         name = NAMES.index((current.spec.tenant, current.spec.name)) if current else 0
         command = UpdateJob(self.request_id(with_id), job_id,
-                            make_spec(name, dag, policy, interval), expected,
+                            make_spec(name, dag, policy, interval, overlap=overlap), expected,
                             self.next_slot(offset))
         self.remember(command, self.propose(command)[0])
 
@@ -463,9 +491,10 @@ class CoreMachine(RuleBasedStateMachine):
         if not was_due:
             assert replies == [RunReply("")]
 
-    @rule(job=index, with_id=st.booleans())
-    def trigger(self, job, with_id):
-        command = TriggerJob(self.request_id(with_id), pick(self.job_ids(), job))
+    @rule(job=index, with_id=st.booleans(), override=index)
+    def trigger(self, job, with_id, override):
+        command = TriggerJob(self.request_id(with_id), pick(self.job_ids(), job),
+                             pick(OVERRIDES, override))
         self.remember(command, self.propose(command)[0])
 
     @rule(run=index, with_id=st.booleans())
@@ -751,6 +780,9 @@ class CoreMachine(RuleBasedStateMachine):
         records = max(self.attempt_records_high, self.primary.limits.max_attempt_records)
         check_structure(self.primary, retention=retention, attempt_records=records)
         check_derived(self.primary)
+        check_overlap(self.primary)
+        if self.restored is not None:
+            check_overlap(self.restored)
 
     @invariant()
     def dedupe_matches_model(self):
