@@ -1,0 +1,161 @@
+"""Overlap policies against real node processes (issue 9): the decision is made in apply when
+a fire is committed, so what the SDK sees is what every replica recorded. The SDK worker runs
+tasks that wait for the test to release them; every wait is for a condition, with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+
+import pytest
+
+from gnomon.client import (
+    AsyncClient,
+    IntervalSchedule,
+    InvalidArgument,
+    JobSpec,
+    OnceSchedule,
+    OverlapPolicy,
+    RunState,
+    TaskContext,
+    Worker,
+    task,
+)
+from gnomon.node.localcluster import wait_for_async
+from tests.integration.cluster import module_cluster
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01: these jobs only run when triggered
+WAIT_S = 60.0  # deadlines for conditions, not expectations of speed
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory, request) -> Iterator[str]:
+    with module_cluster(tmp_path_factory.mktemp("overlap"), request=request) as cluster:
+        yield cluster.servers
+
+
+class Gate:
+    """Tasks that start, note it, and wait until released (or cancelled)."""
+
+    def __init__(self, queue: str) -> None:
+        self.started: list[str] = []
+        self.cancelled: list[str] = []
+        self.release = asyncio.Event()
+
+        @task(name="main", queue=queue)
+        async def main(ctx: TaskContext) -> str:
+            self.started.append(ctx.run_id)
+            try:
+                await self.release.wait()
+            except asyncio.CancelledError:
+                self.cancelled.append(ctx.run_id)
+                raise
+            return "ok"
+
+        self.task = main
+
+
+async def _state(client: AsyncClient, run_id: str) -> RunState:
+    return (await client.get_run(run_id)).state
+
+
+async def test_skip_then_a_per_call_buffer_then_allow_all(servers):
+    name = "overlap-skip"
+    gate = Gate(name)
+    async with AsyncClient(servers, timeout_s=30) as client:
+        spec = JobSpec.single(name, OnceSchedule(FAR_FUTURE_MS), queue=name,
+                              overlap_policy=OverlapPolicy.SKIP)
+        job_id = (await client.create_job(spec)).job_id
+        async with Worker(client, tasks=[gate.task], max_concurrency=4):
+            first = await client.trigger_job(job_id)
+            await wait_for_async(lambda: gate.started == [first.run_id], timeout_s=WAIT_S, interval_s=0.01,
+                                 what="the first run's task")
+            skipped = await client.trigger_job(job_id)
+            assert (skipped.state, skipped.reason) == (RunState.SKIPPED, "overlap")
+            queued = await client.trigger_job(job_id, overlap_policy="buffer_one")
+            assert queued.state is RunState.QUEUED
+            assert queued.reason == "overlap: waiting for 1 active run"
+            extra = await client.trigger_job(job_id, overlap_policy=OverlapPolicy.ALLOW_ALL)
+            assert extra.state is RunState.RUNNING
+            await wait_for_async(lambda: len(gate.started) == 2, timeout_s=WAIT_S, interval_s=0.01,
+                                 what="the allowed run's task")
+            assert queued.run_id not in gate.started  # two run, still over the bound of 1
+            gate.release.set()
+            for run in (first, extra):
+                done = await client.wait_run(run.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+                assert done.state is RunState.SUCCEEDED
+            # Both ended: the buffered one started and, released, succeeded.
+            done = await client.wait_run(queued.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+            assert done.state is RunState.SUCCEEDED and done.reason == ""
+            assert gate.started[2] == queued.run_id
+        runs = await client.list_runs(job_id)
+        assert sorted(r.state.value for r in runs) == [
+            "skipped", "succeeded", "succeeded", "succeeded"]
+
+
+async def test_terminate_other_cancels_the_running_task_at_once(servers):
+    name = "overlap-terminate"
+    gate = Gate(name)
+    async with AsyncClient(servers, timeout_s=30) as client:
+        spec = JobSpec.single(name, OnceSchedule(FAR_FUTURE_MS), queue=name,
+                              overlap_policy=OverlapPolicy.TERMINATE_OTHER)
+        job_id = (await client.create_job(spec)).job_id
+        async with Worker(client, tasks=[gate.task], max_concurrency=2):
+            first = await client.trigger_job(job_id)
+            await wait_for_async(lambda: gate.started == [first.run_id], timeout_s=WAIT_S, interval_s=0.01,
+                                 what="the first run's task")
+            second = await client.trigger_job(job_id)
+            assert second.state is RunState.RUNNING
+            old = await client.get_run(first.run_id)
+            assert old.state is RunState.CANCELLED
+            assert old.reason == f"overlap: terminated for {second.run_id}"
+            # The worker was told through the Cancel push; its task stopped.
+            await wait_for_async(lambda: gate.cancelled == [first.run_id], timeout_s=WAIT_S, interval_s=0.01,
+                                 what="the first task's cancellation")
+            await wait_for_async(lambda: len(gate.started) == 2, timeout_s=WAIT_S, interval_s=0.01,
+                                 what="the second run's task")
+            gate.release.set()
+            done = await client.wait_run(second.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+            assert done.state is RunState.SUCCEEDED
+
+
+async def test_scheduled_fires_skip_while_a_run_is_active(servers):
+    name = "overlap-scheduled"
+    gate = Gate(name)
+    async with AsyncClient(servers, timeout_s=30) as client:
+        spec = JobSpec.single(name, IntervalSchedule(interval_ms=300), queue=name,
+                              overlap_policy=OverlapPolicy.SKIP)
+        job_id = (await client.create_job(spec)).job_id
+        async with Worker(client, tasks=[gate.task], max_concurrency=4):
+            async def skips() -> int:
+                runs = await client.list_runs(job_id)
+                return sum(r.state is RunState.SKIPPED and r.reason == "overlap" for r in runs)
+
+            deadline = asyncio.get_running_loop().time() + WAIT_S
+            while await skips() < 3:
+                assert asyncio.get_running_loop().time() < deadline, "no overlap skips"
+                await asyncio.sleep(0.2)  # polling interval, not a synchronisation
+            runs = await client.list_runs(job_id)
+            assert sum(r.state is RunState.RUNNING for r in runs) == 1
+            assert len(gate.started) == 1
+            await client.pause_job(job_id)
+            gate.release.set()
+
+
+async def test_bad_overlap_fields_are_refused_naming_the_field(servers):
+    async with AsyncClient(servers, timeout_s=30) as client:
+        cases = [
+            ({"overlap_policy": "skip", "max_active_runs": 0}, "spec.max_active_runs: must be >= 1"),
+            ({"max_active_runs": 2}, "spec.max_active_runs: ALLOW_ALL starts every fire"),
+            ({"overlap_policy": "buffer_one", "max_buffered_runs": 3},
+             "spec.max_buffered_runs: applies to overlap policy buffer_all only"),
+            ({"overlap_policy": "buffer_all", "max_buffered_runs": 10**6},
+             "spec.max_buffered_runs: 1000000 exceeds the node's max_buffered_runs 1000"),
+        ]
+        for i, (fields, message) in enumerate(cases):
+            spec = JobSpec.single(f"bad-overlap-{i}", OnceSchedule(FAR_FUTURE_MS), **fields)
+            with pytest.raises(InvalidArgument, match=message.replace("(", r"\(")):
+                await client.create_job(spec)
