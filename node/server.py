@@ -13,7 +13,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from gnomon.node import logs, metrics, observe
+from gnomon.node import grpc_tls, logs, metrics, observe
 from gnomon.node.backfill import Backfill
 from gnomon.node.clock import mono_ms
 from gnomon.node.config import Config
@@ -92,9 +92,11 @@ class Node:
 
     # -- effects from the tick thread -> loop thread ------------------------------------------
 
-    def _on_applied(self, batch: Batch, replies: list, effects: Effects) -> None:
+    def _observe_applied(self, batch: Batch, replies: list, effects: Effects) -> None:
         self.last_apply_mono = mono_ms()
         self._entries.applied(self.replica.state, batch, replies, effects)
+
+    def _on_applied(self, batch: Batch, replies: list, effects: Effects) -> None:
         if self.leadership.ready and _has_work(effects):
             self._to_loop(self._route_effects, effects)
 
@@ -148,12 +150,14 @@ class Node:
             lambda: self.raft, lambda: self.proposer, proof_interval_ms=cfg.proof_interval_ms,
             on_start=self._start_leading, on_stop=self._stop_leading, supervisor=self.supervisor,
         )
+        self.replica.add_listener(self._observe_applied)
         self.replica.add_listener(self._on_applied)
         self.raft = RaftNode(cfg, self.replica, self._on_role)
         logs.set_term_source(self.raft.term)
         self.supervisor.spawn(Backfill(
             self.replica.history.store, cfg.peers, page_runs=cfg.history_backfill_page_runs,
-            retry_s=cfg.history_backfill_retry_ms / 1000, rng=self.rng).run(),
+            retry_s=cfg.history_backfill_retry_ms / 1000, rng=self.rng,
+            channel=grpc_tls.peer_channel(cfg)).run(),
             name="history-backfill")
         self.raft.canary_apply_before_commit = "fire-on-isleader" in cfg.canaries
         self.proposer = Proposer(self.raft, cfg, self._committed)
@@ -245,8 +249,12 @@ class Node:
             api_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
             health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        if server.add_insecure_port(self.config.self_member.grpc_addr) == 0:
-            raise SystemExit(f"grpc_addr: cannot bind {self.config.self_member.grpc_addr}")
+        creds = grpc_tls.server_credentials(self.config)
+        addr = self.config.self_member.grpc_addr
+        bound = server.add_secure_port(addr, creds) if creds else server.add_insecure_port(addr)
+        if bound == 0:
+            raise SystemExit(f"grpc_addr: cannot bind {addr}")
+        grpc_tls.warn_if_exposed(self.config)
         await server.start()
         # NOT_SERVING until _watch_health sees a leader with a fresh proof.
         for name in ("", "gnomon.v1.JobService", "gnomon.v1.WorkerService"):
