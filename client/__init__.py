@@ -34,6 +34,7 @@ from ._errors import (
     InvalidArgument,
     NonRetryableError,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     RunFailed,
     Unauthenticated,
@@ -68,6 +69,7 @@ from ._models import (
 )
 from ._run_handle import AsyncRunHandle, RunHandle
 from ._task import TaskDefinition, task
+from ._transport import TLSConfig
 from ._worker import ReportRefusal, Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -76,6 +78,7 @@ __all__ = [
     # clients
     "AsyncClient",
     "Client",
+    "TLSConfig",
     # models
     "Attempt",
     "AttemptOutcome",
@@ -114,6 +117,7 @@ __all__ = [
     "InvalidArgument",
     "NonRetryableError",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
     "RunFailed",
     "Unauthenticated",

@@ -25,7 +25,7 @@ from ._models import (
     TaskRef,
 )
 from ._run_handle import RunHandle, run_fields
-from ._transport import DEFAULT_MAX_MESSAGE_BYTES
+from ._transport import DEFAULT_MAX_MESSAGE_BYTES, TLSConfig
 
 __all__ = ["Client"]
 
@@ -77,6 +77,8 @@ class Client:
         attempt_timeout_s: float | None = 5.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
+        tls: TLSConfig | bool | None = None,
+        token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -91,6 +93,8 @@ class Client:
             attempt_timeout_s=attempt_timeout_s,
             backoff_initial_s=backoff_initial_s,
             backoff_max_s=backoff_max_s,
+            tls=tls,
+            token=token,
             credentials=credentials,
             metadata=metadata,
             max_message_bytes=max_message_bytes,

@@ -13,6 +13,7 @@ from ._errors import (
     GnomonError,
     InvalidArgument,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
@@ -57,6 +58,7 @@ _ERROR_LABELS: list[tuple[type[GnomonError], str]] = [
     (Unavailable, "unavailable"),
     (ResourceExhausted, "resource exhausted"),
     (Unauthenticated, "unauthenticated"),
+    (PermissionDenied, "permission denied"),
     (DeadlineExceeded, "deadline exceeded"),
     (Cancelled, "cancelled"),
 ]
@@ -88,8 +90,6 @@ def error_line(err: BaseException, *, servers: str | None = None) -> str:
     if not isinstance(err, GnomonError):
         return f"gnomon: {type(err).__name__}: {_one_line(str(err))}"
     label = next((text for cls, text in _ERROR_LABELS if isinstance(err, cls)), None)
-    if label == "unauthenticated" and err.code is not None and err.code.name == "PERMISSION_DENIED":
-        label = "permission denied"
     if label is None:
         label = err.code.name.lower().replace("_", " ") if err.code is not None else "error"
     line = f"gnomon: {label}: {_one_line(err.message) or 'no details'}"

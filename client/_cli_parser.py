@@ -64,6 +64,16 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
     )
+    s = p.add_argument_group("security (files, never secrets on the command line)")
+    s.add_argument("--ca", default=argparse.SUPPRESS, metavar="FILE",
+                   help="CA certificate of the nodes' gRPC port: talk TLS (env GNOMON_CA)")
+    s.add_argument("--cert", default=argparse.SUPPRESS, metavar="FILE",
+                   help="client certificate for mutual TLS (env GNOMON_CERT)")
+    s.add_argument("--key", default=argparse.SUPPRESS, metavar="FILE",
+                   help="its private key (env GNOMON_KEY)")
+    s.add_argument("--token-file", default=argparse.SUPPRESS, metavar="FILE",
+                   help="file holding a bearer token (env GNOMON_TOKEN_FILE, or the token "
+                        "itself in GNOMON_TOKEN)")
     return p
 
 

@@ -39,9 +39,11 @@ from ._transport import (
     ChannelPool,
     Failover,
     Router,
+    TLSConfig,
     leader_hint,
     parse_servers,
     reason_of,
+    security_options,
 )
 
 __all__ = ["AsyncClient"]
@@ -65,7 +67,9 @@ class AsyncClient:
     """Client of a gnomon cluster for asyncio code.
 
     ``servers`` is a list of node addresses ("host:port") or one comma-separated string; any
-    subset of the cluster works, writes are redirected to the leader. Every call has a deadline
+    subset of the cluster works, writes are redirected to the leader. ``tls`` (True, or a
+    ``TLSConfig`` naming the CA and a client certificate) and ``token`` (a bearer token) are
+    how the cluster knows who calls. Every call has a deadline
     (``timeout_s``, overridable per call) within which it is retried on UNAVAILABLE and
     DEADLINE_EXCEEDED, at most ``retries`` times, following the leader and otherwise rotating
     through ``servers`` with jittered exponential backoff. ``attempt_timeout_s`` bounds one
@@ -81,6 +85,8 @@ class AsyncClient:
         attempt_timeout_s: float | None = 5.0,
         backoff_initial_s: float = 0.05,
         backoff_max_s: float = 1.0,
+        tls: TLSConfig | bool | None = None,
+        token: str | None = None,
         credentials: grpc.ChannelCredentials | None = None,
         metadata: Sequence[tuple[str, str]] = (),
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
@@ -92,14 +98,15 @@ class AsyncClient:
             raise InvalidArgument("timeout_s must be positive")
         if retries < 0:
             raise InvalidArgument("retries must be >= 0")
+        credentials, meta, tls_options = security_options(tls, token, credentials, metadata)
         self._config = ChannelConfig(
             servers=parse_servers(servers),
             credentials=credentials,
-            metadata=tuple(metadata),
+            metadata=meta,
             max_message_bytes=max_message_bytes,
             keepalive_time_s=keepalive_time_s,
             keepalive_timeout_s=keepalive_timeout_s,
-            extra_options=tuple(channel_options),
+            extra_options=(*tls_options, *channel_options),
         )
         self._timeout_s = timeout_s
         self._retries = retries

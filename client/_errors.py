@@ -13,7 +13,8 @@ trailer, if any::
      |    +-- Conflict            stale ``expected_version`` (reason VERSION_CONFLICT); ABORTED
      +-- Unavailable              UNAVAILABLE: no leader or no node reachable before the deadline
      +-- ResourceExhausted        RESOURCE_EXHAUSTED: a limit or admission control; retry later
-     +-- Unauthenticated          UNAUTHENTICATED / PERMISSION_DENIED
+     +-- Unauthenticated          UNAUTHENTICATED: no token, or a bad, expired or revoked one
+     +-- PermissionDenied         PERMISSION_DENIED: the token's role or tenants do not allow it
      +-- DeadlineExceeded         DEADLINE_EXCEEDED: the deadline passed (also a TimeoutError)
      +-- Cancelled                CANCELLED
      +-- RunFailed                a run ended without succeeding (``RunHandle.result``)
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidArgument",
     "NonRetryableError",
     "NotFound",
+    "PermissionDenied",
     "ResourceExhausted",
     "RunFailed",
     "Unauthenticated",
@@ -108,6 +110,10 @@ class Unauthenticated(GnomonError):
     pass
 
 
+class PermissionDenied(GnomonError):
+    pass
+
+
 class DeadlineExceeded(GnomonError, TimeoutError):
     pass
 
@@ -141,7 +147,7 @@ STATUS_ERRORS: dict[grpc.StatusCode, type[GnomonError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
-    grpc.StatusCode.PERMISSION_DENIED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.CANCELLED: Cancelled,
 }

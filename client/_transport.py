@@ -20,6 +20,57 @@ DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 MAX_IMMEDIATE_REDIRECTS = 3
 
 
+@dataclass(frozen=True, slots=True)
+class TLSConfig:
+    """TLS to the nodes' gRPC port: the CA that signed their certificates (None: the
+    system's roots), and a client certificate and key for mutual TLS (files, PEM).
+    ``server_name`` overrides the name checked against the node certificates."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        if bool(self.cert_file) != bool(self.key_file):
+            raise InvalidArgument("tls: cert_file and key_file are given together (or neither)")
+        return grpc.ssl_channel_credentials(
+            root_certificates=_read_file("tls.ca_file", self.ca_file),
+            private_key=_read_file("tls.key_file", self.key_file),
+            certificate_chain=_read_file("tls.cert_file", self.cert_file))
+
+
+def _read_file(name: str, path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as fh:
+            return fh.read()
+    except OSError as exc:
+        raise InvalidArgument(f"{name}: {path!r} cannot be read ({exc.strerror})") from None
+
+
+def security_options(tls: TLSConfig | bool | None, token: str | None,
+                     credentials: grpc.ChannelCredentials | None,
+                     metadata: Sequence[tuple[str, str]]):
+    """(credentials, metadata, extra channel options) from the client's security options."""
+    if tls and credentials is not None:
+        raise InvalidArgument("tls and credentials: give one of them")
+    options: tuple[tuple[str, Any], ...] = ()
+    if tls:
+        config = tls if isinstance(tls, TLSConfig) else TLSConfig()
+        credentials = config.credentials()
+        if config.server_name:
+            options = (("grpc.ssl_target_name_override", config.server_name),)
+    meta = tuple(metadata)
+    if token is not None:
+        token = token.strip()
+        if not token or any(ch.isspace() for ch in token):
+            raise InvalidArgument("token: must be one word without spaces")
+        meta += (("authorization", f"Bearer {token}"),)
+    return credentials, meta, options
+
+
 def parse_servers(servers: Sequence[str] | str) -> tuple[str, ...]:
     """``"h1:p,h2:p"`` or ``["h1:p", "h2:p"]`` -> unique addresses in order."""
     items = servers.split(",") if isinstance(servers, str) else list(servers)

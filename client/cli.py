@@ -6,9 +6,10 @@ The parser is in ``_cli_parser``, the commands in ``_cli_commands``, every spec 
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from ._cli_commands import COMMANDS, ClientFactory, CommandContext
@@ -27,10 +28,33 @@ from ._errors import GnomonError
 __all__ = ["EXIT_CODES", "build_parser", "error_line", "exit_code_for", "main"]
 
 
-def _default_client(servers: str, timeout_s: float) -> Any:
+def _default_client(servers: str, timeout_s: float, *, tls: Any = None,
+                    token: str | None = None) -> Any:
     from ._blocking_client import Client
 
-    return Client(servers, timeout_s=timeout_s, attempt_timeout_s=min(5.0, timeout_s))
+    return Client(servers, timeout_s=timeout_s, attempt_timeout_s=min(5.0, timeout_s),
+                  tls=tls, token=token)
+
+
+def _security(args: Any, env: Mapping[str, str]) -> dict[str, Any]:
+    """TLS and token options from --ca/--cert/--key/--token-file and GNOMON_* variables."""
+    from ._transport import TLSConfig
+
+    def pick(flag: str, var: str) -> str | None:
+        return getattr(args, flag, None) or env.get(var) or None
+
+    ca, cert, key = pick("ca", "GNOMON_CA"), pick("cert", "GNOMON_CERT"), pick("key", "GNOMON_KEY")
+    tls = TLSConfig(ca_file=ca, cert_file=cert, key_file=key) if (ca or cert) else None
+    token = env.get("GNOMON_TOKEN") or None
+    token_file = pick("token_file", "GNOMON_TOKEN_FILE")
+    if token_file:
+        try:
+            with open(token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            raise UsageError(f"--token-file: {token_file!r} cannot be read ({exc.strerror})") \
+                from None
+    return {"tls": tls, "token": token}
 
 
 # Tools that live beside the client and may use the node's code: run as their own process so
@@ -68,7 +92,13 @@ def main(
         return EXIT_USAGE
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_USAGE
-    ctx = CommandContext(args, client_factory or _default_client, out)
+    try:
+        factory = client_factory or functools.partial(_default_client,
+                                                      **_security(args, os.environ))
+    except UsageError as e:
+        print(f"gnomon: {e}", file=err)
+        return EXIT_USAGE
+    ctx = CommandContext(args, factory, out)
     handler = COMMANDS[(args.group, getattr(args, "action", None))]
     try:
         return handler(ctx)

@@ -71,6 +71,13 @@ class Config:
     raft_peer_timeout_ms: int = 10_000
     raft_max_send_buffer_bytes: int = 256 << 20
     raft_connect_retry_ms: int = 500
+    # The gRPC port (clients and workers): TLS when tls_cert and tls_key are set; mutual TLS
+    # (clients must present a certificate of that CA) when tls_client_ca is set too. Other
+    # nodes dial it (history backfill) trusting raft_tls_ca and presenting the node's Raft
+    # certificate, so the server certificate must chain to the cluster CA.
+    tls_cert: str = ""
+    tls_key: str = ""
+    tls_client_ca: str = ""
     metrics_addr: str = ""  # "host:port"; empty disables the metrics endpoint
     # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
     log_format: str = "text"
@@ -167,6 +174,10 @@ class Config:
             raise ConfigError("members: at least one --member id=raft_addr,grpc_addr is required")
         self.self_member  # noqa: B018 - raises when node_id is not a member
         self._validate_raft_port()
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("tls_cert: tls_cert and tls_key are set together (or neither)")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("tls_client_ca: needs tls_cert and tls_key (mutual TLS is TLS)")
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format: {self.log_format!r} is not text or json")
         if self.log_level not in ("debug", "info", "warning", "error"):

@@ -74,6 +74,8 @@ class NodeProc:
     channel: grpc.Channel | None = None
     # "127.0.0.1:port" of /metrics when the cluster was made with metrics=True.
     metrics_addr: str = ""
+    # TLS (and the admin's identity) of the gRPC port when the cluster is secure.
+    credentials: grpc.ChannelCredentials | None = None
 
     @property
     def member(self) -> str:
@@ -90,7 +92,10 @@ class NodeProc:
 
     def _channel(self) -> grpc.Channel:
         if self.channel is None:
-            self.channel = grpc.insecure_channel(self.grpc_addr)
+            if self.credentials is not None:
+                self.channel = grpc.secure_channel(self.grpc_addr, self.credentials)
+            else:
+                self.channel = grpc.insecure_channel(self.grpc_addr)
         return self.channel
 
     def alive(self) -> bool:
@@ -107,6 +112,8 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)
     # Give every node a /metrics port (NodeProc.metrics_addr).
     metrics: bool = False
+    # Mutual TLS on the gRPC port too (the node certificates; clients need `client_tls()`).
+    secure: bool = False
     _tls: dict[str, NodeFiles] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -120,6 +127,19 @@ class LocalCluster:
         if self.metrics:
             for node, port in zip(self.nodes, free_ports(self.size), strict=True):
                 node.metrics_addr = f"127.0.0.1:{port}"
+        if self.secure:
+            client = self.client_tls()
+            creds = grpc.ssl_channel_credentials(
+                *(Path(client[k]).read_bytes() for k in ("ca_file", "key_file", "cert_file")))
+            for node in self.nodes:
+                node.credentials = creds
+
+    def client_tls(self) -> dict[str, str]:
+        """TLSConfig fields for a client of a secure cluster: the CA and a client certificate
+        (the first node's: it carries clientAuth)."""
+        files = self.tls_files()[self.nodes[0].node_id]
+        return {"ca_file": str(files.ca), "cert_file": str(files.cert),
+                "key_file": str(files.key)}
 
     def tls_files(self) -> dict[str, NodeFiles]:
         """The cluster CA and each node's certificate under `root/tls` (made once, reused)."""
@@ -150,6 +170,10 @@ class LocalCluster:
             args += ["--member", n.member]
         if node.metrics_addr:
             args += ["--metrics-addr", node.metrics_addr]
+        if self.secure:
+            files = self.tls_files()[node.node_id]
+            args += ["--tls-cert", str(files.cert), "--tls-key", str(files.key),
+                     "--tls-client-ca", str(files.ca)]
         for key, value in self.overrides.items():
             args += ["--" + key.replace("_", "-"), str(value)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GNOMON_")}

@@ -15,6 +15,7 @@ from gnomon.client import (
     InvalidArgument,
     NonRetryableError,
     NotFound,
+    PermissionDenied,
     ResourceExhausted,
     Unauthenticated,
     Unavailable,
@@ -31,7 +32,7 @@ TABLE = [
     (grpc.StatusCode.UNAVAILABLE, Unavailable),
     (grpc.StatusCode.RESOURCE_EXHAUSTED, ResourceExhausted),
     (grpc.StatusCode.UNAUTHENTICATED, Unauthenticated),
-    (grpc.StatusCode.PERMISSION_DENIED, Unauthenticated),
+    (grpc.StatusCode.PERMISSION_DENIED, PermissionDenied),
     (grpc.StatusCode.DEADLINE_EXCEEDED, DeadlineExceeded),
     (grpc.StatusCode.CANCELLED, Cancelled),
 ]

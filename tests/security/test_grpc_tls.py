@@ -1,0 +1,106 @@
+"""TLS on the gRPC port of a real cluster (mutual: --tls-cert, --tls-key, --tls-client-ca):
+the SDK and the CLI get in with the CA and a client certificate; plaintext, an unknown CA,
+no client certificate, another CA's or an expired one end with an error and change nothing."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+
+import pytest
+
+from gnomon.client import Client, IntervalSchedule, JobSpec, TaskSpec, TLSConfig, Unavailable
+from gnomon.client.cli import main as cli_main
+from gnomon.node import grpc_tls
+from gnomon.node import tls as tls_mod
+from gnomon.node.config import Config, Member
+
+pytestmark = pytest.mark.integration
+
+FAST_FAIL = {"timeout_s": 3.0, "retries": 1, "attempt_timeout_s": 1.5}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    from gnomon.node.localcluster import LocalCluster
+
+    root = tmp_path_factory.mktemp("grpctls")
+    cluster = LocalCluster(root, secure=True).start()
+    try:
+        cluster.leader()
+        yield cluster
+    finally:
+        cluster.stop()
+        if request.session.testsfailed:
+            print(cluster.logs())
+
+
+def _jobs(cluster) -> list[str]:
+    with Client(cluster.servers, tls=TLSConfig(**cluster.client_tls())) as client:
+        return sorted(j.spec.name for j in client.list_jobs())
+
+
+def _spec(name: str) -> JobSpec:
+    return JobSpec(name=name, schedule=IntervalSchedule(interval_ms=3_600_000),
+                   tasks=[TaskSpec(name="main")])
+
+
+def test_sdk_with_ca_and_client_certificate(cluster):
+    with Client(cluster.servers, tls=TLSConfig(**cluster.client_tls())) as client:
+        job = client.create_job(_spec("over-tls"))
+        assert client.get_job(job.job_id).spec.name == "over-tls"
+
+
+def test_cli_with_ca_cert_and_key(cluster):
+    files = cluster.client_tls()
+    out, err = io.StringIO(), io.StringIO()
+    code = cli_main(["job", "list", "--json", "-s", cluster.servers, "--ca", files["ca_file"],
+                     "--cert", files["cert_file"], "--key", files["key_file"]],
+                    stdout=out, stderr=err)
+    assert code == 0, err.getvalue()
+    assert "over-tls" in out.getvalue()
+
+
+@pytest.mark.parametrize("case", ["plaintext", "no-client-cert", "unknown-ca",
+                                  "other-ca-client", "expired-client"])
+def test_refused_clients_change_nothing(cluster, tmp_path, case):
+    before = _jobs(cluster)
+    files = cluster.client_tls()
+    other = tls_mod.ensure_cluster_files(tmp_path / "other", {"x": ["127.0.0.1"]})
+    if case == "plaintext":
+        kwargs = {}
+    elif case == "no-client-cert":
+        kwargs = {"tls": TLSConfig(ca_file=files["ca_file"])}
+    elif case == "unknown-ca":
+        kwargs = {"tls": TLSConfig(ca_file=str(other["x"].ca), cert_file=files["cert_file"],
+                                   key_file=files["key_file"])}
+    elif case == "other-ca-client":
+        kwargs = {"tls": TLSConfig(ca_file=files["ca_file"], cert_file=str(other["x"].cert),
+                                   key_file=str(other["x"].key))}
+    else:
+        ca = tls_mod._load_ca(cluster.root / "tls" / "ca.crt", cluster.root / "tls" / "ca.key")
+        past = dt.datetime.now(dt.UTC) - dt.timedelta(days=30)
+        cert, key = tls_mod.issue(ca, "old client", server=False, not_before=past,
+                                  not_after=past + dt.timedelta(days=1))
+        tls_mod.write_cert(tmp_path / "old.crt", cert)
+        tls_mod.write_key(tmp_path / "old.key", key)
+        kwargs = {"tls": TLSConfig(ca_file=files["ca_file"], cert_file=str(tmp_path / "old.crt"),
+                                   key_file=str(tmp_path / "old.key"))}
+    with Client(cluster.servers, **FAST_FAIL, **kwargs) as client, pytest.raises(Unavailable):
+        client.create_job(_spec(f"refused-{case}"))
+    assert _jobs(cluster) == before
+
+
+def _config(grpc_addr: str, **kw) -> Config:
+    return Config(node_id="n1", members=(Member("n1", "127.0.0.1:1", grpc_addr),),
+                  raft_tls_cert="c", raft_tls_key="k", raft_tls_ca="a", **kw)
+
+
+def test_a_plaintext_port_beyond_loopback_is_announced_loudly(caplog):
+    with caplog.at_level(logging.WARNING, logger="gnomon.node.grpc_tls"):
+        grpc_tls.warn_if_exposed(_config("127.0.0.1:7701"))
+        grpc_tls.warn_if_exposed(_config("10.1.2.3:7701", tls_cert="c", tls_key="k"))
+        assert not caplog.records
+        grpc_tls.warn_if_exposed(_config("0.0.0.0:7701"))
+    assert any("WITHOUT TLS" in r.getMessage() for r in caplog.records)
