@@ -348,3 +348,113 @@ class GetStatusResponse(_message.Message):
     limits_version: int
     dead_letters_evicted: int
     def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ...) -> None: ...
+
+class TransferLeadershipRequest(_message.Message):
+    __slots__ = ("to_node_id", "timeout_ms")
+    TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    to_node_id: str
+    timeout_ms: int
+    def __init__(self, to_node_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class TransferLeadershipResponse(_message.Message):
+    __slots__ = ("previous_leader_node_id", "leader_node_id", "leader_grpc_address", "term")
+    PREVIOUS_LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    previous_leader_node_id: str
+    leader_node_id: str
+    leader_grpc_address: str
+    term: int
+    def __init__(self, previous_leader_node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class CreateBackupRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class BackupChunk(_message.Message):
+    __slots__ = ("data", "last", "sha256", "raft_index", "raft_term", "jobs", "runs", "size_bytes", "state_digest")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    RAFT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RAFT_TERM_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    last: bool
+    sha256: str
+    raft_index: int
+    raft_term: int
+    jobs: int
+    runs: int
+    size_bytes: int
+    state_digest: str
+    def __init__(self, data: _Optional[bytes] = ..., last: _Optional[bool] = ..., sha256: _Optional[str] = ..., raft_index: _Optional[int] = ..., raft_term: _Optional[int] = ..., jobs: _Optional[int] = ..., runs: _Optional[int] = ..., size_bytes: _Optional[int] = ..., state_digest: _Optional[str] = ...) -> None: ...
+
+class ListQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class QueueInfo(_message.Message):
+    __slots__ = ("queue", "ready", "leased", "oldest_ready_age_ms", "workers")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    LEASED_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    ready: int
+    leased: int
+    oldest_ready_age_ms: int
+    workers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., leased: _Optional[int] = ..., oldest_ready_age_ms: _Optional[int] = ..., workers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListQueuesResponse(_message.Message):
+    __slots__ = ("queues", "from_leader")
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[QueueInfo]
+    from_leader: bool
+    def __init__(self, queues: _Optional[_Iterable[_Union[QueueInfo, _Mapping]]] = ..., from_leader: _Optional[bool] = ...) -> None: ...
+
+class ListWorkersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WorkerInfo(_message.Message):
+    __slots__ = ("worker_id", "queues", "credits", "leases_held")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    CREDITS_FIELD_NUMBER: _ClassVar[int]
+    LEASES_HELD_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    credits: int
+    leases_held: int
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., credits: _Optional[int] = ..., leases_held: _Optional[int] = ...) -> None: ...
+
+class ListWorkersResponse(_message.Message):
+    __slots__ = ("workers", "from_leader")
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    FROM_LEADER_FIELD_NUMBER: _ClassVar[int]
+    workers: _containers.RepeatedCompositeFieldContainer[WorkerInfo]
+    from_leader: bool
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerInfo, _Mapping]]] = ..., from_leader: _Optional[bool] = ...) -> None: ...
+
+class ListActiveRunsRequest(_message.Message):
+    __slots__ = ("tenant", "limit")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    limit: int
+    def __init__(self, tenant: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListActiveRunsResponse(_message.Message):
+    __slots__ = ("runs",)
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
+    def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ...) -> None: ...

@@ -780,3 +780,264 @@ class ClusterService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class OperationsServiceStub:
+    """Operator actions: leadership transfer, online backup, and views of queues, workers and
+    active runs. Served by every node; TransferLeadership and CreateBackup by the leader only
+    (a follower answers UNAVAILABLE with the leader in `gnomon-leader`).
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.TransferLeadership = channel.unary_unary(
+                '/gnomon.v1.OperationsService/TransferLeadership',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.TransferLeadershipRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.TransferLeadershipResponse.FromString,
+                _registered_method=True)
+        self.CreateBackup = channel.unary_stream(
+                '/gnomon.v1.OperationsService/CreateBackup',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.CreateBackupRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.BackupChunk.FromString,
+                _registered_method=True)
+        self.ListQueues = channel.unary_unary(
+                '/gnomon.v1.OperationsService/ListQueues',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListQueuesRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueuesResponse.FromString,
+                _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/gnomon.v1.OperationsService/ListWorkers',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
+        self.ListActiveRuns = channel.unary_unary(
+                '/gnomon.v1.OperationsService/ListActiveRuns',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsResponse.FromString,
+                _registered_method=True)
+
+
+class OperationsServiceServicer:
+    """Operator actions: leadership transfer, online backup, and views of queues, workers and
+    active runs. Served by every node; TransferLeadership and CreateBackup by the leader only
+    (a follower answers UNAVAILABLE with the leader in `gnomon-leader`).
+    """
+
+    def TransferLeadership(self, request, context):
+        """Hands leadership to `to_node_id` (empty: the most caught-up connected follower) and
+        answers once a new leader is known, or FAILED_PRECONDITION / DEADLINE_EXCEEDED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateBackup(self, request, context):
+        """A consistent copy of the replicated state at a committed index (a snapshot file),
+        streamed in chunks; the last message carries the file's SHA-256. Run history evicted
+        from memory to the per-node history store is not part of it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueues(self, request, context):
+        """Queues with ready backlog, oldest ready age, leased tasks and the workers serving them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkers(self, request, context):
+        """Workers connected to the leader: their queues, credits and leases held.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListActiveRuns(self, request, context):
+        """Runs still running, oldest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_OperationsServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'TransferLeadership': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLeadership,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.TransferLeadershipRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.TransferLeadershipResponse.SerializeToString,
+            ),
+            'CreateBackup': grpc.unary_stream_rpc_method_handler(
+                    servicer.CreateBackup,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.CreateBackupRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.BackupChunk.SerializeToString,
+            ),
+            'ListQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueues,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueuesRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListQueuesResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListWorkersRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'ListActiveRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListActiveRuns,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'gnomon.v1.OperationsService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('gnomon.v1.OperationsService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class OperationsService:
+    """Operator actions: leadership transfer, online backup, and views of queues, workers and
+    active runs. Served by every node; TransferLeadership and CreateBackup by the leader only
+    (a follower answers UNAVAILABLE with the leader in `gnomon-leader`).
+    """
+
+    @staticmethod
+    def TransferLeadership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/TransferLeadership',
+            gnomon_dot_v1_dot_api__pb2.TransferLeadershipRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.TransferLeadershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateBackup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/CreateBackup',
+            gnomon_dot_v1_dot_api__pb2.CreateBackupRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.BackupChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/ListQueues',
+            gnomon_dot_v1_dot_api__pb2.ListQueuesRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/ListWorkers',
+            gnomon_dot_v1_dot_api__pb2.ListWorkersRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListActiveRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/ListActiveRuns',
+            gnomon_dot_v1_dot_api__pb2.ListActiveRunsRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListActiveRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
