@@ -73,10 +73,11 @@ def register_value(job) -> int | None:
 
 def run_summary(run: Run) -> list[Any]:
     """[run_id, state, scheduled_for_ms, trigger, created_ms, finished_ms,
-    [[task, state, token, worker], ...]]"""
+    [[task, state, token, worker], ...], reason]"""
     return [run.run_id, str(run.state), run.scheduled_for_ms, str(run.trigger), run.created_ms,
             run.finished_ms,
-            [[t.task_name, str(t.state), t.fencing_token, t.worker_id] for t in run.tasks]]
+            [[t.task_name, str(t.state), t.fencing_token, t.worker_id] for t in run.tasks],
+            run.reason]
 
 
 class JepsenClient:

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from gnomon.jepsen.checkers import overlap
 from gnomon.jepsen.history import NEMESIS, OK, Event
 from gnomon.node.core.model import DEFAULT_MISFIRE_GRACE_MS, MisfirePolicy
 from gnomon.node.schedules import next_fire_after
@@ -104,7 +105,9 @@ def check_job(job_id: str, job: dict[str, Any], scheduled: list[list],
     hash_id = f"{job['tenant']}/{job['name']}"
     out: list[dict[str, Any]] = []
     for run in scheduled:
-        _run_id, state, slot, _trigger, created, _finished, _tasks = run
+        _run_id, state, slot, _trigger, created, _finished, _tasks = run[:7]
+        if overlap.is_overlap_skip(run):
+            continue  # the overlap policy's skip (checkers/overlap.py), not a misfire
         nxt = next_fire_after(job["schedule"], slot, hash_id=hash_id)
         late = _late_by(slot, windows)
         skipped = state == "skipped"

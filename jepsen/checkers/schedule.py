@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from gnomon.jepsen.checkers import misfire
+from gnomon.jepsen.checkers import misfire, overlap
 from gnomon.jepsen.history import FINAL, OK, WITNESS, Event
 from gnomon.node.core.model import MisfirePolicy, Schedule
 from gnomon.node.schedules import next_fire_after
@@ -109,6 +109,9 @@ def check(jobs: dict[str, dict[str, Any]], runs: dict[str, list[list]], events: 
             anomalies += _check_run(job, r, effects, acks, heal_wall_ms, bound_s, timeline)
             stats["skipped"] += r[1] == "skipped"
         anomalies += misfire.check_job(job_id, job, scheduled, windows, policy_stats)
+        anomalies += overlap.check_job(job_id, job, listed)
+        stats["overlap_skips"] = stats.get("overlap_skips", 0) + sum(
+            overlap.is_overlap_skip(r) for r in scheduled)
     for run_id, request in sorted(triggered.items()):
         stats["manual_runs"] += 1
         run = all_runs.get(run_id)
@@ -158,9 +161,15 @@ def _accepted(run: list, task: str, acks: dict) -> list[Event]:
 def _check_run(job: dict[str, Any] | None, run: list, effects: dict, acks: dict,
                heal_wall_ms: int, bound_s: float,
                timeline: list[tuple[int, int]] | None = None) -> list[dict[str, Any]]:
-    run_id, state, slot, _trigger, created_ms, _finished_ms, tasks = run
+    run_id, state, slot, _trigger, created_ms, _finished_ms, tasks = run[:7]
     out: list[dict[str, Any]] = []
     execs = [e for e in effects.get(run_id, []) if e.value["kind"] in EXECUTION_KINDS]
+    if state == "skipped" and overlap.is_overlap_skip(run):
+        # Legal only with an active run and a bounded policy: checkers/overlap.py.
+        if execs:
+            out.append({"type": "skipped-but-executed", "run": run,
+                        "effects": [e.value for e in execs[:3]]})
+        return out
     if state == "skipped":
         policy = job["policy"] if job else MisfirePolicy.RUN_ALL
         grace = job["grace_ms"] if job and job["grace_ms"] > 0 else DEFAULT_GRACE_MS

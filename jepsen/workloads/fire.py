@@ -5,7 +5,10 @@ the steady load stays within what two workers execute here.
 Checked (checkers/schedule.py): one run per (job, slot) and at most one accepted execution of
 it; every slot between the job's first slot and the pause boundary has a run, SKIPPED only
 as the misfire policy allows, otherwise executed within the bound after the final heal; run
-counts per job equal the schedule's slot counts; acknowledged manual triggers ran.
+counts per job equal the schedule's slot counts; acknowledged manual triggers ran. Every
+third job has overlap policy SKIP (checkers/overlap.py): a slot SKIPPED for overlap is legal
+only while another run of the job was active, and no two of its runs were active at once
+(the workload's manual triggers never override the policy).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from gnomon.client import (
     IntervalSchedule,
     JobSpec,
     MisfirePolicy,
+    OverlapPolicy,
     RetryPolicy,
     TaskSpec,
 )
@@ -55,7 +59,8 @@ class FireWorkload(ScheduledWorkload):
             specs.append(JobSpec(
                 name=f"fire-{i}", tenant=self.tenant, schedule=sched,
                 tasks=(TaskSpec(name="fire", queue=FIRE_QUEUE, retry=RETRY),),
-                misfire_policy=policy, misfire_grace_ms=grace))
+                misfire_policy=policy, misfire_grace_ms=grace,
+                overlap_policy=OverlapPolicy.SKIP if i % 3 == 2 else OverlapPolicy.ALLOW_ALL))
         return specs
 
     def check(self, ctx: Context) -> dict[str, Any]:

@@ -256,6 +256,8 @@ class ScheduledWorkload:
                 "name": job.spec.name, "tenant": job.spec.tenant,
                 "schedule": core_schedule(job.spec), "policy": str(job.spec.misfire_policy),
                 "grace_ms": job.spec.misfire_grace_ms, "first_ms": job.next_fire_ms,
+                "overlap": str(job.spec.overlap_policy),
+                "max_active_runs": job.spec.max_active_runs,
                 "boundary_ms": paused.next_fire_ms if paused else None,
             }
         return jobs, final.get("runs", {})

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gnomon.jepsen.checkers import common, lease, schedule
+from gnomon.jepsen.checkers import common, lease, overlap, schedule
 from gnomon.jepsen.context import TestOptions
 from gnomon.jepsen.history import History
 from gnomon.node.core.model import MisfirePolicy, Schedule
@@ -127,3 +127,27 @@ def test_harness_says_clearly_when_not_root(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(runner.HarnessError, match="needs root"):
         runner.preflight(TestOptions(nemeses=("partition",)))
+
+
+def test_overlap_checker_knows_a_skip_needs_its_reason_and_an_active_run():
+    def run(n, state, created, finished, reason="", trigger="schedule"):
+        return [f"j1@{n}", state, n, trigger, created, finished, [], reason]
+
+    job = {"overlap": "skip", "max_active_runs": None}
+    legal = [run(1, "succeeded", 10, 50), run(2, "skipped", 20, 20, "overlap"),
+             run(3, "succeeded", 60, 90)]
+    assert overlap.check_job("j1", job, legal) == []
+    # No run was active when the fire was decided: the skip was not the policy's.
+    alone = [run(1, "succeeded", 10, 15), run(2, "skipped", 20, 20, "overlap")]
+    assert [a["type"] for a in overlap.check_job("j1", job, alone)] == [
+        "overlap-skip-without-active-run"]
+    # ALLOW_ALL never skips for overlap.
+    assert [a["type"] for a in overlap.check_job("j1", {"overlap": "allow_all"}, legal)] == [
+        "overlap-skip-violates-policy"]
+    # With SKIP, never two active runs of one job (a manual one counts as active).
+    two = [run(1, "succeeded", 10, 50), run(2, "succeeded", 20, 40, trigger="manual")]
+    assert [a["type"] for a in overlap.check_job("j1", job, two)] == ["overlap-bound-exceeded"]
+    assert overlap.check_job("j1", {"overlap": "skip", "max_active_runs": 2}, two) == []
+    # A misfire skip is the misfire checker's; an old summary without a reason still reads.
+    assert overlap.check_job("j1", job, [run(1, "skipped", 10, 10, "misfire")]) == []
+    assert not overlap.is_overlap_skip(["j1@1", "skipped", 1, "schedule", 1, 1, []])

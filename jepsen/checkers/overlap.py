@@ -1,0 +1,68 @@
+"""Overlap policies (issue 9), from the final run listing of each job.
+
+A run SKIPPED with a reason starting "overlap" is legal only when the job's overlap policy
+is bounded (not ALLOW_ALL) and another run of the job was active when the fire was decided
+(created_ms); a SKIPPED run with reason "misfire" (or none: a node before reasons) is the
+misfire checker's. For SKIP and TERMINATE_OTHER, whose runs start when they are created,
+at no instant were more than max_active_runs runs of the job active ("with SKIP never two
+active runs of one job"). Manual runs count as active runs but may carry a per-call
+override, so only scheduled skips are judged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+ALLOW_ALL = "allow_all"
+# Policies whose runs start at their created_ms (no QUEUED phase): their active intervals
+# are [created_ms, finished_ms).
+STARTS_AT_CREATION = ("skip", "terminate_other")
+
+
+def reason_of(run: list) -> str:
+    """The run summary's reason (the 8th element; absent in older summaries)."""
+    return run[7] if len(run) > 7 else ""
+
+
+def is_overlap_skip(run: list) -> bool:
+    return run[1] == "skipped" and reason_of(run).startswith("overlap")
+
+
+def _active_at(run: list, t: int) -> bool:
+    _run_id, state, _slot, _trigger, created, finished = run[:6]
+    if state in ("skipped", "queued"):
+        return False
+    return created <= t and (finished == 0 or finished > t)
+
+
+def check_job(job_id: str, job: dict[str, Any], listed: list[list]) -> list[dict[str, Any]]:
+    policy = job.get("overlap", ALLOW_ALL)
+    limit = job.get("max_active_runs") or 1
+    out: list[dict[str, Any]] = []
+    for run in listed:
+        if not is_overlap_skip(run) or run[3] != "schedule":
+            continue
+        if policy == ALLOW_ALL:
+            out.append({"type": "overlap-skip-violates-policy", "job_id": job_id, "run": run,
+                        "explanation": "a slot was SKIPPED for overlap under ALLOW_ALL"})
+            continue
+        created = run[4]
+        active = [r[0] for r in listed if r[0] != run[0] and _active_at(r, created)]
+        if len(active) < limit:
+            out.append({"type": "overlap-skip-without-active-run", "job_id": job_id,
+                        "run": run, "active": active, "max_active_runs": limit,
+                        "explanation": "a slot was SKIPPED for overlap while fewer than "
+                                       "max_active_runs runs of the job were active"})
+    if policy in STARTS_AT_CREATION:
+        for run in listed:
+            if run[1] in ("skipped", "queued"):
+                continue
+            t = run[4]
+            active = [r[0] for r in listed if _active_at(r, t)]
+            if len(active) > limit:
+                out.append({"type": "overlap-bound-exceeded", "job_id": job_id,
+                            "at_ms": t, "active": active, "max_active_runs": limit,
+                            "explanation": f"more than max_active_runs runs of a {policy} "
+                                           "job were active at once"})
+                break
+    return out
