@@ -44,6 +44,8 @@ __all__ = [
 # Equal to gnomon.node.dev's defaults (the client never imports the node).
 DEV_GRPC_PORTS = (7701, 7702, 7703)
 DEV_RAFT_PORTS = (7801, 7802, 7803)
+# gnomon.node.dev.HTTP_PORT_OFFSET: each node's HTTP API and dashboard is at its gRPC port - 100.
+DEV_HTTP_PORT_OFFSET = -100
 DEFAULT_SERVERS = ",".join(f"127.0.0.1:{p}" for p in DEV_GRPC_PORTS)
 DEMO_QUEUE = "demo"
 
@@ -184,7 +186,8 @@ class _DevSession:
         print(text, file=self.chatter, flush=True)
 
     async def run(self) -> int:
-        busy = busy_ports(self.grpc_ports + self.raft_ports)
+        http_ports = tuple(p + DEV_HTTP_PORT_OFFSET for p in self.grpc_ports)
+        busy = busy_ports(self.grpc_ports + self.raft_ports + http_ports)
         if busy:
             print(
                 f"gnomon: unavailable: port(s) {', '.join(map(str, busy))} on 127.0.0.1 already "
@@ -335,6 +338,8 @@ class _DevSession:
             "",
             "gnomon dev is running: 3 nodes"
             + (", a demo worker (queue demo) and example jobs" if self.examples else ""),
+            f"Dashboard: http://127.0.0.1:{self.grpc_ports[0] + DEV_HTTP_PORT_OFFSET}/ (every node"
+            " serves one; API at /v1/, /v1/openapi.json)",
             "Try:",
             *(
                 [f"  export GNOMON_SERVERS={self.servers}"]

@@ -1,7 +1,8 @@
 """``python -m gnomon.node.dev``: a three-node development cluster on fixed loopback ports with
 its data under one directory (``.gnomon/`` by default), for ``gnomon dev`` and ``make run``.
 
-Prints each node's addresses and log file, waits for a leader, prints ``ready``, then blocks
+Prints each node's addresses (the HTTP API and dashboard of each node at its gRPC port - 100:
+http://127.0.0.1:7601/ by default) and log file, waits for a leader, prints ``ready``, then blocks
 until SIGINT/SIGTERM (or until ``--parent-pid`` exits) and stops the nodes. Restarting on the
 same directory resumes the cluster with its jobs and runs. Exit codes: 0 stopped cleanly,
 1 a node failed to start (a port in use among other causes: its log says so), 2 bad arguments.
@@ -26,13 +27,16 @@ import grpc
 from gnomon.node.localcluster import LocalCluster, NodeProc
 from gnomon.v1 import api_pb2
 
-__all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "DevCluster", "main"]
+__all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "HTTP_PORT_OFFSET", "DevCluster", "main"]
 
 # The client CLI's default servers (gnomon.client._cli_dev) name the same gRPC ports.
 DEFAULT_GRPC_PORTS = (7701, 7702, 7703)
 DEFAULT_RAFT_PORTS = (7801, 7802, 7803)
 # Prometheus /metrics of each node, served when the gRPC ports are the default ones.
 DEFAULT_METRICS_PORTS = (7901, 7902, 7903)
+# A node's HTTP API and dashboard (node/http) listen on its gRPC port + this (7601...);
+# client/_cli_dev.py prints the dashboard URL by the same rule.
+HTTP_PORT_OFFSET = -100
 HOST = "127.0.0.1"
 _READY_TIMEOUT_S = 60.0
 _LOG_TAIL_CHARS = 2000
@@ -62,6 +66,8 @@ class DevCluster(LocalCluster):
         ]
         for node, port in zip(self.nodes, self.metrics_ports, strict=False):
             node.metrics_addr = f"{HOST}:{port}"
+        for node, port in zip(self.nodes, self.grpc_ports, strict=True):
+            node.http_addr = f"{HOST}:{port + HTTP_PORT_OFFSET}"
 
 
 def _ports(text: str) -> tuple[int, ...]:
@@ -142,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in cluster.nodes:
             print(
                 f"  {n.node_id}  grpc {n.grpc_addr}  raft {n.raft_addr}  log {_shown(n.log_path)}"
-                + (f"  metrics http://{n.metrics_addr}/metrics" if n.metrics_addr else ""),
+                + (f"  metrics http://{n.metrics_addr}/metrics" if n.metrics_addr else "")
+                + f"  dashboard {n.url}/",
                 flush=True,
             )
         deadline = time.monotonic() + _READY_TIMEOUT_S

@@ -74,12 +74,20 @@ class NodeProc:
     channel: grpc.Channel | None = None
     # "127.0.0.1:port" of /metrics when the cluster was made with metrics=True.
     metrics_addr: str = ""
+    # "127.0.0.1:port" of the HTTP API and dashboard (node/http) when made with http=True.
+    http_addr: str = ""
     # TLS (and the admin's identity) of the gRPC port when the cluster is secure.
     credentials: grpc.ChannelCredentials | None = None
 
     @property
     def member(self) -> str:
-        return f"{self.node_id}={self.raft_addr},{self.grpc_addr}"
+        http = f",{self.http_addr}" if self.http_addr else ""
+        return f"{self.node_id}={self.raft_addr},{self.grpc_addr}{http}"
+
+    @property
+    def url(self) -> str:
+        """The base URL of this node's HTTP API and dashboard."""
+        return f"http://{self.http_addr}"
 
     def jobs(self) -> api_pb2_grpc.JobServiceStub:
         return api_pb2_grpc.JobServiceStub(self._channel())
@@ -112,6 +120,8 @@ class LocalCluster:
     env: dict[str, str] = field(default_factory=dict)
     # Give every node a /metrics port (NodeProc.metrics_addr).
     metrics: bool = False
+    # Give every node an HTTP API and dashboard port (NodeProc.http_addr, NodeProc.url).
+    http: bool = False
     # Mutual TLS on the gRPC port too (the node certificates; clients need `client_tls()`).
     secure: bool = False
     _tls: dict[str, NodeFiles] | None = field(default=None, init=False, repr=False)
@@ -127,6 +137,9 @@ class LocalCluster:
         if self.metrics:
             for node, port in zip(self.nodes, free_ports(self.size), strict=True):
                 node.metrics_addr = f"127.0.0.1:{port}"
+        if self.http:
+            for node, port in zip(self.nodes, free_ports(self.size), strict=True):
+                node.http_addr = f"127.0.0.1:{port}"
         if self.secure:
             client = self.client_tls()
             creds = grpc.ssl_channel_credentials(
@@ -170,6 +183,8 @@ class LocalCluster:
             args += ["--member", n.member]
         if node.metrics_addr:
             args += ["--metrics-addr", node.metrics_addr]
+        if node.http_addr:
+            args += ["--http-addr", node.http_addr]
         if self.secure:
             files = self.tls_files()[node.node_id]
             args += ["--tls-cert", str(files.cert), "--tls-key", str(files.key),

@@ -181,6 +181,12 @@ class Node:
                                      supervisor=self.supervisor)
         self.proposer.start()
         self.leadership.start()
+        self.http = None
+        if cfg.http_addr:  # before gRPC: a node that answers gRPC serves HTTP too
+            from gnomon.node.http.server import HttpServer  # aiohttp only where it is served
+
+            self.http = HttpServer(self)
+            await self.http.start()
         server = await self._start_grpc()
         if cfg.metrics_addr:
             metrics.REGISTRY.register(observe.StateCollector(self))
@@ -278,6 +284,7 @@ class Node:
             ("health", self._health.enter_graceful_shutdown),
             ("leadership transfer", self._transfer_if_leading),
             ("leader loops", self.leadership.stop),
+            ("HTTP server", self.http.stop if self.http else _nothing),
             ("gRPC server", lambda: server.stop(grace=min(2.0, timeout_s / 4))),
             ("proposer", self.proposer.stop),
             ("background tasks", lambda: self.supervisor.cancel_all(timeout_s / 4)),
@@ -297,6 +304,10 @@ class Node:
 
 
 LIMITS_BOOTSTRAP_ID = "gnomon:limits-bootstrap"
+
+
+async def _nothing() -> None:
+    return None
 
 
 def _open_history(config: Config) -> HistoryStore:

@@ -15,10 +15,11 @@ __all__ = ["LocalCluster", "NodeProc", "RawWorker", "module_cluster", "wait_for"
 
 @contextlib.contextmanager
 def module_cluster(root, overrides: dict[str, str] | None = None, *, request=None,
-                   size: int = 3) -> Iterator[LocalCluster]:
+                   size: int = 3, http: bool = False) -> Iterator[LocalCluster]:
     """A cluster for a module-scoped fixture: started, a leader waited for, stopped at the
-    end; its logs printed when a test of the session failed meanwhile (pass `request`)."""
-    cluster = LocalCluster(root, size, dict(overrides or {})).start()
+    end; its logs printed when a test of the session failed meanwhile (pass `request`).
+    `http`: every node serves the HTTP API and dashboard too (NodeProc.url)."""
+    cluster = LocalCluster(root, size, dict(overrides or {}), http=http).start()
     failed_before = request.session.testsfailed if request is not None else 0
     try:
         cluster.leader()

@@ -1,0 +1,86 @@
+"""Errors as application/problem+json (RFC 9457), from the gRPC status a servicer gave.
+
+The `detail` is the gRPC status message verbatim, so the same bad input reads the same over
+both ports; `field` and `rule` split it at the first ": " when it names a field
+("spec.schedule.cron.timezone: unknown timezone 'Mars/Base'").
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from http import HTTPStatus
+
+import grpc
+from aiohttp import web
+
+PROBLEM_TYPE = "application/problem+json"
+
+# The HTTP status of each gRPC code: the mapping of google.rpc.Code (and grpc-gateway).
+HTTP_STATUS: dict[grpc.StatusCode, int] = {
+    grpc.StatusCode.OK: 200,
+    grpc.StatusCode.CANCELLED: 499,
+    grpc.StatusCode.UNKNOWN: 500,
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.DEADLINE_EXCEEDED: 504,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.ALREADY_EXISTS: 409,
+    grpc.StatusCode.PERMISSION_DENIED: 403,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: 429,
+    grpc.StatusCode.FAILED_PRECONDITION: 400,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.OUT_OF_RANGE: 400,
+    grpc.StatusCode.UNIMPLEMENTED: 501,
+    grpc.StatusCode.INTERNAL: 500,
+    grpc.StatusCode.UNAVAILABLE: 503,
+    grpc.StatusCode.DATA_LOSS: 500,
+    grpc.StatusCode.UNAUTHENTICATED: 401,
+}
+
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]-]*$")
+
+
+def split_detail(detail: str) -> tuple[str, str]:
+    """("field", "rule") of a "field: rule" message; ("", detail) when it names no field."""
+    head, sep, rest = detail.partition(": ")
+    if sep and _FIELD.match(head):
+        return head, rest
+    return "", detail
+
+
+class Problem(Exception):
+    """An error answer: a gRPC code, its message, and what else the status carried."""
+
+    def __init__(self, code: grpc.StatusCode, detail: str, *, reason: str = "",
+                 leader: str = "", headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.code = code
+        self.detail = detail
+        self.reason = reason
+        self.leader = leader
+        self.headers = dict(headers or {})
+
+    @property
+    def status(self) -> int:
+        return HTTP_STATUS.get(self.code, 500)
+
+    def body(self) -> dict:
+        field, rule = split_detail(self.detail)
+        out = {
+            "type": f"urn:gnomon:problem:{self.code.name.lower().replace('_', '-')}",
+            "title": HTTPStatus(self.status).phrase if self.status != 499 else "Client Closed",
+            "status": self.status,
+            "detail": self.detail,
+            "code": self.code.name,
+            "field": field,
+            "rule": rule,
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        if self.leader:
+            out["leader"] = self.leader
+        return out
+
+    def response(self) -> web.Response:
+        return web.Response(status=self.status, text=json.dumps(self.body()),
+                            content_type=PROBLEM_TYPE, headers=self.headers)

@@ -1,0 +1,154 @@
+"""The node's HTTP server (aiohttp on the node's event loop): the API, events and dashboard."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import grpc
+from aiohttp import web
+
+from gnomon.node.http import views
+from gnomon.node.http.api import ROUTES, HttpContext, Route, build_request, to_json
+from gnomon.node.http.auth import authenticate
+from gnomon.node.http.events import EventHub
+from gnomon.node.http.openapi import document
+from gnomon.node.http.problems import PROBLEM_TYPE, Problem
+from gnomon.node.servicers.cluster import ClusterServicer
+from gnomon.node.servicers.jobs import JobServicer
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+MAX_BODY_BYTES = 16 << 20  # as gRPC's max_receive_message_length on the node
+CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "Location, Retry-After",
+}
+PREFLIGHT = CORS | {
+    "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Idempotency-Key, Authorization",
+    "Access-Control-Max-Age": "600",
+}
+
+
+class HttpServer:
+    def __init__(self, node):
+        self.node = node
+        self.servicers = {"JobService": JobServicer(node), "ClusterService": ClusterServicer(node)}
+        self.events = EventHub(node, max_streams=node.config.http_max_event_streams)
+        self.app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
+        for route in ROUTES:
+            self.app.router.add_route(route.method, route.path, self._handler(route))
+        for path in dict.fromkeys(r.path for r in ROUTES):
+            self.app.router.add_route("OPTIONS", path, self._preflight)
+        self.app.router.add_get("/", self._index)
+        self.app.router.add_static("/ui/", STATIC)
+        self._runner: web.AppRunner | None = None
+        self._openapi = json.dumps(document())
+
+    async def start(self) -> None:
+        addr = self.node.config.http_addr
+        host, _, port = addr.rpartition(":")
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=2.0)
+        await self._runner.setup()
+        try:
+            await web.TCPSite(self._runner, host or "0.0.0.0", int(port)).start()
+        except OSError as exc:
+            raise SystemExit(f"http_addr: cannot bind {addr}: {exc}") from None
+        self.events.start()
+        log.info("node %s serving HTTP on http://%s/", self.node.config.node_id, addr)
+
+    async def stop(self) -> None:
+        await self.events.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):
+        api = request.path.startswith("/v1/")
+        try:
+            resp = await handler(request)
+        except Problem as p:
+            resp = self._redirect(request, p) or p.response()
+        except web.HTTPException as exc:
+            if not api or exc.status < 400:
+                raise
+            code = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED,
+                    413: grpc.StatusCode.RESOURCE_EXHAUSTED}.get(exc.status,
+                                                                 grpc.StatusCode.INVALID_ARGUMENT)
+            what = {404: "no such route", 405: "method not allowed on this route",
+                    413: f"body larger than {MAX_BODY_BYTES} bytes"}.get(exc.status, exc.reason)
+            p = Problem(code, f"{request.method} {request.path}: {what}")
+            body = p.body() | {"status": exc.status, "title": exc.reason}
+            resp = web.Response(status=exc.status, text=json.dumps(body),
+                                content_type=PROBLEM_TYPE)
+        except Exception:
+            log.exception("HTTP %s %s failed", request.method, request.path)
+            resp = Problem(grpc.StatusCode.INTERNAL, "internal error; the node's log has it").response()
+        if api and not resp.prepared:
+            resp.headers.update(CORS)
+        return resp
+
+    def _redirect(self, request: web.Request, p: Problem) -> web.Response | None:
+        """A follower's UNAVAILABLE naming the leader -> 307 to the leader's HTTP address."""
+        if p.code != grpc.StatusCode.UNAVAILABLE:
+            return None
+        p.headers.setdefault("Retry-After", "1")
+        if not p.leader:
+            return None
+        http = next((m.http_addr for m in self.node.config.members
+                     if m.grpc_addr == p.leader and m.http_addr), "")
+        if not http:
+            return None
+        body = p.body() | {"status": 307, "title": "Temporary Redirect"}
+        return web.Response(status=307, text=json.dumps(body), content_type=PROBLEM_TYPE,
+                            headers={"Location": f"http://{http}{request.path_qs}"})
+
+    async def _preflight(self, request: web.Request) -> web.Response:
+        return web.Response(status=204, headers=PREFLIGHT)
+
+    async def _index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    def _handler(self, route: Route):
+        if route.rpc:
+            servicer = self.servicers[route.service]
+            method = getattr(servicer, route.method_name)
+
+            async def call(request: web.Request) -> web.Response:
+                metadata = authenticate(request)
+                msg = await build_request(route, request)
+                reply = await method(msg, HttpContext(metadata))
+                resp = web.json_response(to_json(reply), status=route.status)
+                if route.rpc == "JobService.CreateJob":
+                    resp.headers["Location"] = f"/v1/jobs/{reply.job.job_id}"
+                return resp
+
+            return call
+        if route.path == "/v1/events":
+            async def events(request: web.Request) -> web.StreamResponse:
+                authenticate(request)
+                return await self.events.stream(request)
+            return events
+        if route.path == "/v1/openapi.json":
+            async def openapi(request: web.Request) -> web.Response:
+                return web.Response(text=self._openapi, content_type="application/json")
+            return openapi
+        if route.path in ("/v1/queues", "/v1/workers"):
+            view = getattr(views, route.path.rsplit("/", 1)[1])
+
+            async def show(request: web.Request) -> web.Response:
+                authenticate(request)
+                return web.json_response(view(self.node))
+            return show
+
+        async def unimplemented(request: web.Request) -> web.Response:
+            raise Problem(grpc.StatusCode.UNIMPLEMENTED,
+                          "task_name: cancelling one task is not in the API yet; cancel the "
+                          f"run (POST /v1/runs/{request.match_info.get('run_id', '')}/cancel)")
+        return unimplemented

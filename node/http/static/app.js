@@ -1,0 +1,524 @@
+// gnomon dashboard: plain JavaScript over the node's HTTP API (/v1/...), live from /v1/events.
+// Every element is built with textContent (no innerHTML of data). No dependencies.
+"use strict";
+
+const main = document.getElementById("main");
+const STATE_NAMES = (s) => (s || "").replace(/^(RUN|TASK)_STATE_/, "").toLowerCase();
+
+// -- helpers ---------------------------------------------------------------------------------
+
+function h(tag, attrs, ...children) {
+  const el = tag === "svg" || attrs?.svg ? document.createElementNS("http://www.w3.org/2000/svg", tag)
+    : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "svg" || v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "text") el.textContent = v;
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+const s = (tag, attrs, ...children) => h(tag, { ...attrs, svg: true }, ...children);
+
+function randomKey() {
+  const b = new Uint8Array(16);
+  crypto.getRandomValues(b);
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+class ApiError extends Error {
+  constructor(problem, status) {
+    super(problem.detail || `HTTP ${status}`);
+    this.problem = problem;
+    this.status = status;
+  }
+}
+
+// Writes carry an Idempotency-Key, reused when a 503 (no leader yet) is retried: one effect.
+// A follower answers writes with 307 to the leader; fetch follows it (the API allows CORS).
+async function api(method, path, body) {
+  const opts = { method, headers: { Accept: "application/json" } };
+  if (method !== "GET") {
+    opts.headers["Content-Type"] = "application/json";
+    opts.headers["Idempotency-Key"] = randomKey();
+    opts.body = JSON.stringify(body || {});
+  }
+  for (let attempt = 1; ; attempt++) {
+    let r;
+    try {
+      r = await fetch(path, opts);
+    } catch (e) {
+      if (attempt < 4) { await delay(500 * attempt); continue; }
+      throw new ApiError({ detail: `network: ${e.message}` }, 0);
+    }
+    const data = await r.json().catch(() => ({}));
+    if (r.ok) return data;
+    if (r.status === 503 && attempt < 4) {
+      await delay(1000 * Number(r.headers.get("Retry-After") || 1));
+      continue;
+    }
+    throw new ApiError(data, r.status);
+  }
+}
+const delay = (ms) => new Promise((res) => setTimeout(res, ms));
+const num = (x) => Number(x || 0);
+function fmtTime(ms) {
+  ms = num(ms);
+  if (!ms) return "—";
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+}
+function fmtAgo(ms) {
+  ms = num(ms);
+  if (!ms) return "";
+  const d = Math.round((ms - Date.now()) / 1000);
+  const a = Math.abs(d);
+  const t = a < 90 ? `${a}s` : a < 5400 ? `${Math.round(a / 60)}m` : a < 172800 ? `${Math.round(a / 3600)}h` : `${Math.round(a / 86400)}d`;
+  return d >= 0 ? `in ${t}` : `${t} ago`;
+}
+function fmtDur(ms) {
+  ms = num(ms);
+  return ms < 1000 ? `${ms} ms` : ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
+}
+const badge = (state) => h("span", { class: `state s-${STATE_NAMES(state)}`, text: STATE_NAMES(state) });
+const runLink = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}`, text: id });
+const jobLink = (id, text) => h("a", { href: `#/jobs/${encodeURIComponent(id)}`, text: text || id });
+function table(headers, rows, attrs) {
+  return h("div", { class: "scroll" }, h("table", attrs,
+    h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", text: x })))),
+    h("tbody", {}, rows)));
+}
+function message(el, text, ok) {
+  el.replaceChildren(text ? h("div", { class: `msg ${ok ? "ok" : "bad"}`, role: ok ? "status" : "alert", text }) : "");
+}
+function schedText(sch) {
+  if (!sch) return "";
+  if (sch.cron) return `cron ${sch.cron.expression} ${sch.cron.timezone || "UTC"}`;
+  if (sch.interval) return `every ${fmtDur(sch.interval.intervalMs)}`;
+  if (sch.once) return `once at ${fmtTime(sch.once.atMs)}`;
+  return "";
+}
+// A button that runs `fn`, disabled meanwhile, reporting an error into `out`.
+function action(label, fn, out, cls) {
+  const b = h("button", { type: "button", class: cls, text: label });
+  b.addEventListener("click", async () => {
+    b.disabled = true;
+    try { await fn(); } catch (e) { if (out) message(out, e.message); else console.warn(e); }
+    finally { b.disabled = false; }
+  });
+  return b;
+}
+
+// -- live updates ------------------------------------------------------------------------------
+
+const live = document.getElementById("live");
+const leaderBadge = document.getElementById("leader");
+let refresh = null; // the current page's refresh function
+let pending = null;
+function scheduleRefresh() {
+  if (pending || !refresh) return;
+  pending = setTimeout(async () => {
+    pending = null;
+    const fn = refresh;
+    try { await fn(); } catch (e) { console.warn("refresh:", e.message); }
+  }, 250);
+}
+function connect() {
+  const es = new EventSource("/v1/events");
+  es.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
+  es.addEventListener("error", () => { live.textContent = "reconnecting…"; live.className = "live off"; });
+  es.addEventListener("cluster", (e) => {
+    const c = JSON.parse(e.data);
+    leaderBadge.textContent = `node ${c.nodeId} (${c.role}) · leader ${c.leaderNodeId || "none"} · term ${c.term}`;
+    leaderBadge.dataset.leader = c.leaderNodeId || "";
+    scheduleRefresh();
+  });
+  es.addEventListener("changes", scheduleRefresh);
+  es.addEventListener("resync", scheduleRefresh);
+}
+
+// -- pages -------------------------------------------------------------------------------------
+
+async function clusterPage() {
+  main.replaceChildren(h("h1", { text: "Cluster" }), h("div", { id: "cluster" }));
+  const box = document.getElementById("cluster");
+  refresh = async () => {
+    const st = await api("GET", "/v1/cluster");
+    const byId = Object.fromEntries(st.nodes.map((n) => [n.nodeId, n]));
+    box.replaceChildren(
+      h("section", { class: "card" }, h("div", { class: "kv" },
+        [["answering node", st.nodeId], ["leader", st.leaderNodeId || "none"], ["term", st.term],
+          ["commit index", st.commitIndex], ["applied index", st.appliedIndex],
+          ["cluster time", fmtTime(st.clockMs)], ["jobs", st.jobs], ["active runs", st.activeRuns],
+          ["dead letters", st.deadLetters], ["version", st.version]].map(([k, v]) =>
+          h("div", { "data-testid": `kv-${k.replace(/ /g, "-")}` }, h("b", { text: k }), String(v)))),
+      ),
+      h("section", { class: "card" }, h("h2", { text: "Nodes" }),
+        table(["node", "role", "raft", "gRPC", "match index", "lag", "health"],
+          st.nodes.map((n) => h("tr", { "data-node": n.nodeId },
+            h("td", { text: n.nodeId }), h("td", {}, h("span", { class: `state s-${n.role === "leader" ? "succeeded" : n.role === "follower" ? "running" : "failed"}`, text: n.role })),
+            h("td", { text: n.raftAddress }), h("td", { text: n.grpcAddress }),
+            h("td", { text: n.matchIndex }),
+            h("td", { text: String(Math.max(0, num(st.commitIndex) - num(n.matchIndex))) }),
+            h("td", { text: n.connected ? "connected" : "unreachable" }))),
+          { "data-testid": "nodes" })),
+      h("section", { class: "card" }, h("h2", { text: "Replicated limits" }),
+        h("div", { class: "kv" }, Object.entries(st.limits || {}).map(([k, v]) => h("div", {}, h("b", { text: k }), String(v))))),
+    );
+    void byId;
+  };
+  await refresh();
+}
+
+async function jobsPage() {
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const tenant = h("input", { id: "f-tenant", name: "tenant", value: q.get("tenant") || "", placeholder: "all tenants" });
+  const name = h("input", { id: "f-name", name: "name", value: q.get("name") || "", placeholder: "any" });
+  const list = h("div", { id: "jobs" });
+  const out = h("div");
+  main.replaceChildren(
+    h("h1", { text: "Jobs" }),
+    h("section", { class: "card" },
+      h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
+        h("div", { class: "row" }, h("label", {}, "Tenant", tenant), h("label", {}, "Name contains", name),
+          h("label", {}, " ", h("button", { type: "submit", text: "Search" }))))),
+    h("section", { class: "card" }, out, list),
+    h("section", { class: "card" }, h("h2", { text: "New job" }), jobForm(null)),
+  );
+  refresh = async () => {
+    const path = tenant.value.trim() ? `/v1/tenants/${encodeURIComponent(tenant.value.trim())}/jobs?limit=1000` : "/v1/jobs?limit=1000";
+    const res = await api("GET", path);
+    const needle = name.value.trim().toLowerCase();
+    const jobs = res.jobs.filter((j) => !needle || j.spec.name.toLowerCase().includes(needle));
+    list.replaceChildren(jobs.length ? table(["job", "tenant", "name", "schedule", "next fire", "state", "version", ""],
+      jobs.map((j) => h("tr", { "data-job": j.jobId },
+        h("td", {}, jobLink(j.jobId)), h("td", { text: j.spec.tenant }), h("td", {}, jobLink(j.jobId, j.spec.name)),
+        h("td", { text: schedText(j.spec.schedule) }),
+        h("td", { title: fmtTime(j.nextFireMs), text: num(j.nextFireMs) ? fmtAgo(j.nextFireMs) : "—" }),
+        h("td", { text: j.paused ? "paused" : "active" }), h("td", { text: j.version }),
+        h("td", {}, jobActions(j, out))))) : h("p", { class: "muted", text: "No jobs." }));
+  };
+  await refresh();
+}
+
+function jobActions(job, out) {
+  const id = encodeURIComponent(job.jobId);
+  return h("div", { class: "actions" },
+    job.paused ? action("Resume", async () => { await api("POST", `/v1/jobs/${id}/resume`); await refresh(); }, out)
+      : action("Pause", async () => { await api("POST", `/v1/jobs/${id}/pause`); await refresh(); }, out),
+    action("Trigger", async () => {
+      const r = await api("POST", `/v1/jobs/${id}/trigger`);
+      message(out, `Started run ${r.run.runId}`, true);
+    }, out));
+}
+
+// The create/edit form. Validation messages come from the API's problem `field`.
+function jobForm(job) {
+  const spec = job?.spec || {};
+  const sch = spec.schedule || { interval: { intervalMs: "60000" } };
+  const kind = sch.cron ? "cron" : sch.once ? "once" : "interval";
+  const f = {
+    tenant: h("input", { name: "tenant", value: spec.tenant || "", placeholder: "default", disabled: !!job }),
+    name: h("input", { name: "name", value: spec.name || "", required: true, disabled: !!job }),
+    kind: h("select", { name: "kind" }, ["interval", "cron", "once"].map((k) => h("option", { value: k, selected: k === kind, text: k }))),
+    expression: h("input", { name: "expression", value: sch.cron?.expression || "*/5 * * * *" }),
+    timezone: h("input", { name: "timezone", value: sch.cron?.timezone || "UTC" }),
+    interval: h("input", { name: "interval", type: "number", min: "1", value: sch.interval?.intervalMs || "60000" }),
+    at: h("input", { name: "at", type: "datetime-local", step: "1", value: sch.once ? new Date(num(sch.once.atMs)).toISOString().slice(0, 19) : "" }),
+    tasks: h("textarea", { name: "tasks", "aria-describedby": "tasks-help" }),
+    priority: h("input", { name: "priority", type: "number", value: String(spec.priority || 0) }),
+    misfire: h("select", { name: "misfire" }, ["MISFIRE_POLICY_RUN_ALL", "MISFIRE_POLICY_RUN_LATEST", "MISFIRE_POLICY_SKIP"].map((k) =>
+      h("option", { value: k, selected: k === (spec.misfirePolicy || "MISFIRE_POLICY_RUN_ALL"), text: k.replace("MISFIRE_POLICY_", "").toLowerCase() }))),
+    paused: h("input", { name: "paused", type: "checkbox", checked: !!spec.paused }),
+  };
+  f.tasks.value = JSON.stringify((spec.tasks || [{ name: "main" }]).map((t) => {
+    const o = { name: t.name };
+    if (t.queue && t.queue !== "default") o.queue = t.queue;
+    if (t.dependsOn?.length) o.dependsOn = t.dependsOn;
+    if (num(t.timeoutMs)) o.timeoutMs = t.timeoutMs;
+    if (t.retry && num(t.retry.maxAttempts)) o.retry = { maxAttempts: t.retry.maxAttempts };
+    if (t.payload) o.payload = t.payload;
+    return o;
+  }), null, 1);
+  const errs = {};
+  const field = (label, key, el) => {
+    errs[key] = h("span", { class: "err", id: `err-${key}`, "data-testid": `err-${key}` });
+    el.id = `job-${key}${job ? "-edit" : ""}`;
+    el.setAttribute("aria-describedby", `err-${key}`);
+    return h("label", { for: el.id }, label, el, errs[key]);
+  };
+  const schedRow = h("div", { class: "row" });
+  const showSched = () => {
+    const k = f.kind.value;
+    schedRow.replaceChildren(...(k === "cron" ? [field("Cron expression", "expression", f.expression), field("Timezone", "timezone", f.timezone)]
+      : k === "interval" ? [field("Interval (ms)", "interval", f.interval)] : [field("At (UTC)", "at", f.at)]));
+  };
+  f.kind.addEventListener("change", showSched);
+  showSched();
+  const out = h("div", { "data-testid": "form-message" });
+  const submit = h("button", { type: "submit", class: "primary", text: job ? "Save" : "Create job" });
+  const form = h("form", { "aria-label": job ? "Edit job" : "New job", novalidate: true },
+    h("div", { class: "row" }, field("Tenant", "tenant", f.tenant), field("Name", "name", f.name), field("Schedule", "kind", f.kind)),
+    schedRow,
+    h("div", { class: "row" }, field("Tasks (JSON: name, queue, dependsOn, payload, retry, timeoutMs)", "tasks", f.tasks)),
+    h("div", { class: "row" }, field("Priority", "priority", f.priority), field("Misfire policy", "misfire", f.misfire),
+      h("label", {}, "Created paused", f.paused)),
+    out, submit);
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    for (const [k, el] of Object.entries(errs)) { el.textContent = ""; f[k]?.removeAttribute("aria-invalid"); }
+    message(out, "");
+    let tasks;
+    try { tasks = JSON.parse(f.tasks.value || "[]"); } catch (err) {
+      errs.tasks.textContent = `not valid JSON: ${err.message}`; f.tasks.setAttribute("aria-invalid", "true"); f.tasks.focus(); return;
+    }
+    const k = f.kind.value;
+    const schedule = k === "cron" ? { cron: { expression: f.expression.value, timezone: f.timezone.value } }
+      : k === "interval" ? { interval: { intervalMs: f.interval.value || "0" } }
+        : { once: { atMs: String(f.at.value ? Date.parse(f.at.value + "Z") : 0) } };
+    const newSpec = { tenant: f.tenant.value.trim(), name: f.name.value.trim(), schedule, tasks,
+      priority: Number(f.priority.value || 0), misfirePolicy: f.misfire.value, paused: f.paused.checked };
+    submit.disabled = true;
+    try {
+      const res = job ? await api("PUT", `/v1/jobs/${encodeURIComponent(job.jobId)}`, { spec: newSpec, expectedVersion: job.version })
+        : await api("POST", "/v1/jobs", { spec: newSpec });
+      message(out, `${job ? "Saved" : "Created"} ${res.job.jobId} (version ${res.job.version})`, true);
+      if (!job) location.hash = `#/jobs/${encodeURIComponent(res.job.jobId)}`;
+      else await refresh();
+    } catch (err) {
+      const p = err.problem || {};
+      const key = fieldKey(p.field || "");
+      if (key && errs[key]) {
+        errs[key].textContent = p.rule || err.message;
+        f[key].setAttribute("aria-invalid", "true");
+        f[key].focus();
+      }
+      message(out, err.message);
+    } finally { submit.disabled = false; }
+  });
+  return form;
+}
+
+function fieldKey(path) {
+  const p = path.replace(/^spec\./, "");
+  if (p.startsWith("schedule.cron.timezone")) return "timezone";
+  if (p.startsWith("schedule.cron")) return "expression";
+  if (p.startsWith("schedule.interval")) return "interval";
+  if (p.startsWith("schedule.once")) return "at";
+  if (p.startsWith("schedule")) return "kind";
+  if (p.startsWith("tasks")) return "tasks";
+  if (p.startsWith("misfire")) return "misfire";
+  return { tenant: "tenant", name: "name", priority: "priority" }[p] || "";
+}
+
+async function jobPage(jobId) {
+  const id = encodeURIComponent(jobId);
+  const head = h("div");
+  const out = h("div");
+  const strip = h("div");
+  const runs = h("div");
+  const edit = h("section", { class: "card" });
+  main.replaceChildren(h("h1", {}, "Job ", h("span", { text: jobId })), out, head,
+    h("section", { class: "card" }, h("h2", { text: "Runs over time" }), strip,
+      h("div", { class: "legend" }, [["succeeded", "var(--ok)"], ["failed", "var(--bad)"], ["running", "var(--run)"], ["skipped", "var(--skip)"], ["late (bar)", "var(--late)"]].map(([t, c]) =>
+        h("span", {}, h("i", { style: `background:${c}` }), t)))),
+    h("section", { class: "card" }, h("h2", { text: "Runs" }), runs), edit);
+  let editing = false;
+  refresh = async () => {
+    const { job } = await api("GET", `/v1/jobs/${id}`);
+    const res = await api("GET", `/v1/jobs/${id}/runs?limit=200`);
+    const grace = num(job.spec.misfireGraceMs) || 60000;
+    const late = (r) => r.trigger === "RUN_TRIGGER_SCHEDULE" && num(r.createdMs) - num(r.scheduledForMs) > Math.min(grace, 1000);
+    const lateness = res.runs.filter((r) => r.trigger === "RUN_TRIGGER_SCHEDULE" && STATE_NAMES(r.state) !== "skipped")
+      .map((r) => Math.max(0, num(r.createdMs) - num(r.scheduledForMs))).sort((a, b) => a - b);
+    head.replaceChildren(h("section", { class: "card" },
+      h("div", { class: "kv" }, [["tenant", job.spec.tenant], ["name", job.spec.name], ["schedule", schedText(job.spec.schedule)],
+        ["state", job.paused ? "paused" : "active"], ["next fire", num(job.nextFireMs) ? `${fmtTime(job.nextFireMs)} (${fmtAgo(job.nextFireMs)})` : "—"],
+        ["version", job.version], ["tasks", job.spec.tasks.length],
+        ["fire lateness p50", lateness.length ? fmtDur(lateness[Math.floor(lateness.length / 2)]) : "—"],
+        ["fire lateness max", lateness.length ? fmtDur(lateness[lateness.length - 1]) : "—"]].map(([k, v]) =>
+        h("div", {}, h("b", { text: k }), String(v)))),
+      h("p", {}, jobActions(job, out))));
+    const ordered = [...res.runs].reverse();
+    strip.replaceChildren(h("div", { class: "strip", "data-testid": "run-strip" }, ordered.map((r) =>
+      h("a", { href: `#/runs/${encodeURIComponent(r.runId)}`, class: `s-${STATE_NAMES(r.state)}${late(r) ? " late" : ""}`,
+        title: `${r.runId} ${STATE_NAMES(r.state)} scheduled ${fmtTime(r.scheduledForMs)}`, "aria-label": `run ${r.runId} ${STATE_NAMES(r.state)}` }))));
+    runs.replaceChildren(res.runs.length ? table(["run", "state", "trigger", "scheduled for", "created", "lateness", "finished"],
+      res.runs.map((r) => h("tr", { "data-run": r.runId }, h("td", {}, runLink(r.runId)), h("td", {}, badge(r.state)),
+        h("td", { text: (r.trigger || "").replace("RUN_TRIGGER_", "").toLowerCase() }), h("td", { text: fmtTime(r.scheduledForMs) }),
+        h("td", { text: fmtTime(r.createdMs) }), h("td", { text: r.trigger === "RUN_TRIGGER_SCHEDULE" ? fmtDur(Math.max(0, num(r.createdMs) - num(r.scheduledForMs))) : "" }),
+        h("td", { text: fmtTime(r.finishedMs) })))) : h("p", { class: "muted", text: "No runs yet." }));
+    if (!editing) {
+      editing = true;
+      edit.replaceChildren(h("h2", { text: "Edit" }), jobForm(job));
+    }
+  };
+  await refresh();
+}
+
+// The DAG: tasks in columns by depth (longest path from a root), edges from dependencies.
+function dagSvg(run, specTasks, onPick) {
+  const deps = Object.fromEntries((specTasks || []).map((t) => [t.name, t.dependsOn || []]));
+  const names = run.tasks.map((t) => t.taskName);
+  const depth = {};
+  const depthOf = (n, seen = new Set()) => {
+    if (depth[n] !== undefined) return depth[n];
+    if (seen.has(n)) return 0;
+    seen.add(n);
+    const ds = (deps[n] || []).filter((d) => names.includes(d));
+    depth[n] = ds.length ? 1 + Math.max(...ds.map((d) => depthOf(d, seen))) : 0;
+    return depth[n];
+  };
+  names.forEach((n) => depthOf(n));
+  const cols = {};
+  names.forEach((n) => (cols[depth[n]] ||= []).push(n));
+  const W = 170, H = 48, GX = 60, GY = 18, P = 16;
+  const pos = {};
+  Object.entries(cols).forEach(([d, ns]) => ns.forEach((n, i) => (pos[n] = { x: P + d * (W + GX), y: P + i * (H + GY) })));
+  const width = P * 2 + (Object.keys(cols).length) * (W + GX) - GX;
+  const height = P * 2 + Math.max(...Object.values(cols).map((ns) => ns.length)) * (H + GY) - GY;
+  const color = { succeeded: "#2e7d32", dead: "#c62828", upstream_failed: "#c62828", leased: "#1565c0", ready: "#8d6e00", pending: "#8d6e00", retry_wait: "#8d6e00", cancelled: "#757575" };
+  const svg = s("svg", { class: "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `DAG of run ${run.runId}`, "data-testid": "dag" });
+  for (const n of names) for (const d of deps[n] || []) {
+    if (!pos[d]) continue;
+    const a = pos[d], b = pos[n];
+    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2;
+    svg.append(s("path", { d: `M${x1},${y1} C${x1 + GX / 2},${y1} ${x2 - GX / 2},${y2} ${x2},${y2}`, "data-edge": `${d}->${n}` }));
+  }
+  for (const t of run.tasks) {
+    const p = pos[t.taskName], st = STATE_NAMES(t.state);
+    const g = s("g", { class: "task", tabindex: "0", role: "button", "data-task": t.taskName, "data-state": st, "aria-label": `task ${t.taskName} ${st}` },
+      s("rect", { x: p.x, y: p.y, width: W, height: H, fill: color[st] || "#9e9e9e" }),
+      s("text", { x: p.x + 8, y: p.y + 19, text: t.taskName.length > 22 ? t.taskName.slice(0, 21) + "…" : t.taskName }),
+      s("text", { x: p.x + 8, y: p.y + 37, text: `${st} · attempt ${t.attempt} · token ${t.fencingToken}` }));
+    g.addEventListener("click", () => onPick(t.taskName));
+    g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onPick(t.taskName); } });
+    svg.append(g);
+  }
+  return svg;
+}
+
+async function runPage(runId) {
+  const id = encodeURIComponent(runId);
+  const out = h("div");
+  const body = h("div");
+  main.replaceChildren(h("h1", {}, "Run ", h("span", { text: runId })), out, body);
+  let specTasks = null;
+  refresh = async () => {
+    const { run } = await api("GET", `/v1/runs/${id}`);
+    if (specTasks === null) {
+      try { specTasks = (await api("GET", `/v1/jobs/${encodeURIComponent(run.jobId)}`)).job.spec.tasks; }
+      catch { specTasks = []; } // a deleted job: tasks without edges
+    }
+    const pick = (name) => {
+      const row = document.querySelector(`tr[data-task="${CSS.escape(name)}"]`);
+      if (row) { row.scrollIntoView({ block: "center" }); row.querySelector("button, a, summary")?.focus(); }
+    };
+    const running = STATE_NAMES(run.state) === "running";
+    body.replaceChildren(
+      h("section", { class: "card" }, h("div", { class: "kv" },
+        [["state", badge(run.state)], ["job", jobLink(run.jobId)], ["tenant", run.tenant],
+          ["trigger", (run.trigger || "").replace("RUN_TRIGGER_", "").toLowerCase()],
+          ["scheduled for", fmtTime(run.scheduledForMs)], ["created", fmtTime(run.createdMs)],
+          ["finished", fmtTime(run.finishedMs)], ["job version", run.jobVersion]].map(([k, v]) =>
+          h("div", { "data-testid": `run-${k.replace(/ /g, "-")}` }, h("b", { text: k }), v))),
+        h("p", { class: "actions" }, running ? action("Cancel run", async () => {
+          await api("POST", `/v1/runs/${id}/cancel`, { reason: "cancelled from the dashboard" }); await refresh();
+        }, out, "danger") : null)),
+      h("section", { class: "card" }, h("h2", { text: "DAG" }), h("div", { class: "scroll" }, dagSvg(run, specTasks, pick))),
+      h("section", { class: "card" }, h("h2", { text: "Tasks" }),
+        table(["task", "state", "attempt", "fencing token", "worker", "ready", "started", "finished", "error", ""],
+          run.tasks.map((t) => h("tr", { "data-task": t.taskName },
+            h("td", { text: t.taskName }), h("td", {}, badge(t.state)), h("td", { text: t.attempt }),
+            h("td", { text: t.fencingToken }), h("td", { text: t.workerId }), h("td", { text: fmtTime(t.readyMs) }),
+            h("td", { text: fmtTime(t.startedMs) }), h("td", { text: fmtTime(t.finishedMs) }),
+            h("td", { class: "wrap" }, t.lastError || "",
+              (t.attempts || []).length ? h("details", {}, h("summary", { text: `${t.attempts.length} attempts` }),
+                t.attempts.map((a) => h("div", {},
+                  h("p", { text: `#${a.attempt} ${(a.outcome || "").replace("ATTEMPT_OUTCOME_", "").toLowerCase()} · token ${a.fencingToken} · ${a.workerId} · ${fmtDur(a.durationMs)}${a.exitCode !== undefined ? ` · exit ${a.exitCode}` : ""}${a.error ? ` · ${a.error}` : ""}` }),
+                  a.outputTail ? h("pre", { class: "tail", text: a.outputTail }) : null))) : null),
+            h("td", {}, STATE_NAMES(t.state) === "dead" ? action("Retry", async () => {
+              await api("POST", `/v1/runs/${id}/tasks/${encodeURIComponent(t.taskName)}/retry`); await refresh();
+            }, out) : null))))),
+    );
+  };
+  await refresh();
+}
+
+async function dlqPage() {
+  const tenant = h("input", { id: "dlq-tenant", name: "tenant", placeholder: "all tenants" });
+  const list = h("div", { id: "dlq" });
+  const out = h("div");
+  main.replaceChildren(h("h1", { text: "Dead letters" }),
+    h("section", { class: "card" }, h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
+      h("div", { class: "row" }, h("label", { for: "dlq-tenant" }, "Tenant", tenant),
+        h("label", {}, " ", h("button", { type: "submit", text: "Filter" })),
+        h("label", {}, " ", action("Replay all shown", async () => {
+          const t = tenant.value.trim();
+          const r = await api("POST", "/v1/dlq/replay", t ? { tenant: t } : { all: true });
+          message(out, `Replayed ${r.replayed.length} tasks`, true); await refresh();
+        }, out))))),
+    h("section", { class: "card" }, out, list));
+  refresh = async () => {
+    const t = tenant.value.trim();
+    const res = await api("GET", t ? `/v1/tenants/${encodeURIComponent(t)}/dlq` : "/v1/dlq");
+    list.replaceChildren(res.deadLetters.length ? table(["run", "task", "job", "tenant", "attempts", "error", "dead since", ""],
+      res.deadLetters.map((d) => h("tr", { "data-dead": `${d.runId}:${d.taskName}` },
+        h("td", {}, runLink(d.runId)), h("td", { text: d.taskName }), h("td", {}, jobLink(d.jobId)), h("td", { text: d.tenant }),
+        h("td", { text: d.attempts }), h("td", { class: "wrap", text: d.lastError }), h("td", { text: fmtTime(d.deadMs) }),
+        h("td", {}, action("Replay", async () => {
+          await api("POST", `/v1/runs/${encodeURIComponent(d.runId)}/tasks/${encodeURIComponent(d.taskName)}/retry`);
+          message(out, `Replayed ${d.runId}:${d.taskName}`, true); await refresh();
+        }, out))))) : h("p", { class: "muted", "data-testid": "dlq-empty", text: "The dead-letter queue is empty." }));
+  };
+  await refresh();
+}
+
+async function queuesPage() {
+  const box = h("div");
+  main.replaceChildren(h("h1", { text: "Queues & workers" }), box);
+  refresh = async () => {
+    const [q, w] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/workers")]);
+    box.replaceChildren(
+      h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "leased", "retry wait", "pending"],
+        q.queues.map((x) => h("tr", { "data-queue": x.queue }, h("td", { text: x.queue }), h("td", { text: x.ready }),
+          h("td", { text: x.oldestReadyAgeMs ? fmtDur(x.oldestReadyAgeMs) : "—" }), h("td", { text: x.leased }),
+          h("td", { text: x.retryWait }), h("td", { text: x.pending })))) : h("p", { class: "muted", text: "No queued or running tasks." })),
+      h("section", { class: "card" }, h("h2", { text: "Workers" }),
+        w.leader ? null : h("p", { class: "muted", text: `Node ${w.nodeId} is not the leader: connected workers are known to the leader only; leases below are from the replicated state.` }),
+        w.workers.length ? table(["worker", "connected", "queues", "credits", "leases held"],
+          w.workers.map((x) => h("tr", {}, h("td", { text: x.workerId }), h("td", { text: x.connected ? "yes" : "—" }),
+            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld })))) : h("p", { class: "muted", text: "No workers." })),
+    );
+  };
+  await refresh();
+}
+
+// -- router ------------------------------------------------------------------------------------
+
+async function route() {
+  refresh = null;
+  const [path] = location.hash.replace(/^#/, "").split("?");
+  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  const page = parts[0] || "cluster";
+  for (const a of document.querySelectorAll("[data-nav]")) {
+    if (a.dataset.nav === page) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+  }
+  try {
+    if (page === "jobs" && parts[1]) await jobPage(parts[1]);
+    else if (page === "jobs") await jobsPage();
+    else if (page === "runs" && parts[1]) await runPage(parts.slice(1).join("/"));
+    else if (page === "dlq") await dlqPage();
+    else if (page === "queues") await queuesPage();
+    else await clusterPage();
+    document.title = `gnomon · ${page}`;
+  } catch (e) {
+    main.append(h("div", { class: "msg bad", role: "alert", text: e.message }));
+  }
+}
+window.addEventListener("hashchange", route);
+connect();
+route();

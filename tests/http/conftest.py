@@ -1,0 +1,13 @@
+import pytest
+
+from tests.integration.cluster import module_cluster
+
+# Two event streams per node: the bound is reached by a test without opening 64.
+OVERRIDES = {"http_max_event_streams": "2"}
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, request):
+    with module_cluster(tmp_path_factory.mktemp("http"), OVERRIDES, request=request,
+                        http=True) as c:
+        yield c

@@ -1,0 +1,245 @@
+"""The HTTP/JSON API against real node processes: shapes are the proto messages' canonical
+JSON, errors are problems with the gRPC code and the same message as over gRPC, followers
+redirect writes to the leader, Idempotency-Key dedupes, events stream and are bounded."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+
+import grpc
+import pytest
+from google.protobuf import json_format
+
+from gnomon.node.localcluster import wait_for
+from gnomon.v1 import api_pb2, types_pb2
+from tests.http.client import call
+
+pytestmark = pytest.mark.integration
+
+
+def _spec(name: str, **schedule) -> dict:
+    return {"name": name, "schedule": schedule or {"interval": {"intervalMs": "3600000"}},
+            "tasks": [{"name": "main"}]}
+
+
+def _follower(cluster):
+    leader = cluster.leader()
+    return leader, next(n for n in cluster.nodes if n is not leader and n.alive())
+
+
+def _create(node, name: str, **schedule) -> dict:
+    r = call(node.url, "POST", "/v1/jobs", {"spec": _spec(name, **schedule)})
+    assert r.status == 201, r.text
+    return r.json["job"]
+
+
+def test_create_answers_the_create_response_json_and_get_matches_grpc(cluster):
+    leader = cluster.leader()
+    r = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("shape")})
+    assert r.status == 201, r.text
+    assert r.content_type == "application/json"
+    job = r.json["job"]
+    assert r.headers["location"] == f"/v1/jobs/{job['jobId']}"
+    assert job["spec"]["name"] == "shape" and job["version"] == "1"  # int64 as a string
+    got = call(leader.url, "GET", f"/v1/jobs/{job['jobId']}")
+    assert got.status == 200
+    over_grpc = leader.jobs().GetJob(api_pb2.GetJobRequest(
+        job=api_pb2.JobRef(job_id=job["jobId"])), timeout=5)
+    assert got.json == json_format.MessageToDict(over_grpc,
+                                                 always_print_fields_with_no_presence=True)
+    by_name = call(leader.url, "GET", "/v1/tenants/default/jobs/shape")
+    assert by_name.status == 200 and by_name.json == got.json
+    listed = call(leader.url, "GET", "/v1/tenants/default/jobs?limit=1000")
+    assert job["jobId"] in [j["jobId"] for j in listed.json["jobs"]]
+
+
+BAD = [
+    (_spec("tz", cron={"expression": "0 0 * * *", "timezone": "Mars/Base"}),
+     "spec.schedule.cron.timezone"),
+    (_spec("expr", cron={"expression": "0 0 30 2 *"}), "spec.schedule.cron.expression"),
+    ({"name": "cycle", "schedule": {"once": {"atMs": "1"}},
+      "tasks": [{"name": "a", "dependsOn": ["b"]}, {"name": "b", "dependsOn": ["a"]}]}, None),
+    ({"name": "bad name!", "schedule": {"once": {"atMs": "1"}}, "tasks": [{"name": "m"}]},
+     "spec.name"),
+    ({"name": "noschedule", "tasks": [{"name": "m"}]}, None),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), BAD, ids=[b[0]["name"] for b in BAD])
+def test_bad_input_is_a_problem_with_the_grpc_code_and_message(cluster, spec, field):
+    leader = cluster.leader()
+    r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
+    assert r.status == 400, r.text
+    assert r.content_type == "application/problem+json"
+    p = r.json
+    with pytest.raises(grpc.RpcError) as err:
+        leader.jobs().CreateJob(api_pb2.CreateJobRequest(
+            spec=json_format.ParseDict(spec, types_pb2.JobSpec())), timeout=5)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert p["code"] == "INVALID_ARGUMENT" and p["status"] == 400
+    assert p["detail"] == err.value.details()
+    assert f"{p['field']}: {p['rule']}" == p["detail"] if p["field"] else p["rule"] == p["detail"]
+    if field:
+        assert p["field"] == field
+
+
+@pytest.mark.parametrize(("method", "path", "body", "raw", "status", "code", "field"), [
+    ("GET", "/v1/jobs/j999999", None, None, 404, "NOT_FOUND", "job.job_id"),
+    ("GET", "/v1/runs/j1@1", None, None, 404, "NOT_FOUND", "run_id"),
+    ("GET", "/v1/no-such-thing", None, None, 404, "NOT_FOUND", ""),
+    ("PATCH", "/v1/jobs", None, None, 405, "UNIMPLEMENTED", ""),
+    ("POST", "/v1/jobs", None, b"{not json", 400, "INVALID_ARGUMENT", "body"),
+    ("POST", "/v1/jobs", None, b"[1]", 400, "INVALID_ARGUMENT", "body"),
+    ("POST", "/v1/jobs", {"spec": {"nmae": "x"}}, None, 400, "INVALID_ARGUMENT", "body"),
+    ("GET", "/v1/jobs?limit=lots", None, None, 400, "INVALID_ARGUMENT", "limit"),
+    ("GET", "/v1/jobs?limit=-1", None, None, 400, "INVALID_ARGUMENT", "limit"),
+    ("GET", "/v1/jobs?colour=red", None, None, 400, "INVALID_ARGUMENT", "colour"),
+    ("GET", "/v1/jobs?consistency=sometimes", None, None, 400, "INVALID_ARGUMENT",
+     "consistency"),
+    ("POST", "/v1/runs/j1@1/tasks/main/cancel", None, None, 501, "UNIMPLEMENTED", "task_name"),
+    ("POST", "/v1/dlq/replay", {}, None, 400, "INVALID_ARGUMENT", "tasks"),
+])
+def test_error_statuses_and_problem_bodies(cluster, method, path, body, raw, status, code,
+                                           field):
+    r = call(cluster.leader().url, method, path, body, raw=raw)
+    assert r.status == status, r.text
+    assert r.content_type == "application/problem+json"
+    p = r.json
+    assert (p["status"], p["code"], p["field"]) == (status, code, field), p
+    assert p["detail"] and p["title"] and p["type"].startswith("urn:gnomon:problem:")
+
+
+def test_version_conflict_carries_the_reason(cluster):
+    leader = cluster.leader()
+    job = _create(leader, "versioned")
+    r = call(leader.url, "PUT", f"/v1/jobs/{job['jobId']}",
+             {"spec": _spec("versioned"), "expectedVersion": "7"})
+    assert r.status == 400, r.text
+    assert r.json["code"] == "FAILED_PRECONDITION"
+    assert r.json["reason"] == "VERSION_CONFLICT" and r.json["field"] == "expected_version"
+    ok = call(leader.url, "PUT", f"/v1/jobs/{job['jobId']}",
+              {"spec": _spec("versioned"), "expectedVersion": job["version"]})
+    assert ok.status == 200 and ok.json["job"]["version"] == "2"
+
+
+def test_follower_redirects_writes_to_the_leader_http_address(cluster):
+    leader, follower = _follower(cluster)
+    job = _create(leader, "redirected")
+    path = f"/v1/jobs/{job['jobId']}/trigger"
+    r = call(follower.url, "POST", path, {})
+    assert r.status == 307, r.text
+    assert r.headers["location"] == f"{leader.url}{path}"
+    assert r.json["code"] == "UNAVAILABLE" and r.json["leader"] == leader.grpc_addr
+    again = call(follower.url, "POST", r.headers["location"], {})
+    assert again.status == 200 and again.json["run"]["jobId"] == job["jobId"]
+    # Reads: linearizable ones go to the leader too; stale ones are served where asked.
+    assert call(follower.url, "GET", f"/v1/jobs/{job['jobId']}").status == 307
+    stale = wait_for(lambda: call(follower.url, "GET",
+                                  f"/v1/jobs/{job['jobId']}?consistency=STALE").status == 200,
+                     timeout_s=10, what="the follower to apply the job")
+    assert stale
+    # A follower's own status is its own (no redirect).
+    st = call(follower.url, "GET", "/v1/cluster")
+    assert st.status == 200 and st.json["nodeId"] == follower.node_id
+    assert st.json["leaderNodeId"] == leader.node_id
+
+
+def test_idempotency_key_is_the_request_id(cluster):
+    leader = cluster.leader()
+    key = {"Idempotency-Key": f"k-{uuid.uuid4()}"}
+    first = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("once-only")}, headers=key)
+    second = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("once-only")}, headers=key)
+    assert first.status == second.status == 201
+    assert first.json == second.json  # the first answer again, one job
+    # The same key on another request is answered as gRPC answers a reused request_id.
+    another = _create(leader, "another")
+    other = call(leader.url, "POST", f"/v1/jobs/{another['jobId']}/pause", {}, headers=key)
+    assert other.status == 400 and other.json["field"] == "request_id", other.text
+    # Without a key a create is not deduped: the name is taken.
+    dup = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("once-only")})
+    assert dup.status == 409 and dup.json["code"] == "ALREADY_EXISTS", dup.text
+    clash = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("x"), "requestId": "a"},
+                 headers={"Idempotency-Key": "b"})
+    assert clash.status == 400 and clash.json["field"] == "request_id"
+    read = call(leader.url, "GET", "/v1/jobs", headers={"Idempotency-Key": "c"})
+    assert read.status == 400 and read.json["field"] == "Idempotency-Key"
+
+
+def test_trigger_cancel_and_dead_letter_routes(cluster):
+    leader = cluster.leader()
+    job = _create(leader, "runs-here")
+    run = call(leader.url, "POST", f"/v1/jobs/{job['jobId']}/trigger", {}).json["run"]
+    assert run["state"] == "RUN_STATE_RUNNING" and run["trigger"] == "RUN_TRIGGER_MANUAL"
+    runs = call(leader.url, "GET", f"/v1/jobs/{job['jobId']}/runs?limit=5").json["runs"]
+    assert run["runId"] in [r["runId"] for r in runs]
+    got = call(leader.url, "GET", f"/v1/runs/{run['runId']}")
+    assert got.status == 200 and got.json["run"]["tasks"][0]["taskName"] == "main"
+    cancelled = call(leader.url, "POST", f"/v1/runs/{run['runId']}/cancel", {"reason": "test"})
+    assert cancelled.status == 200 and cancelled.json["run"]["state"] == "RUN_STATE_CANCELLED"
+    retry = call(leader.url, "POST", f"/v1/runs/{run['runId']}/tasks/main/retry", {})
+    assert retry.status == 404 and retry.json["field"] == "tasks[0]", retry.text
+    dlq = call(leader.url, "GET", "/v1/dlq")
+    assert dlq.status == 200 and "deadLetters" in dlq.json
+    assert call(leader.url, "GET", "/v1/tenants/default/dlq").status == 200
+    assert call(leader.url, "GET", "/v1/queues").json["queues"] is not None
+    assert call(leader.url, "GET", "/v1/workers").json["leader"] is True
+
+
+def test_cors_preflight_allows_the_dashboard_to_follow_redirects(cluster):
+    r = call(cluster.leader().url, "OPTIONS", "/v1/jobs",
+             headers={"Origin": "null", "Access-Control-Request-Method": "POST"})
+    assert r.status == 204
+    assert r.headers["access-control-allow-origin"] == "*"
+    assert "idempotency-key" in r.headers["access-control-allow-headers"].lower()
+
+
+def _read_events(sock_file, until, limit: int = 200):
+    """Events from an open stream until `until(name, data)` is true (bounded by `limit`
+    events and the socket timeout)."""
+    name = None
+    for _ in range(limit * 4):
+        line = sock_file.readline().decode().rstrip("\n")
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            if until(name, data):
+                return name, data
+    raise AssertionError("no matching event")
+
+
+def _open_stream(node):
+    host, port = node.http_addr.split(":")
+    sock = socket.create_connection((host, int(port)), timeout=15)
+    # HTTP/1.0: the stream is the body as is (no chunked framing to parse).
+    sock.sendall(f"GET /v1/events HTTP/1.0\r\nHost: {node.http_addr}\r\n"
+                 "Accept: text/event-stream\r\n\r\n".encode())
+    f = sock.makefile("rb")
+    status = f.readline().decode()
+    while f.readline() not in (b"\r\n", b""):
+        pass
+    return sock, f, status
+
+
+def test_events_stream_changed_runs_on_a_follower_and_are_bounded(cluster):
+    leader, follower = _follower(cluster)
+    job = _create(leader, "evented")
+    sock, f, status = _open_stream(follower)
+    try:
+        assert " 200 " in status, status
+        _read_events(f, lambda n, d: n == "cluster" and d["leaderNodeId"] == leader.node_id)
+        run = call(leader.url, "POST", f"/v1/jobs/{job['jobId']}/trigger", {}).json["run"]
+        _read_events(f, lambda n, d: n == "changes" and run["runId"] in d["runIds"])
+        # http_max_event_streams=2 in this module: a third stream is refused, bounded.
+        second = _open_stream(follower)
+        try:
+            assert " 200 " in second[2]
+            third = call(follower.url, "GET", "/v1/events")
+            assert third.status == 429 and third.json["code"] == "RESOURCE_EXHAUSTED"
+            assert third.json["field"] == "events"
+        finally:
+            second[0].close()
+    finally:
+        sock.close()
