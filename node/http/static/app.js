@@ -375,7 +375,7 @@ function dagSvg(run, specTasks, onPick) {
   names.forEach((n) => depthOf(n));
   const cols = {};
   names.forEach((n) => (cols[depth[n]] ||= []).push(n));
-  const W = 170, H = 48, GX = 60, GY = 18, P = 16;
+  const W = 200, H = 48, GX = 60, GY = 18, P = 16;
   const pos = {};
   Object.entries(cols).forEach(([d, ns]) => ns.forEach((n, i) => (pos[n] = { x: P + d * (W + GX), y: P + i * (H + GY) })));
   const width = P * 2 + (Object.keys(cols).length) * (W + GX) - GX;
@@ -393,7 +393,7 @@ function dagSvg(run, specTasks, onPick) {
     const g = s("g", { class: "task", tabindex: "0", role: "button", "data-task": t.taskName, "data-state": st, "aria-label": `task ${t.taskName} ${st}` },
       s("rect", { x: p.x, y: p.y, width: W, height: H, fill: color[st] || "#9e9e9e" }),
       s("text", { x: p.x + 8, y: p.y + 19, text: t.taskName.length > 22 ? t.taskName.slice(0, 21) + "…" : t.taskName }),
-      s("text", { x: p.x + 8, y: p.y + 37, text: `${st} · attempt ${t.attempt} · token ${t.fencingToken}` }));
+      s("text", { x: p.x + 8, y: p.y + 37, text: `${st} · attempt ${t.attempt} · token ${t.fencingToken}`.slice(0, 30) }));
     g.addEventListener("click", () => onPick(t.taskName));
     g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onPick(t.taskName); } });
     svg.append(g);
@@ -436,7 +436,7 @@ async function runPage(runId) {
             h("td", { text: t.fencingToken }), h("td", { text: t.workerId }), h("td", { text: fmtTime(t.readyMs) }),
             h("td", { text: fmtTime(t.startedMs) }), h("td", { text: fmtTime(t.finishedMs) }),
             h("td", { class: "wrap" }, t.lastError || "",
-              (t.attempts || []).length ? h("details", {}, h("summary", { text: `${t.attempts.length} attempts` }),
+              (t.attempts || []).length ? h("details", {}, h("summary", { text: `${t.attempts.length} attempt${t.attempts.length === 1 ? "" : "s"}` }),
                 t.attempts.map((a) => h("div", {},
                   h("p", { text: `#${a.attempt} ${(a.outcome || "").replace("ATTEMPT_OUTCOME_", "").toLowerCase()} · token ${a.fencingToken} · ${a.workerId} · ${fmtDur(a.durationMs)}${a.exitCode !== undefined ? ` · exit ${a.exitCode}` : ""}${a.error ? ` · ${a.error}` : ""}` }),
                   a.outputTail ? h("pre", { class: "tail", text: a.outputTail }) : null))) : null),

@@ -1,0 +1,206 @@
+"""The dashboard in a real browser (Debian's Chromium, headless) against a real 3-node cluster.
+
+Most tests browse a *follower's* dashboard, so every write goes through the 307 redirect to
+the leader and every page lives on the follower's event stream. Waiting is Playwright's
+auto-waiting `expect` / `wait_for_function` (polling with a deadline), never a sleep.
+Screenshots: tests/browser/conftest.py OUTPUT (.gnomon/test-output/browser/).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from urllib.parse import quote
+
+import pytest
+
+from gnomon.node.localcluster import wait_for
+from tests.http.client import call
+from tests.integration.cluster import RawWorker
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+expect = pytest.importorskip("playwright.sync_api").expect
+
+
+def _follower(cluster):
+    leader = cluster.leader()
+    return leader, next(n for n in cluster.nodes if n is not leader and n.alive())
+
+
+def _job(leader, name: str, tasks: list[dict]) -> dict:
+    spec = {"name": name, "paused": True, "tasks": tasks,
+            "schedule": {"interval": {"intervalMs": "3600000"}}}
+    r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
+    assert r.status == 201, r.text
+    return r.json["job"]
+
+
+def _trigger(leader, job: dict) -> str:
+    r = call(leader.url, "POST", f"/v1/jobs/{job['jobId']}/trigger", {})
+    assert r.status == 200, r.text
+    return r.json["run"]["runId"]
+
+
+def _mark(pg) -> None:
+    """A marker that a reload would lose: the page updated itself if it is still there."""
+    pg.evaluate("window.__noReload = true")
+
+
+def _not_reloaded(pg) -> bool:
+    return pg.evaluate("window.__noReload === true")
+
+
+def test_create_a_job_from_the_form_and_see_its_runs_appear_live(cluster, page):
+    _leader, follower = _follower(cluster)
+    pg = page.page
+    pg.goto(f"{follower.url}/#/jobs")
+    form = pg.get_by_role("form", name="New job")
+    form.get_by_label("Name", exact=True).fill("from-the-form")
+    form.get_by_label("Schedule").select_option("cron")
+    form.get_by_label("Timezone").fill("Mars/Base")
+    form.get_by_role("button", name="Create job").click()
+    # The API's message, shown at the field it names, the field marked invalid.
+    expect(form.get_by_test_id("err-timezone")).to_contain_text("unknown IANA timezone")
+    expect(form.get_by_label("Timezone")).to_have_attribute("aria-invalid", "true")
+    page.shot("jobs-validation")
+
+    form.get_by_label("Schedule").select_option("interval")
+    form.get_by_label("Interval (ms)").fill("1000")
+    form.get_by_role("button", name="Create job").click()
+    pg.wait_for_url(re.compile(r"#/jobs/j\d+$"))
+    job_id = pg.url.rsplit("/", 1)[1]
+    strip = pg.get_by_test_id("run-strip")
+    expect(strip.locator("a").first).to_be_visible()
+    _mark(pg)
+    seen = strip.locator("a").count()
+    pg.wait_for_function(
+        "n => document.querySelectorAll('[data-testid=run-strip] a').length >= n + 2", arg=seen)
+    assert _not_reloaded(pg)
+    expect(pg.locator("tr[data-run]").first).to_contain_text(job_id)
+    page.shot("job")
+
+    pg.get_by_role("button", name="Pause").first.click()
+    expect(pg.get_by_role("button", name="Resume").first).to_be_visible()
+    job = call(follower.url, "GET", f"/v1/jobs/{job_id}?consistency=STALE").json["job"]
+    assert job["spec"]["name"] == "from-the-form"
+    pg.goto(f"{follower.url}/#/jobs")
+    expect(pg.locator(f'tr[data-job="{job_id}"]')).to_contain_text("paused")
+    page.shot("jobs")
+    assert page.script_errors() == []
+
+
+def test_open_a_run_and_see_its_dag_change_live(cluster, page):
+    leader, follower = _follower(cluster)
+    job = _job(leader, "etl", [
+        {"name": "extract", "queue": "dag"},
+        {"name": "transform", "queue": "dag", "dependsOn": ["extract"]},
+        {"name": "validate", "queue": "dag", "dependsOn": ["extract"]},
+        {"name": "load", "queue": "dag", "dependsOn": ["transform", "validate"]},
+    ])
+    run_id = _trigger(leader, job)
+    pg = page.page
+    pg.goto(f"{follower.url}/#/runs/{quote(run_id, safe='')}")
+    dag = pg.get_by_test_id("dag")
+    expect(dag.locator("g.task")).to_have_count(4)
+    expect(dag.locator("path")).to_have_count(4)  # the four dependency edges
+    expect(dag.locator('g[data-task="extract"]')).to_have_attribute("data-state", "ready")
+    expect(dag.locator('g[data-task="load"]')).to_have_attribute("data-state", "pending")
+    _mark(pg)
+
+    worker = RawWorker(leader, "w-dag", ("dag",))
+    try:
+        worker.credits(1)
+        assign = worker.next("assign")
+        assert assign.lease.task_name == "extract"
+        expect(dag.locator('g[data-task="extract"]')).to_have_attribute("data-state", "leased")
+        worker.complete(assign.lease)
+        worker.next("report_ack")
+        expect(dag.locator('g[data-task="extract"]')).to_have_attribute("data-state",
+                                                                        "succeeded")
+        expect(dag.locator('g[data-task="transform"]')).to_have_attribute("data-state", "ready")
+    finally:
+        worker.close()
+    assert _not_reloaded(pg)
+    row = pg.locator('tr[data-task="extract"]')
+    expect(row).to_contain_text("w-dag")
+    expect(row).to_contain_text(str(assign.lease.fencing_token))
+    # Keyboard: a DAG node is focusable and Enter takes you to its row.
+    dag.locator('g[data-task="extract"]').focus()
+    pg.keyboard.press("Enter")
+    page.shot("run")
+    assert page.script_errors() == []
+
+
+def test_replay_a_dead_letter(cluster, page):
+    leader, follower = _follower(cluster)
+    job = _job(leader, "doomed", [{"name": "main", "queue": "dlq", "retry": {"maxAttempts": 1}}])
+    run_id = _trigger(leader, job)
+    worker = RawWorker(leader, "w-dlq", ("dlq",))
+    try:
+        worker.credits(1)
+        assign = worker.next("assign")
+        worker.fail(assign.lease, "disk on fire", retryable=False)
+        worker.next("report_ack")
+    finally:
+        worker.close()
+    wait_for(lambda: any(d["runId"] == run_id for d in
+                         call(leader.url, "GET", "/v1/dlq").json["deadLetters"]),
+             timeout_s=20, what="the dead letter")
+    pg = page.page
+    pg.goto(f"{follower.url}/#/dlq")
+    row = pg.locator(f'tr[data-dead="{run_id}:main"]')
+    expect(row).to_contain_text("disk on fire")
+    page.shot("dlq")
+    row.get_by_role("button", name="Replay").click()
+    expect(row).to_have_count(0)
+    expect(pg.get_by_role("status").filter(has_text="Replayed")).to_be_visible()
+    run = call(leader.url, "GET", f"/v1/runs/{quote(run_id, safe='')}").json["run"]
+    assert run["state"] == "RUN_STATE_RUNNING"
+    assert run["tasks"][0]["state"] == "TASK_STATE_READY"
+    page.shot("dlq-replayed")
+    assert page.script_errors() == []
+
+
+@pytest.mark.parametrize("hash_", ["cluster", "jobs", "dlq", "queues"])
+def test_pages_fit_a_phone_and_work_with_the_keyboard(cluster, browser, hash_):
+    from tests.browser.conftest import Page
+
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True,
+                                  has_touch=True)
+    try:
+        page = Page(context.new_page(), f"phone-{hash_}")
+        pg = page.page
+        pg.set_default_timeout(20_000)
+        pg.goto(f"{cluster.leader().url}/#/{hash_}")
+        expect(pg.locator("main h1")).to_be_visible()
+        expect(pg.locator("#live")).to_have_text("live")
+        assert pg.evaluate("document.documentElement.scrollWidth") <= 390
+        pg.keyboard.press("Tab")
+        assert pg.evaluate("document.activeElement.className") == "skip"
+        pg.keyboard.press("Tab")
+        assert pg.evaluate("document.activeElement.dataset.nav") == "cluster"
+        page.shot("page")
+        assert page.script_errors() == []
+    finally:
+        context.close()
+
+
+def test_a_leader_change_is_shown_after_the_leader_is_killed(cluster, page):
+    """Last in the module: it leaves the old leader dead."""
+    leader, follower = _follower(cluster)
+    pg = page.page
+    pg.goto(f"{follower.url}/#/cluster")
+    badge = pg.get_by_test_id("leader-badge")
+    expect(badge).to_have_attribute("data-leader", leader.node_id)
+    expect(pg.locator(f'tr[data-node="{leader.node_id}"]')).to_contain_text("leader")
+    _mark(pg)
+    cluster.kill(leader.node_id, signal.SIGKILL)
+    pg.wait_for_function(
+        "old => { const l = document.querySelector('[data-testid=leader-badge]').dataset.leader;"
+        " return l && l !== old; }", arg=leader.node_id, timeout=60_000)
+    new_leader = badge.get_attribute("data-leader")
+    expect(pg.locator(f'tr[data-node="{leader.node_id}"]')).to_contain_text("unreachable")
+    expect(pg.get_by_test_id("kv-leader")).to_contain_text(new_leader)
+    assert _not_reloaded(pg)
+    page.shot("cluster-after-failover")
+    assert page.script_errors() == []
