@@ -86,8 +86,9 @@ class NodeProc:
 
     @property
     def url(self) -> str:
-        """The base URL of this node's HTTP API and dashboard."""
-        return f"http://{self.http_addr}"
+        """The base URL of this node's HTTP API and dashboard (https on a secure cluster:
+        the HTTP port uses the gRPC port's TLS)."""
+        return f"{'https' if self.credentials is not None else 'http'}://{self.http_addr}"
 
     def jobs(self) -> api_pb2_grpc.JobServiceStub:
         return api_pb2_grpc.JobServiceStub(self._channel())

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
 from pathlib import Path
 
 import grpc
 from aiohttp import web
 
+from gnomon.node.grpc_tls import is_loopback
 from gnomon.node.http import views
 from gnomon.node.http.api import ROUTES, HttpContext, Route, build_request, to_json
 from gnomon.node.http.auth import authenticate
@@ -33,6 +35,24 @@ PREFLIGHT = CORS | {
 }
 
 
+def ssl_context(config) -> ssl.SSLContext | None:
+    """The gRPC port's TLS for the HTTP port: the same certificate and key, and with
+    tls_client_ca the same mutual TLS (clients present a certificate of that CA)."""
+    if not config.tls_cert:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(config.tls_cert, config.tls_key)
+        if config.tls_client_ca:
+            ctx.load_verify_locations(config.tls_client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(f"gnomon-node: tls_cert: cannot load the HTTP port's TLS: {exc}") \
+            from None
+    return ctx
+
+
 class HttpServer:
     def __init__(self, node):
         self.node = node
@@ -54,12 +74,22 @@ class HttpServer:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                      shutdown_timeout=2.0)
         await self._runner.setup()
+        tls = ssl_context(self.node.config)
         try:
-            await web.TCPSite(self._runner, host or "0.0.0.0", int(port)).start()
+            await web.TCPSite(self._runner, host or "0.0.0.0", int(port),
+                              ssl_context=tls).start()
         except OSError as exc:
             raise SystemExit(f"http_addr: cannot bind {addr}: {exc}") from None
         self.events.start()
-        log.info("node %s serving HTTP on http://%s/", self.node.config.node_id, addr)
+        log.info("node %s serving HTTP on %s://%s/", self.node.config.node_id, self.scheme, addr)
+        if tls is None and not is_loopback(addr):
+            log.warning("the HTTP port %s listens beyond loopback WITHOUT TLS: anyone who "
+                        "reaches it reads and changes every job. Set --tls-cert and --tls-key "
+                        "(the HTTP port uses the gRPC port's TLS).", addr)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.node.config.tls_cert else "http"
 
     async def stop(self) -> None:
         await self.events.stop()
@@ -107,7 +137,7 @@ class HttpServer:
             return None
         body = p.body() | {"status": 307, "title": "Temporary Redirect"}
         return web.Response(status=307, text=json.dumps(body), content_type=PROBLEM_TYPE,
-                            headers={"Location": f"http://{http}{request.path_qs}"})
+                            headers={"Location": f"{self.scheme}://{http}{request.path_qs}"})
 
     async def _preflight(self, request: web.Request) -> web.Response:
         return web.Response(status=204, headers=PREFLIGHT)
