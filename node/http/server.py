@@ -151,7 +151,7 @@ class HttpServer:
             method = getattr(servicer, route.method_name)
 
             async def call(request: web.Request) -> web.Response:
-                metadata = authenticate(request)
+                metadata = authenticate(request, self.node.config)
                 msg = await build_request(route, request)
                 reply = await method(msg, HttpContext(metadata))
                 resp = web.json_response(to_json(reply), status=route.status)
@@ -162,7 +162,7 @@ class HttpServer:
             return call
         if route.path == "/v1/events":
             async def events(request: web.Request) -> web.StreamResponse:
-                authenticate(request)
+                authenticate(request, self.node.config)
                 return await self.events.stream(request)
             return events
         if route.path == "/v1/openapi.json":
@@ -173,7 +173,7 @@ class HttpServer:
             view = getattr(views, route.path.rsplit("/", 1)[1])
 
             async def show(request: web.Request) -> web.Response:
-                authenticate(request)
+                authenticate(request, self.node.config)
                 return web.json_response(view(self.node))
             return show
 

@@ -49,6 +49,11 @@ def test_https_with_a_client_certificate_of_the_cluster_ca(cluster):
     leader = cluster.leader()
     assert leader.url.startswith("https://")
     status, _, body = _get(leader, _context(cluster, client_cert=True), "/v1/cluster")
+    if hasattr(cluster, "admin_token"):
+        # A secure cluster authenticates its gRPC port (issue 10): the HTTP port fails closed
+        # until node/http/auth.py checks the same tokens.
+        assert status == 401 and json.loads(body)["code"] == "UNAUTHENTICATED", body
+        return
     assert status == 200 and json.loads(body)["leaderNodeId"] == leader.node_id
     follower = next(n for n in cluster.nodes if n is not leader)
     spec = json.dumps({"spec": {"name": "tls", "schedule": {"once": {"atMs": "1"}},
