@@ -22,6 +22,8 @@ from ._models import (
     LimitsUpdate,
     OverlapPolicy,
     Run,
+    Schedule,
+    SchedulePreview,
     TaskRef,
 )
 from ._run_handle import RunHandle, run_fields
@@ -161,6 +163,26 @@ class Client:
         return self._run(
             self._async.get_job(
                 job_id, tenant=tenant, name=name, consistency=consistency, timeout_s=timeout_s
+            )
+        )
+
+    def preview_schedule(
+        self,
+        job_id: str | None = None,
+        *,
+        schedule: Schedule | None = None,
+        tenant: str | None = None,
+        name: str | None = None,
+        count: int = 5,
+        after: datetime | int | None = None,
+        timeout_s: float | None = None,
+    ) -> SchedulePreview:
+        """The next ``count`` instants a schedule fires at (a job's, or ``schedule``), in UTC
+        and local time, with DST notes; see ``AsyncClient.preview_schedule``."""
+        return self._run(
+            self._async.preview_schedule(
+                job_id, schedule=schedule, tenant=tenant, name=name, count=count, after=after,
+                timeout_s=timeout_s,
             )
         )
 

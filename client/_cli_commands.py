@@ -20,19 +20,34 @@ from ._cli_render import (
     fmt_time,
     job_json,
     limits_json,
+    preview_json,
     render_cluster,
     render_dead_letters,
     render_job,
     render_jobs,
     render_limits,
+    render_preview,
     render_run,
     render_runs,
     run_json,
     task_ref_json,
 )
-from ._cli_spec import load_spec_file, spec_flags_given, spec_from_flags, updated_spec
+from ._cli_spec import (
+    load_spec_file,
+    schedule_from_flags,
+    spec_flags_given,
+    spec_from_flags,
+    updated_spec,
+)
 from ._cli_values import UsageError, parse_duration_ms
-from ._errors import VERSION_CONFLICT, AlreadyExists, Conflict, DeadlineExceeded, NotFound
+from ._errors import (
+    VERSION_CONFLICT,
+    AlreadyExists,
+    Conflict,
+    DeadlineExceeded,
+    GnomonError,
+    NotFound,
+)
 from ._models import CLUSTER_LIMIT_NAMES, Job, JobSpec, Run, RunState, TaskRef
 
 __all__ = ["COMMANDS", "ClientFactory", "CommandContext", "parse_limit_settings", "parse_task_ref"]
@@ -119,7 +134,37 @@ def _cmd_job_create(ctx: CommandContext) -> int:
             raise
         job = ctx.client.get_job(tenant=spec.tenant, name=spec.name)
         verb = "exists, unchanged:"
-    ctx.emit(f"{verb} job {_job_label(job)}, {_next_fire(job)}", job_json(job))
+    text = f"{verb} job {_job_label(job)}, {_next_fire(job)}"
+    if not ctx.json and not job.paused and job.next_fire_ms:
+        text += _next_three(ctx, job)
+    ctx.emit(text, job_json(job))
+    return EXIT_OK
+
+
+def _next_three(ctx: CommandContext, job: Job) -> str:
+    """The next three fires of a new job, in UTC and its local time (nothing if the node
+    cannot say: the job is created either way)."""
+    try:
+        preview = ctx.client.preview_schedule(job.job_id, count=3)
+    except GnomonError:
+        return ""
+    return "\nnext fires:\n" + render_preview(preview)
+
+
+def _cmd_job_preview(ctx: CommandContext) -> int:
+    a = ctx.args
+    schedule = schedule_from_flags(a)
+    if (a.job is None) == (schedule is None):
+        raise UsageError("name a job (JOB) or give a schedule (--cron, --interval-ms or --at)")
+    if not 1 <= a.count:
+        raise UsageError("--count: must be at least 1")
+    if schedule is None:
+        job_id, kw = _ref_kwargs(_job_ref(a.job, a.tenant))
+        preview = ctx.client.preview_schedule(job_id, **kw, count=a.count, after=a.after)
+    else:
+        preview = ctx.client.preview_schedule(schedule=schedule, tenant=a.tenant, name=a.name,
+                                              count=a.count, after=a.after)
+    ctx.emit(render_preview(preview), preview_json(preview))
     return EXIT_OK
 
 
@@ -443,6 +488,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("job", "pause"): _cmd_job_pause,
     ("job", "resume"): _cmd_job_resume,
     ("job", "trigger"): _cmd_job_trigger,
+    ("job", "preview"): _cmd_job_preview,
     ("run", "list"): _cmd_run_list,
     ("run", "get"): _cmd_run_get,
     ("run", "cancel"): _cmd_run_cancel,

@@ -57,14 +57,14 @@ _PAUSED_MARKER = "dev-paused.json"
 EXAMPLE_JOBS: list[dict[str, Any]] = [
     {
         "name": "hello-every-5s",
-        # croniter's 6-field form has the seconds LAST.
-        "schedule": {"cron": "* * * * * */5", "timezone": "UTC"},
+        # A 6-field expression says where its seconds are: last here (croniter's form).
+        "schedule": {"cron": "* * * * * */5", "timezone": "UTC", "dialect": "seconds_last"},
         "misfire_policy": "run_latest",
         "task": {"name": "hello", "queue": DEMO_QUEUE, "payload": {"greeting": "hello"}},
     },
     {
         "name": "etl-every-30s",
-        "schedule": {"cron": "* * * * * */30", "timezone": "UTC"},
+        "schedule": {"cron": "* * * * * */30", "timezone": "UTC", "dialect": "seconds_last"},
         "misfire_policy": "run_latest",
         "defaults": {"queue": DEMO_QUEUE, "timeout_ms": "30s"},
         "tasks": [

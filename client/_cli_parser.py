@@ -9,13 +9,13 @@ from typing import Any, NoReturn
 from ._cli_dev import DEFAULT_SERVERS, DEV_GRPC_PORTS, DEV_RAFT_PORTS
 from ._cli_errors import EXIT_CODES
 from ._cli_values import UsageError, parse_duration_ms, parse_instant_ms
-from ._models import CLUSTER_LIMIT_NAMES, MisfirePolicy, OverlapPolicy
+from ._models import CLUSTER_LIMIT_NAMES, CronDialect, MisfirePolicy, OverlapPolicy
 
 __all__ = ["ArgumentError", "build_parser"]
 
 _COMMANDS = """\
 commands:
-  job create|get|list|update|delete|pause|resume|trigger   manage jobs
+  job create|get|list|update|delete|pause|resume|trigger|preview   manage jobs
   run list|get|cancel                                      inspect and cancel runs
   dlq list|replay                                          the dead-letter queue
   cluster status|limits                                    nodes, leader, replicated limits
@@ -96,15 +96,19 @@ def _instant_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(e).split(": ", 1)[1]) from None
 
 
-def _add_spec_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
-    g = p.add_argument_group("job spec (instead of -f)")
-    if create:
-        g.add_argument("--name", help="job name, unique in the tenant")
-        g.add_argument("--tenant", help="tenant (default: default)")
+def _add_schedule_flags(g: Any) -> None:
     g.add_argument(
-        "--cron", metavar="EXPR", help='cron: 5 fields, or 6 with seconds LAST ("* * * * * */5")'
+        "--cron",
+        metavar="EXPR",
+        help='cron: 5 fields, an @alias, or 6 fields with --cron-dialect ("*/10 * * * * *")',
     )
     g.add_argument("--tz", metavar="ZONE", help="IANA timezone of --cron (default UTC)")
+    g.add_argument(
+        "--cron-dialect",
+        choices=[d.value for d in CronDialect],
+        help="where a 6-field --cron has its seconds: seconds_last (croniter) or "
+        "seconds_first (Quartz, Spring, Dkron)",
+    )
     g.add_argument(
         "--interval-ms",
         "--interval",
@@ -119,6 +123,20 @@ def _add_spec_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
         metavar="TIME",
         help="once: 2026-11-30T10:41:02Z, now, +10m, or epoch ms",
     )
+
+
+def _add_spec_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
+    g = p.add_argument_group("job spec (instead of -f)")
+    if create:
+        g.add_argument("--name", help="job name, unique in the tenant")
+        g.add_argument("--tenant", help="tenant (default: default)")
+    _add_schedule_flags(g)
+    _add_spec_task_flags(g)
+    if create:
+        g.add_argument("--paused", action="store_true", default=None, help="create it paused")
+
+
+def _add_spec_task_flags(g: Any) -> None:
     g.add_argument("--task-name", help="name of the single task (default main)")
     g.add_argument("--queue", help="queue of the task (default: default)")
     g.add_argument("--payload-json", metavar="JSON", help="task payload, a JSON value")
@@ -160,8 +178,6 @@ def _add_spec_flags(p: argparse.ArgumentParser, *, create: bool) -> None:
     g.add_argument(
         "--max-buffered-runs", type=int, metavar="N", help="buffer_all: queued runs at most"
     )
-    if create:
-        g.add_argument("--paused", action="store_true", default=None, help="create it paused")
 
 
 def _add_wait(p: argparse.ArgumentParser) -> None:
@@ -258,6 +274,14 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
         help="override the job's overlap policy for this trigger",
     )
     _add_wait(p)
+    p = leaf(job, "preview", "the next fire instants of a job's schedule, or of --cron/...")
+    p.add_argument("job", metavar="JOB", nargs="?", help="job id (j12) or name")
+    p.add_argument("--tenant", help="tenant of the job (default: default)")
+    p.add_argument("--name", help="with --cron: the job name H hashes (H needs one)")
+    p.add_argument("--count", type=int, default=5, metavar="N", help="instants (default 5)")
+    p.add_argument("--after", type=_instant_arg, metavar="TIME", help="from (default now)")
+    g = p.add_argument_group("a schedule instead of JOB")
+    _add_schedule_flags(g)
 
 
 def _add_job_update(p: argparse.ArgumentParser) -> None:

@@ -26,6 +26,7 @@ from ._models import (
     LimitsUpdate,
     Run,
     Schedule,
+    SchedulePreview,
     TaskInstance,
     TaskRef,
     TaskState,
@@ -45,8 +46,10 @@ __all__ = [
     "limits_json",
     "render_cluster",
     "render_dead_letters",
+    "preview_json",
     "render_job",
     "render_jobs",
+    "render_preview",
     "render_limits",
     "render_run",
     "render_runs",
@@ -174,6 +177,26 @@ def _overlap_text(spec: JobSpec) -> str:
     if policy == "buffer_all":
         text += f", {spec.max_buffered_runs or 100} buffered"
     return text + ")"
+
+
+def render_preview(preview: SchedulePreview) -> str:
+    """The fire instants of a preview: UTC, local time, DST note."""
+    if not preview.fires:
+        return "no fires left"
+    head = f"reading: {preview.reading}\n" if preview.reading else ""
+    rows = [(f.utc, f.local, f.dst_note) for f in preview.fires]
+    return head + table(["UTC", f"LOCAL ({preview.timezone})", "DST"], rows, max_cell=None)
+
+
+def preview_json(preview: SchedulePreview) -> dict[str, Any]:
+    return {
+        "timezone": preview.timezone,
+        "reading": preview.reading,
+        "fires": [
+            {"at_ms": f.at_ms, "utc": f.utc, "local": f.local, "dst_note": f.dst_note}
+            for f in preview.fires
+        ],
+    }
 
 
 def render_job(job: Job) -> str:

@@ -10,8 +10,9 @@ for instants (``at_ms``, ``anchor_ms``) an ISO 8601 time with a zone, ``"now"`` 
     name: etl                          # unique in the tenant; [A-Za-z0-9_.-]
     tenant: default
     schedule:                          # exactly one kind:
-      cron: "0 3 * * *"                #   5 fields, 6 with seconds LAST, or @daily...
+      cron: "0 3 * * *"                #   5 fields, @daily..., or 6 with a dialect:
       timezone: Europe/Berlin          #   IANA name; default UTC
+      # dialect: seconds_first         #   6 fields: seconds_last (croniter) | seconds_first
       # interval_ms: 30s               #   fixed period (anchor_ms: phase, default the epoch)
       # at_ms: "2026-11-30T10:41:02Z"  #   once
     priority: 0                        # -100..100
@@ -66,6 +67,7 @@ from ._cli_values import (
     read_str,
 )
 from ._models import (
+    CronDialect,
     CronSchedule,
     IntervalSchedule,
     Job,
@@ -86,6 +88,7 @@ __all__ = [
     "load_spec_file",
     "parse_duration_ms",
     "parse_instant_ms",
+    "schedule_from_flags",
     "spec_flags_given",
     "spec_from_data",
     "spec_from_flags",
@@ -109,7 +112,7 @@ _TOP_KEYS = (
     "max_active_runs",
     "max_buffered_runs",
 )
-_SCHEDULE_KEYS = ("cron", "timezone", "interval_ms", "anchor_ms", "at_ms")
+_SCHEDULE_KEYS = ("cron", "timezone", "dialect", "interval_ms", "anchor_ms", "at_ms")
 _TASK_KEYS = (
     "name",
     "queue",
@@ -132,7 +135,7 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
         raise fail(path, f"set exactly one of cron, interval_ms, at_ms (found {found})")
     kind = kinds[0]
     extra = {
-        "cron": {"timezone"},
+        "cron": {"timezone", "dialect"},
         "interval_ms": {"anchor_ms"},
         "at_ms": set(),
     }[kind]
@@ -145,6 +148,7 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
         return CronSchedule(
             read_str(data["cron"], f"{path}.cron"),
             read_str(tz, f"{path}.timezone") if tz is not None else "UTC",
+            _dialect(data.get("dialect"), f"{path}.dialect"),
         )
     if kind == "interval_ms":
         anchor = data.get("anchor_ms")
@@ -220,6 +224,17 @@ def _task(data: Any, path: str, defaults: Mapping[str, Any], default_name: str |
         timeout_ms=parse_duration_ms(timeout, f"{path}.timeout_ms"),
         retry=RetryPolicy(**retry),
     )
+
+
+def _dialect(value: Any, path: str) -> CronDialect | None:
+    if value is None:
+        return None
+    text = read_str(value, path).strip().lower().removeprefix("cron_dialect_")
+    try:
+        return CronDialect(text.replace("-", "_"))
+    except ValueError:
+        choices = ", ".join(d.value for d in CronDialect)
+        raise fail(path, f"{value!r} is not one of {choices}") from None
 
 
 def _misfire(value: Any, path: str) -> MisfirePolicy:
@@ -334,7 +349,8 @@ def bytes_to_data(name: str, value: bytes) -> dict[str, Any]:
 
 def schedule_to_data(schedule: Schedule) -> dict[str, Any]:
     if isinstance(schedule, CronSchedule):
-        return {"cron": schedule.expression, "timezone": schedule.timezone}
+        dialect = {"dialect": schedule.dialect.value} if schedule.dialect else {}
+        return {"cron": schedule.expression, "timezone": schedule.timezone, **dialect}
     if isinstance(schedule, IntervalSchedule):
         return {"interval_ms": schedule.interval_ms, "anchor_ms": schedule.anchor_ms}
     return {"at_ms": schedule.at_ms}
@@ -380,16 +396,19 @@ def _schedule_from_flags(
     kinds = [f for f in ("cron", "interval_ms", "at") if getattr(args, f, None) is not None]
     if len(kinds) > 1:
         raise UsageError("give one schedule: --cron, --interval-ms or --at")
-    if args.tz is not None and not (
-        kinds == ["cron"] or (not kinds and current and "cron" in current)
-    ):
-        raise UsageError("--tz applies to a cron schedule (--cron)")
+    for flag, given in (("--tz", args.tz), ("--cron-dialect", args.cron_dialect)):
+        if given is not None and not (
+            kinds == ["cron"] or (not kinds and current and "cron" in current)
+        ):
+            raise UsageError(f"{flag} applies to a cron schedule (--cron)")
     if args.anchor_ms is not None and not (
         kinds == ["interval_ms"] or (not kinds and current and "interval_ms" in current)
     ):
         raise UsageError("--anchor-ms applies to an interval schedule (--interval-ms)")
     if not kinds:
-        if current is None or (args.tz is None and args.anchor_ms is None):
+        if current is None or (
+            args.tz is None and args.anchor_ms is None and args.cron_dialect is None
+        ):
             return None
         schedule = dict(current)
     elif kinds == ["cron"]:
@@ -400,9 +419,18 @@ def _schedule_from_flags(
         schedule = {"at_ms": args.at}
     if args.tz is not None:
         schedule["timezone"] = args.tz
+    if args.cron_dialect is not None:
+        schedule["dialect"] = args.cron_dialect
     if args.anchor_ms is not None:
         schedule["anchor_ms"] = args.anchor_ms
     return schedule
+
+
+def schedule_from_flags(args: argparse.Namespace) -> Schedule | None:
+    """The schedule of --cron/--tz/--cron-dialect, --interval-ms/--anchor-ms or --at, if any
+    (``job preview``)."""
+    data = _schedule_from_flags(args, None)
+    return None if data is None else _schedule(data, "schedule", None)
 
 
 def _task_from_flags(args: argparse.Namespace, task: dict[str, Any]) -> dict[str, Any]:
@@ -451,7 +479,7 @@ _TASK_FLAGS = (
 )
 _JOB_FLAGS = ("priority", "misfire_policy", "misfire_grace_ms", "overlap_policy",
               "max_active_runs", "max_buffered_runs")
-_SCHEDULE_FLAGS = ("cron", "tz", "interval_ms", "anchor_ms", "at")
+_SCHEDULE_FLAGS = ("cron", "tz", "cron_dialect", "interval_ms", "anchor_ms", "at")
 
 
 def _given(args: argparse.Namespace, flags: Sequence[str]) -> list[str]:

@@ -28,6 +28,8 @@ from ._models import (
     LimitsUpdate,
     OverlapPolicy,
     Run,
+    Schedule,
+    SchedulePreview,
     TaskRef,
 )
 from ._run_handle import AsyncRunHandle, run_fields
@@ -166,6 +168,27 @@ class AsyncClient:
         )
         resp = await self._call(_JOBS, "GetJob", req, timeout_s=timeout_s)
         return cv.job_from_proto(resp.job)
+
+    async def preview_schedule(
+        self,
+        job_id: str | None = None,
+        *,
+        schedule: Schedule | None = None,
+        tenant: str | None = None,
+        name: str | None = None,
+        count: int = 5,
+        after: datetime | int | None = None,
+        timeout_s: float | None = None,
+    ) -> SchedulePreview:
+        """The next ``count`` instants a schedule fires at, in UTC and local time, with DST
+        notes: a job's (``job_id``, or ``name`` in ``tenant``), or ``schedule`` (``name`` and
+        ``tenant`` then say whose hash ``H`` uses). ``after``: an aware datetime or UTC ms;
+        None means now. Changes nothing."""
+        after_ms = 0 if after is None else instant_ms(after) if isinstance(after, datetime) \
+            else after
+        req = cv.preview_request(schedule, job_id, tenant, name, count, after_ms)
+        resp = await self._call(_JOBS, "PreviewSchedule", req, timeout_s=timeout_s)
+        return cv.preview_from_proto(resp)
 
     async def list_jobs(
         self,

@@ -21,6 +21,7 @@ from ._models import (
     ClusterLimits,
     ClusterStatus,
     Consistency,
+    CronDialect,
     CronSchedule,
     DeadLetter,
     IntervalSchedule,
@@ -31,11 +32,13 @@ from ._models import (
     NodeStatus,
     OnceSchedule,
     OverlapPolicy,
+    PreviewFire,
     RetryPolicy,
     Run,
     RunState,
     RunTrigger,
     Schedule,
+    SchedulePreview,
     TaskInstance,
     TaskRef,
     TaskSpec,
@@ -49,6 +52,13 @@ _MISFIRE = {
     MisfirePolicy.SKIP: types_pb2.MISFIRE_POLICY_SKIP,
 }
 _MISFIRE_BACK = {v: k for k, v in _MISFIRE.items()}
+
+_DIALECT: dict[CronDialect | None, int] = {
+    None: types_pb2.CRON_DIALECT_UNSPECIFIED,
+    CronDialect.SECONDS_LAST: types_pb2.CRON_DIALECT_SECONDS_LAST,
+    CronDialect.SECONDS_FIRST: types_pb2.CRON_DIALECT_SECONDS_FIRST,
+}
+_DIALECT_BACK = {v: k for k, v in _DIALECT.items() if k is not None}
 
 _OVERLAP = {p: types_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{p.name}") for p in OverlapPolicy}
 _OVERLAP_BACK = {v: k for k, v in _OVERLAP.items()}
@@ -110,7 +120,11 @@ _CONSISTENCY: dict[str, Any] = {
 def schedule_to_proto(schedule: Schedule) -> types_pb2.Schedule:
     if isinstance(schedule, CronSchedule):
         return types_pb2.Schedule(
-            cron=types_pb2.CronSchedule(expression=schedule.expression, timezone=schedule.timezone)
+            cron=types_pb2.CronSchedule(
+                expression=schedule.expression,
+                timezone=schedule.timezone,
+                dialect=_DIALECT[schedule.dialect],
+            )
         )
     if isinstance(schedule, IntervalSchedule):
         return types_pb2.Schedule(
@@ -126,7 +140,11 @@ def schedule_to_proto(schedule: Schedule) -> types_pb2.Schedule:
 def schedule_from_proto(msg: types_pb2.Schedule) -> Schedule:
     kind = msg.WhichOneof("kind")
     if kind == "cron":
-        return CronSchedule(expression=msg.cron.expression, timezone=msg.cron.timezone or "UTC")
+        return CronSchedule(
+            expression=msg.cron.expression,
+            timezone=msg.cron.timezone or "UTC",
+            dialect=_DIALECT_BACK.get(msg.cron.dialect),
+        )
     if kind == "interval":
         return IntervalSchedule(
             interval_ms=msg.interval.interval_ms, anchor_ms=msg.interval.anchor_ms
@@ -475,6 +493,37 @@ def consistency_to_proto(consistency: Consistency) -> Any:
         raise InvalidArgument(
             f"consistency must be 'linearizable' or 'stale', not {consistency!r}"
         ) from None
+
+
+def preview_request(
+    schedule: Schedule | None,
+    job_id: str | None,
+    tenant: str | None,
+    name: str | None,
+    count: int,
+    after_ms: int,
+) -> api_pb2.PreviewScheduleRequest:
+    """A job's schedule (job_id, or tenant and name), or `schedule` (name: whose H hash)."""
+    req = api_pb2.PreviewScheduleRequest(count=count, after_ms=after_ms)
+    if schedule is None:
+        req.job.CopyFrom(job_ref(job_id, tenant, name))
+    else:
+        if job_id:
+            raise InvalidArgument("preview a job (job_id or name) or a schedule, not both")
+        req.schedule.CopyFrom(schedule_to_proto(schedule))
+        req.tenant, req.name = tenant or "", name or ""
+    return req
+
+
+def preview_from_proto(msg: api_pb2.PreviewScheduleResponse) -> SchedulePreview:
+    return SchedulePreview(
+        fires=tuple(
+            PreviewFire(at_ms=f.at_ms, utc=f.utc, local=f.local, dst_note=f.dst_note)
+            for f in msg.fires
+        ),
+        timezone=msg.timezone or "UTC",
+        reading=msg.reading,
+    )
 
 
 def job_ref(job_id: str | None, tenant: str | None, name: str | None) -> api_pb2.JobRef:

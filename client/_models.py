@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 
 from ._specs import (
     DEFAULT_TENANT,
+    CronDialect,
     CronSchedule,
     IntervalSchedule,
     JobSpec,
@@ -36,6 +37,7 @@ __all__ = [
     "ClusterLimits",
     "ClusterStatus",
     "Consistency",
+    "CronDialect",
     "CronSchedule",
     "DeadLetter",
     "IntervalSchedule",
@@ -46,11 +48,13 @@ __all__ = [
     "NodeStatus",
     "OnceSchedule",
     "OverlapPolicy",
+    "PreviewFire",
     "RetryPolicy",
     "Run",
     "RunState",
     "RunTrigger",
     "Schedule",
+    "SchedulePreview",
     "TaskInstance",
     "TaskRef",
     "TaskSpec",
@@ -127,6 +131,29 @@ class AttemptOutcome(enum.StrEnum):
     EXPIRED = "expired"
     """The lease ran out (the worker went away) or the task's timeout passed (see ``error``)."""
     CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class PreviewFire:
+    """One instant a schedule fires at: UTC ms, ISO 8601 in UTC and in the schedule's
+    timezone, and what DST did to it (empty: nothing)."""
+
+    at_ms: int
+    utc: str = ""
+    local: str = ""
+    dst_note: str = ""
+
+    at = InstantField()
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulePreview:
+    """``preview_schedule``: the next fires, the timezone of their local times, and how the
+    cluster reads a cron expression (croniter's seconds-last form and the dialect)."""
+
+    fires: tuple[PreviewFire, ...] = ()
+    timezone: str = "UTC"
+    reading: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,6 +20,7 @@ from typing import Any
 from ._time import DurationField, InstantField, duration_ms, instant_ms, ms_or_alias
 
 __all__ = [
+    "CronDialect",
     "CronSchedule",
     "IntervalSchedule",
     "JobSpec",
@@ -79,16 +80,30 @@ class OverlapPolicy(enum.StrEnum):
     """The oldest active run is cancelled at once (workers told); the fire starts."""
 
 
+class CronDialect(enum.StrEnum):
+    """Where a 6-field cron expression has its seconds (required for 6 fields)."""
+
+    SECONDS_LAST = "seconds_last"
+    """``minute hour day-of-month month day-of-week second`` (croniter)."""
+    SECONDS_FIRST = "seconds_first"
+    """``second minute hour day-of-month month day-of-week`` (Quartz, Spring, Dkron)."""
+
+
 @dataclass(frozen=True, slots=True)
 class CronSchedule:
-    """A cron expression (5 fields, 6 with seconds last, or an @alias) in an IANA timezone."""
+    """A cron expression (5 fields, an @alias, or 6 fields with a ``dialect`` saying where
+    the seconds are) in an IANA timezone. ``H`` tokens spread jobs by a hash of their name
+    (see ``types.proto``)."""
 
     expression: str
     timezone: str = "UTC"
+    dialect: CronDialect | None = None
 
     def __post_init__(self) -> None:
         if not self.timezone:
             object.__setattr__(self, "timezone", "UTC")
+        if self.dialect is not None:
+            object.__setattr__(self, "dialect", CronDialect(self.dialect))
 
 
 @dataclass(frozen=True, slots=True, init=False)

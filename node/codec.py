@@ -90,6 +90,7 @@ _RUN_TRIGGER = types_pb2.RunTrigger.DESCRIPTOR
 _TASK_STATE = types_pb2.TaskState.DESCRIPTOR
 _ATTEMPT_OUTCOME = types_pb2.AttemptOutcome.DESCRIPTOR
 _OVERLAP = types_pb2.OverlapPolicy.DESCRIPTOR
+_DIALECT = types_pb2.CronDialect.DESCRIPTOR
 
 
 def overlap_to_proto(value: str) -> int:
@@ -124,6 +125,7 @@ def schedule_to_proto(s: Schedule, out: types_pb2.Schedule) -> None:
     if s.kind == ScheduleKind.CRON:
         out.cron.expression = s.expression
         out.cron.timezone = s.timezone
+        out.cron.dialect = enum_to_proto(_DIALECT, s.dialect) if s.dialect else 0
     elif s.kind == ScheduleKind.INTERVAL:
         out.interval.interval_ms = s.interval_ms
         out.interval.anchor_ms = s.anchor_ms
@@ -134,7 +136,8 @@ def schedule_to_proto(s: Schedule, out: types_pb2.Schedule) -> None:
 def schedule_from_proto(m: types_pb2.Schedule) -> Schedule:
     kind = m.WhichOneof("kind")
     if kind == "cron":
-        return Schedule(ScheduleKind.CRON, expression=m.cron.expression, timezone=m.cron.timezone)
+        return Schedule(ScheduleKind.CRON, expression=m.cron.expression, timezone=m.cron.timezone,
+                        dialect=enum_from_proto(_DIALECT, m.cron.dialect, ""))
     if kind == "interval":
         return Schedule(
             ScheduleKind.INTERVAL, interval_ms=m.interval.interval_ms, anchor_ms=m.interval.anchor_ms

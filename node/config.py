@@ -124,6 +124,8 @@ class Config:
     # Bounds of a job's overlap fields (spec.max_active_runs, spec.max_buffered_runs).
     max_active_runs: int = 100
     max_buffered_runs: int = 1_000
+    # Fire instants one PreviewSchedule lists at most.
+    max_preview_fires: int = 100
     # Replicated limits: the first leader of a new cluster proposes these; later changes go
     # through `gnomon cluster limits --set` (a node's own value is never applied on its own).
     dedupe_capacity: int = 100_000

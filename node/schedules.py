@@ -5,9 +5,14 @@ croniter and tzdata versions may differ between nodes (core must stay determinis
 
 Cron semantics (croniter 7.0, IANA timezones via `zoneinfo`):
 
-- 5 fields `minute hour day-of-month month day-of-week`, or 6 with the seconds LAST
-  (`0 0 * * * 30` is 00:00:30 every day). Names (`mon`, `jan`), `L`, `W`, `#` and `?` are
-  croniter's. Day-of-month and day-of-week both restricted means either matches (Vixie cron).
+- 5 fields `minute hour day-of-month month day-of-week`, or 6 with a seconds field whose
+  place the schedule's dialect says: SECONDS_LAST (croniter: `0 0 * * * 30` is 00:00:30
+  every day) or SECONDS_FIRST (Quartz, Spring, Dkron: `30 0 0 * * *`), rotated here into
+  croniter's form. A new 6-field expression without a dialect is refused with both readings
+  (`*/10 * * * * *` is "every second of every tenth minute" to croniter and "every ten
+  seconds" to Quartz); a job stored before dialects existed keeps the seconds-last reading.
+  Names (`mon`, `jan`), `L`, `W`, `#` and `?` are croniter's. Day-of-month and day-of-week
+  both restricted means either matches (Vixie cron).
 - Aliases @hourly @daily @midnight @weekly @monthly @yearly @annually keep their usual meaning;
   they are expanded here, never hashed.
 - `H` picks a per-job value from `hash_id` (crc32, the same in every process); `R` (random)
@@ -30,6 +35,7 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 
 from gnomon.node.core.model import (
     DEFAULT_MISFIRE_GRACE_MS,
+    CronDialect,
     JobSpec,
     MisfirePolicy,
     Schedule,
@@ -44,6 +50,7 @@ __all__ = [
     "first_fire_ms",
     "job_hash_id",
     "next_fire_after",
+    "preview",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -91,7 +98,8 @@ def next_fire_after(schedule: Schedule, after_ms: int, *, hash_id: str = "") -> 
         k = (after_ms - schedule.anchor_ms) // interval + 1
         return schedule.anchor_ms + k * interval
     if kind == ScheduleKind.CRON:
-        return _cron_next(schedule.expression, schedule.timezone, after_ms, hash_id)
+        return _cron_next(schedule.expression, schedule.timezone, after_ms, hash_id,
+                          schedule.dialect)
     raise ScheduleError("spec.schedule", f"unknown schedule kind {kind!r}")
 
 
@@ -133,7 +141,8 @@ def check_schedule(
         tz_field = f"{field}.cron.timezone"
         expr_field = f"{field}.cron.expression"
         zone = _zone(schedule.timezone, tz_field)
-        expr, uses_hash = _normalise(schedule.expression, expr_field)
+        _check_dialect(schedule, f"{field}.cron", hash_id or _PLACEHOLDER_HASH_ID, zone)
+        expr, uses_hash = _normalise(schedule.expression, expr_field, schedule.dialect)
         key = hash_id or _PLACEHOLDER_HASH_ID
         template = _parse(expr, key if uses_hash else None, expr_field)
         try:
@@ -162,10 +171,11 @@ def check_schedule(
         raise ScheduleError(field, f"unknown schedule kind {kind!r}")
 
 
-def _cron_next(expression: str, timezone: str, after_ms: int, hash_id: str) -> int:
+def _cron_next(expression: str, timezone: str, after_ms: int, hash_id: str,
+               dialect: str = "") -> int:
     field = "spec.schedule.cron.expression"
     zone = _zone(timezone, "spec.schedule.cron.timezone")
-    expr, uses_hash = _normalise(expression, field)
+    expr, uses_hash = _normalise(expression, field, dialect)
     if uses_hash and not hash_id:
         raise ScheduleError(field, "H needs a hash_id (the job's tenant/name)")
     template = _parse(expr, hash_id if uses_hash else None, field)
@@ -198,8 +208,9 @@ def _parse(expr: str, hash_id: str | None, field: str) -> croniter:
         raise ScheduleError(field, f"invalid cron expression: {exc}") from None
 
 
-def _normalise(expression: str, field: str) -> tuple[str, bool]:
-    """The 5- or 6-field form of `expression` (aliases expanded) and whether it uses `H`."""
+def _normalise(expression: str, field: str, dialect: str = "") -> tuple[str, bool]:
+    """croniter's 5- or 6-field (seconds last) form of `expression` (aliases expanded, a
+    SECONDS_FIRST expression rotated) and whether it uses `H`."""
     if len(expression) > _MAX_EXPRESSION_LEN:
         raise ScheduleError(field, f"longer than {_MAX_EXPRESSION_LEN} characters")
     text = expression.strip()
@@ -212,11 +223,15 @@ def _normalise(expression: str, field: str) -> tuple[str, bool]:
         return alias, False
     fields = text.split()
     if len(fields) not in (5, 6):
+        year = " (Quartz's year field is not supported)" if len(fields) == 7 else ""
         raise ScheduleError(
             field,
-            f"{expression!r} has {len(fields)} fields; expected 5 (minute hour day-of-month "
-            "month day-of-week) or 6 (the same, then seconds)",
+            f"{expression!r} has {len(fields)} fields{year}; expected 5 (minute hour "
+            "day-of-month month day-of-week) or 6 (the same with seconds, first or last as "
+            "the dialect says)",
         )
+    if len(fields) == 6 and dialect == CronDialect.SECONDS_FIRST:
+        fields = fields[1:] + fields[:1]
     tokens = [tok for f in fields for tok in f.split(",")]
     if any(_RANDOM_TOKEN.fullmatch(tok) for tok in tokens):
         raise ScheduleError(field, "R (random) is not supported; use H for a stable spread")
@@ -230,3 +245,96 @@ def _zone(name: str, field: str) -> ZoneInfo:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ScheduleError(field, f"unknown IANA timezone {name!r}") from None
+
+
+# --- dialects and previews ---------------------------------------------------------------
+
+_READINGS = {
+    CronDialect.SECONDS_LAST: "seconds last (croniter)",
+    CronDialect.SECONDS_FIRST: "seconds first (Quartz, Spring, Dkron)",
+}
+
+
+def _check_dialect(schedule: Schedule, field: str, hash_id: str, zone: ZoneInfo) -> None:
+    """A 6-field expression needs a dialect: refuse it without one, showing both readings."""
+    if schedule.dialect not in ("", *_READINGS):
+        raise ScheduleError(f"{field}.dialect", f"unknown cron dialect {schedule.dialect!r}")
+    if schedule.dialect or len(schedule.expression.split()) != 6:
+        return
+    now = int(datetime.now(UTC).timestamp() * 1000)
+    readings = []
+    for dialect, label in _READINGS.items():
+        try:
+            expr, uses_hash = _normalise(schedule.expression, f"{field}.expression", dialect)
+            template = _parse(expr, hash_id if uses_hash else None, f"{field}.expression")
+            at, shown = now, []
+            for _ in range(3):
+                at = _next_with(template, zone, at)
+                shown.append(_iso(at, zone))
+            readings.append(f"{label}: next {', '.join(shown)}")
+        except (ScheduleError, CroniterBadDateError, ValueError, OverflowError) as exc:
+            readings.append(f"{label}: invalid ({getattr(exc, 'rule', exc)})")
+    raise ScheduleError(
+        f"{field}.dialect",
+        f"the 6-field expression {schedule.expression!r} needs a dialect, SECONDS_LAST or "
+        f"SECONDS_FIRST (croniter and Quartz read it differently). Readings: "
+        f"{'; '.join(readings)}",
+    )
+
+
+def _iso(at_ms: int, zone: ZoneInfo) -> str:
+    local = (_EPOCH + at_ms * _MS).astimezone(zone)
+    text = local.isoformat(timespec="milliseconds" if at_ms % 1000 else "seconds")
+    return text.replace("+00:00", "Z") if zone.key == "UTC" else text
+
+
+def preview(schedule: Schedule, after_ms: int, count: int, *,
+            hash_id: str = "") -> tuple[list[tuple[int, str, str, str]], str, str]:
+    """The next `count` fires strictly after `after_ms` as (at_ms, UTC ISO, local ISO, DST
+    note), the timezone of the local times, and how a cron expression is read."""
+    zone = _zone(schedule.timezone, "schedule.cron.timezone") \
+        if schedule.kind == ScheduleKind.CRON else ZoneInfo("UTC")
+    reading = ""
+    expanded = None
+    if schedule.kind == ScheduleKind.CRON:
+        expr, uses_hash = _normalise(schedule.expression, "schedule.cron.expression",
+                                     schedule.dialect)
+        if uses_hash and not hash_id:
+            raise ScheduleError("name", "the expression uses H: give the job (tenant and name) "
+                                "whose hash spreads it")
+        template = _parse(expr, hash_id if uses_hash else None, "schedule.cron.expression")
+        expanded = template.expanded
+        six = len(expr.split()) == 6
+        label = _READINGS[schedule.dialect or CronDialect.SECONDS_LAST] if six else "5 fields"
+        reading = f"{expr} ({label})"
+    out: list[tuple[int, str, str, str]] = []
+    at = after_ms
+    while len(out) < count:
+        at = first_fire_ms(schedule, at, hash_id=hash_id) if not out and \
+            schedule.kind == ScheduleKind.ONCE else next_fire_after(schedule, at, hash_id=hash_id)
+        if not at or (out and at <= out[-1][0]) or (schedule.kind == ScheduleKind.ONCE and out):
+            break
+        note = _dst_note(at, zone, expanded) if expanded is not None else ""
+        out.append((at, _iso(at, ZoneInfo("UTC")), _iso(at, zone), note))
+    return out, zone.key, reading
+
+
+def _matches(values: list, value: int) -> bool:
+    return values == ["*"] or value in values
+
+
+def _dst_note(at_ms: int, zone: ZoneInfo, expanded: list) -> str:
+    """What DST did to a cron fire at `at_ms`: moved out of a gap, or one of two occurrences."""
+    local = (_EPOCH + at_ms * _MS).astimezone(zone)
+    if not (_matches(expanded[0], local.minute) and _matches(expanded[1], local.hour)):
+        return (f"the local time it is meant for does not exist on {local.date()} (DST "
+                f"starts): fires at the first instant after the gap, {local.strftime('%H:%M')} "
+                f"{local.tzname()}")
+    naive = local.replace(tzinfo=None)
+    first = naive.replace(tzinfo=zone, fold=0)
+    second = naive.replace(tzinfo=zone, fold=1)
+    if first.utcoffset() != second.utcoffset():
+        which = "second" if local.fold else "first"
+        return (f"{naive.strftime('%H:%M')} occurs twice on {local.date()} (DST ends): this is "
+                f"the {which} occurrence ({local.tzname()}, UTC{local.strftime('%z')})")
+    return ""

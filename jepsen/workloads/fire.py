@@ -17,6 +17,7 @@ import random
 from typing import Any
 
 from gnomon.client import (
+    CronDialect,
     CronSchedule,
     IntervalSchedule,
     JobSpec,
@@ -70,10 +71,12 @@ class FireWorkload(ScheduledWorkload):
 def _fast(rng: random.Random) -> Any:
     if rng.random() < 0.5:
         return IntervalSchedule(interval_ms=rng.choice(range(1000, 5001, 500)))
-    return CronSchedule(f"* * * * * */{rng.choice((1, 2, 3, 5))}")
+    return CronSchedule(f"* * * * * */{rng.choice((1, 2, 3, 5))}",
+                        dialect=CronDialect.SECONDS_LAST)
 
 
 def _bulk(rng: random.Random) -> Any:
     if rng.random() < 0.5:
         return IntervalSchedule(interval_ms=rng.choice(range(15000, 60001, 5000)))
-    return CronSchedule(f"* * * * * */{rng.choice((15, 20, 30))}")
+    return CronSchedule(f"* * * * * */{rng.choice((15, 20, 30))}",
+                        dialect=CronDialect.SECONDS_LAST)

@@ -18,6 +18,14 @@ class ScheduleKind:
     ONCE = "once"
 
 
+class CronDialect:
+    """Where a 6-field cron expression has its seconds ("": 5 fields or an alias)."""
+
+    UNSPECIFIED = ""
+    SECONDS_LAST = "seconds_last"
+    SECONDS_FIRST = "seconds_first"
+
+
 class MisfirePolicy:
     RUN_ALL = "run_all"
     RUN_LATEST = "run_latest"
@@ -106,6 +114,8 @@ class Schedule:
     interval_ms: int = 0
     anchor_ms: int = 0
     at_ms: int = 0
+    # Cron only: CronDialect.
+    dialect: str = ""
 
 
 @dataclass(frozen=True, slots=True)

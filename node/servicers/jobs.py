@@ -12,7 +12,13 @@ from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind
 from gnomon.node.core.results import Done, JobReply, Replayed, RunReply
-from gnomon.node.schedules import first_fire_ms, job_hash_id, next_fire_after
+from gnomon.node.schedules import (
+    check_schedule,
+    first_fire_ms,
+    job_hash_id,
+    next_fire_after,
+    preview,
+)
 from gnomon.node.servicers.base import ServicerBase, translated
 from gnomon.node.servicers.errors import ServiceError, check
 from gnomon.node.state_codec import decode_run
@@ -277,6 +283,42 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         overlap = codec.overlap_from_proto(request.overlap_policy, "")
         reply = await self._propose(c.TriggerJob(request.request_id, job_id, overlap))
         return api_pb2.TriggerJobResponse(run=await self._run_proto(reply.run_id))
+
+    @translated
+    async def PreviewSchedule(self, request, context):  # noqa: N802
+        """Any node answers from its state (a job's schedule) or the request alone."""
+        count = request.count or 5
+        limit = self.node.config.max_preview_fires
+        if not 0 < count <= limit:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"count: must be in 1..{limit} (0 means 5), got {request.count}")
+        if request.after_ms < 0:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"after_ms: must be >= 0 (0 means now), got {request.after_ms}")
+        if request.HasField("job") and (request.job.job_id or request.job.name):
+            if request.HasField("schedule"):
+                raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   "schedule: give a job or a schedule, not both")
+            _check_ref(request.job)
+            job_id = self._job_id(request.job)
+            with self.lock:
+                spec = self.node.replica.state.jobs[job_id].spec
+            schedule, hash_id = spec.schedule, job_hash_id(spec.tenant, spec.name)
+        elif request.HasField("schedule"):
+            schedule = codec.schedule_from_proto(request.schedule)
+            tenant = request.tenant or DEFAULT_TENANT
+            hash_id = job_hash_id(tenant, request.name) if request.name else ""
+            check_schedule(schedule, min_interval_ms=self.node.input_limits.min_interval_ms,
+                           field="schedule", hash_id=hash_id)
+        else:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               "job: give a job (job_id, or tenant and name) or a schedule")
+        after = request.after_ms or self._now_ms()
+        fires, zone, reading = preview(schedule, after, count, hash_id=hash_id)
+        return api_pb2.PreviewScheduleResponse(
+            fires=[api_pb2.PreviewFire(at_ms=at, utc=utc, local=local, dst_note=note)
+                   for at, utc, local, note in fires],
+            timezone=zone, reading=reading)
 
     # -- runs --------------------------------------------------------------------------------
 

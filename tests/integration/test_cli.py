@@ -81,6 +81,8 @@ def test_job_lifecycle_with_json(servers):
         "every5",
         "--cron",
         "* * * * * */5",
+        "--cron-dialect",
+        "seconds_last",
         "--queue",
         "q1",
         "--payload-json",
@@ -93,7 +95,8 @@ def test_job_lifecycle_with_json(servers):
     job_id = job["job_id"]
     assert job["name"] == "every5" and job["version"] >= 1 and not job["paused"]
     assert job["next_fire_ms"] > 0
-    assert job["spec"]["schedule"] == {"cron": "* * * * * */5", "timezone": "UTC"}
+    assert job["spec"]["schedule"] == {"cron": "* * * * * */5", "timezone": "UTC",
+                                       "dialect": "seconds_last"}
     task = job["spec"]["tasks"][0]
     assert task["queue"] == "q1" and task["payload"] == {"n": 1} and task["timeout_ms"] == 30_000
     assert task["retry"]["max_attempts"] == 4

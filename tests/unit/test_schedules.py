@@ -375,3 +375,80 @@ def test_next_fire_strictly_increases(schedule: Schedule, after: int) -> None:
         nxt = next_fire_after(schedule, t, hash_id="acme/prop")
         assert nxt > t
         t = nxt
+
+
+# --- dialects and previews (issue 9) ---------------------------------------------------------
+
+
+def dialect_cron(expression: str, dialect: str, timezone: str = "") -> Schedule:
+    return Schedule(kind=ScheduleKind.CRON, expression=expression, timezone=timezone,
+                    dialect=dialect)
+
+
+def test_seconds_first_is_rotated_into_croniters_form() -> None:
+    quartz = dialect_cron("*/10 * * * * *", "seconds_first")
+    assert fires(quartz, "2026-01-01T00:00:00", 3) == [
+        ms("2026-01-01T00:00:10"), ms("2026-01-01T00:00:20"), ms("2026-01-01T00:00:30")]
+    # The same text seconds-last: every second of every tenth minute.
+    croniter_reading = dialect_cron("*/10 * * * * *", "seconds_last")
+    assert fires(croniter_reading, "2026-01-01T00:00:00", 3) == [
+        ms("2026-01-01T00:00:01"), ms("2026-01-01T00:00:02"), ms("2026-01-01T00:00:03")]
+    assert fires(dialect_cron("30 0 9 * * *", "seconds_first"), "2026-01-01T00:00:00", 1) == [
+        ms("2026-01-01T09:00:30")]
+
+
+def test_a_six_field_expression_without_a_dialect_is_refused_with_both_readings() -> None:
+    with pytest.raises(ScheduleError) as e:
+        check_schedule(cron("*/10 * * * * *"), min_interval_ms=100)
+    assert e.value.field == "spec.schedule.cron.dialect"
+    assert "needs a dialect, SECONDS_LAST or SECONDS_FIRST" in e.value.rule
+    assert "seconds last (croniter): next" in e.value.rule
+    assert "seconds first (Quartz, Spring, Dkron): next" in e.value.rule
+    # One reading may be impossible: it says so, and the dialect is still required.
+    with pytest.raises(ScheduleError, match=r"seconds first .*: invalid"):
+        check_schedule(cron("0 0 * * * 30"), min_interval_ms=100)
+    for dialect in ("seconds_last", "seconds_first"):
+        check_schedule(dialect_cron("*/10 * * * * *", dialect), min_interval_ms=100)
+    check_schedule(cron("*/10 * * * *"), min_interval_ms=100)  # 5 fields need none
+    with pytest.raises(ScheduleError, match="Quartz's year field is not supported"):
+        check_schedule(dialect_cron("0 0 0 * * ? 2030", "seconds_first"), min_interval_ms=100)
+    with pytest.raises(ScheduleError, match="unknown cron dialect"):
+        check_schedule(dialect_cron("* * * * *", "seconds_middle"), min_interval_ms=100)
+
+
+def test_a_stored_six_field_job_without_a_dialect_keeps_reading_seconds_last() -> None:
+    assert fires(cron("0 0 * * * 30"), "2026-01-01T00:00:00", 1) == [ms("2026-01-01T00:00:30")]
+
+
+def test_preview_lists_utc_and_local_times_with_dst_notes() -> None:
+    out, zone, reading = schedules.preview(cron("30 2 * * *", "Europe/Berlin"),
+                                           ms("2026-03-28T00:00:00"), 3)
+    assert (zone, reading) == ("Europe/Berlin", "30 2 * * * (5 fields)")
+    assert [(utc, local) for _, utc, local, _ in out] == [
+        ("2026-03-28T01:30:00Z", "2026-03-28T02:30:00+01:00"),
+        ("2026-03-29T01:00:00Z", "2026-03-29T03:00:00+02:00"),
+        ("2026-03-30T00:30:00Z", "2026-03-30T02:30:00+02:00")]
+    notes = [note for *_, note in out]
+    assert notes[0] == notes[2] == ""
+    assert "does not exist on 2026-03-29 (DST starts)" in notes[1]
+    out, _, _ = schedules.preview(cron("30 1 * * *", NY), ms("2026-11-01T00:00:00"), 2)
+    assert ["first occurrence (EDT" in out[0][3], "second occurrence (EST" in out[1][3]] == [
+        True, True]
+
+
+def test_preview_of_other_schedules_and_hash() -> None:
+    out, zone, reading = schedules.preview(
+        Schedule(kind=ScheduleKind.INTERVAL, interval_ms=60_000), ms("2026-01-01T00:00:30"), 2)
+    assert [at for at, *_ in out] == [ms("2026-01-01T00:01:00"), ms("2026-01-01T00:02:00")]
+    assert (zone, reading) == ("UTC", "")
+    once = Schedule(kind=ScheduleKind.ONCE, at_ms=ms("2026-01-02T00:00:00"))
+    assert [at for at, *_ in schedules.preview(once, ms("2026-01-01T00:00:00"), 5)[0]] == [
+        ms("2026-01-02T00:00:00")]
+    hashed = cron("H 9 * * *")
+    with pytest.raises(ScheduleError, match="uses H"):
+        schedules.preview(hashed, ms("2026-01-01T00:00:00"), 1)
+    out, _, _ = schedules.preview(hashed, ms("2026-01-01T00:00:00"), 1, hash_id="acme/etl")
+    assert out[0][0] == next_fire_after(hashed, ms("2026-01-01T00:00:00"), hash_id="acme/etl")
+    out, _, reading = schedules.preview(dialect_cron("0 */10 * * * *", "seconds_first"),
+                                        ms("2026-01-01T00:00:00"), 1)
+    assert reading == "*/10 * * * * 0 (seconds first (Quartz, Spring, Dkron))"

@@ -458,3 +458,41 @@ class ListActiveRunsResponse(_message.Message):
     RUNS_FIELD_NUMBER: _ClassVar[int]
     runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
     def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ...) -> None: ...
+
+class PreviewScheduleRequest(_message.Message):
+    __slots__ = ("job", "schedule", "tenant", "name", "count", "after_ms")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    job: JobRef
+    schedule: _types_pb2.Schedule
+    tenant: str
+    name: str
+    count: int
+    after_ms: int
+    def __init__(self, job: _Optional[_Union[JobRef, _Mapping]] = ..., schedule: _Optional[_Union[_types_pb2.Schedule, _Mapping]] = ..., tenant: _Optional[str] = ..., name: _Optional[str] = ..., count: _Optional[int] = ..., after_ms: _Optional[int] = ...) -> None: ...
+
+class PreviewFire(_message.Message):
+    __slots__ = ("at_ms", "utc", "local", "dst_note")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    UTC_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    DST_NOTE_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    utc: str
+    local: str
+    dst_note: str
+    def __init__(self, at_ms: _Optional[int] = ..., utc: _Optional[str] = ..., local: _Optional[str] = ..., dst_note: _Optional[str] = ...) -> None: ...
+
+class PreviewScheduleResponse(_message.Message):
+    __slots__ = ("fires", "timezone", "reading")
+    FIRES_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    READING_FIELD_NUMBER: _ClassVar[int]
+    fires: _containers.RepeatedCompositeFieldContainer[PreviewFire]
+    timezone: str
+    reading: str
+    def __init__(self, fires: _Optional[_Iterable[_Union[PreviewFire, _Mapping]]] = ..., timezone: _Optional[str] = ..., reading: _Optional[str] = ...) -> None: ...

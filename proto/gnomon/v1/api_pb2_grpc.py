@@ -99,6 +99,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.PreviewSchedule = channel.unary_unary(
+                '/gnomon.v1.JobService/PreviewSchedule',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -185,6 +190,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PreviewSchedule(self, request, context):
+        """The next instants a schedule (given, or a job's) fires at, in UTC and local time, with
+        DST notes. Changes nothing; any node answers.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -252,6 +265,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ReplayDeadLetters,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.SerializeToString,
+            ),
+            'PreviewSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PreviewSchedule,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -605,6 +623,33 @@ class JobService:
             '/gnomon.v1.JobService/ReplayDeadLetters',
             gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PreviewSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/PreviewSchedule',
+            gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.PreviewScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

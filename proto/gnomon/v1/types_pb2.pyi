@@ -59,6 +59,12 @@ class OverlapPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OVERLAP_POLICY_BUFFER_ALL: _ClassVar[OverlapPolicy]
     OVERLAP_POLICY_CANCEL_OTHER: _ClassVar[OverlapPolicy]
     OVERLAP_POLICY_TERMINATE_OTHER: _ClassVar[OverlapPolicy]
+
+class CronDialect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CRON_DIALECT_UNSPECIFIED: _ClassVar[CronDialect]
+    CRON_DIALECT_SECONDS_LAST: _ClassVar[CronDialect]
+    CRON_DIALECT_SECONDS_FIRST: _ClassVar[CronDialect]
 MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
 MISFIRE_POLICY_RUN_ALL: MisfirePolicy
 MISFIRE_POLICY_RUN_LATEST: MisfirePolicy
@@ -94,14 +100,19 @@ OVERLAP_POLICY_BUFFER_ONE: OverlapPolicy
 OVERLAP_POLICY_BUFFER_ALL: OverlapPolicy
 OVERLAP_POLICY_CANCEL_OTHER: OverlapPolicy
 OVERLAP_POLICY_TERMINATE_OTHER: OverlapPolicy
+CRON_DIALECT_UNSPECIFIED: CronDialect
+CRON_DIALECT_SECONDS_LAST: CronDialect
+CRON_DIALECT_SECONDS_FIRST: CronDialect
 
 class CronSchedule(_message.Message):
-    __slots__ = ("expression", "timezone")
+    __slots__ = ("expression", "timezone", "dialect")
     EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    DIALECT_FIELD_NUMBER: _ClassVar[int]
     expression: str
     timezone: str
-    def __init__(self, expression: _Optional[str] = ..., timezone: _Optional[str] = ...) -> None: ...
+    dialect: CronDialect
+    def __init__(self, expression: _Optional[str] = ..., timezone: _Optional[str] = ..., dialect: _Optional[_Union[CronDialect, str]] = ...) -> None: ...
 
 class IntervalSchedule(_message.Message):
     __slots__ = ("interval_ms", "anchor_ms")

@@ -18,6 +18,7 @@ from gnomon.client import (
     ClusterLimits,
     ClusterStatus,
     Conflict,
+    CronDialect,
     CronSchedule,
     DeadLetter,
     DeadlineExceeded,
@@ -30,10 +31,12 @@ from gnomon.client import (
     LimitsUpdate,
     NotFound,
     OnceSchedule,
+    PreviewFire,
     ResourceExhausted,
     RetryPolicy,
     Run,
     RunState,
+    SchedulePreview,
     TaskInstance,
     TaskRef,
     TaskSpec,
@@ -119,6 +122,12 @@ class FakeClient:
                   reason="overlap" if state == RunState.SKIPPED else "")
         self.runs[run.run_id] = run
         return run
+
+    def _preview_schedule(self, job_id=None, *, schedule=None, tenant=None, name=None,
+                          count=5, after=None):
+        fires = tuple(PreviewFire(T0 + i * 60_000, f"utc-{i}", f"local-{i}",
+                                  "DST note" if i == 1 else "") for i in range(count))
+        return SchedulePreview(fires, "Europe/Berlin", "0 3 * * * (5 fields)")
 
     def _wait_run(self, run_id, *, timeout_s=60.0):
         return self.runs[run_id]
@@ -253,7 +262,8 @@ def test_create_from_flags(fake):
         priority=7,
         misfire_policy="skip",
     )
-    assert out == "created job j1 (default/tick), next fire 2026-11-30 10:41:02Z\n"
+    assert out.startswith(
+        "created job j1 (default/tick), next fire 2026-11-30 10:41:02Z\nnext fires:\n")
 
 
 def test_create_interval_and_once(fake):
@@ -471,6 +481,29 @@ def test_create_with_overlap_flags(fake):
     spec = fake.jobs["j1"].spec
     assert (spec.overlap_policy, spec.max_active_runs, spec.max_buffered_runs) == (
         "buffer_all", 2, 5)
+
+
+def test_create_prints_the_next_three_fires(fake):
+    code, out, _ = run(fake, "job", "create", "--name", "p", "--cron", "0 3 * * *")
+    assert code == 0 and "next fires:" in out
+    assert "utc-0" in out and "local-2" in out and "utc-3" not in out and "DST note" in out
+    assert fake.method_calls("preview_schedule")[0] == (("j1",), {"count": 3})
+
+
+def test_preview_a_job_or_a_schedule(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")))
+    code, out, _ = run(fake, "job", "preview", "x", "--count", "2")
+    assert code == 0 and "LOCAL (Europe/Berlin)" in out and "utc-1" in out
+    code, out, _ = run(fake, "job", "preview", "--cron", "*/10 * * * * *", "--cron-dialect",
+                       "seconds_first", "--tz", "Europe/Berlin", "--json")
+    assert code == 0 and len(json.loads(out)["fires"]) == 5
+    kwargs = fake.method_calls("preview_schedule")[1][1]
+    assert kwargs["schedule"] == CronSchedule("*/10 * * * * *", "Europe/Berlin",
+                                              CronDialect.SECONDS_FIRST)
+    assert run(fake, "job", "preview")[0] == 2
+    assert run(fake, "job", "preview", "x", "--cron", "@daily")[0] == 2
+    assert run(fake, "job", "preview", "--interval-ms", "30s", "--cron-dialect",
+               "seconds_last")[0] == 2
 
 
 def test_runs(fake):

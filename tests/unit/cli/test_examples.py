@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.client import CronSchedule
+from gnomon.client import CronDialect, CronSchedule
 from gnomon.client._cli_dev import DEMO_QUEUE, EXAMPLE_JOBS, demo_tasks
 from gnomon.client._cli_spec import load_spec_file, spec_from_data
 from gnomon.client._cli_workers import load_task_modules
@@ -44,6 +44,7 @@ def test_dev_examples_are_served_by_the_demo_worker():
     dag = next(s for s in specs if len(s.tasks) > 1)
     # Fan-out and fan-in.
     assert sum(1 for t in dag.tasks if len(t.depends_on) > 1) == 1
-    assert any(s.schedule == CronSchedule("* * * * * */5") for s in specs)
+    assert any(s.schedule == CronSchedule("* * * * * */5", dialect=CronDialect.SECONDS_LAST)
+               for s in specs)
     flaky = next(s for s in specs if s.name == "flaky-export")
     assert flaky.tasks[0].retry.max_attempts == 3 and flaky.tasks[0].retry.initial_backoff_ms <= 500

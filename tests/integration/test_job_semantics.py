@@ -1,6 +1,10 @@
-"""Overlap policies against real node processes (issue 9): the decision is made in apply when
-a fire is committed, so what the SDK sees is what every replica recorded. The SDK worker runs
-tasks that wait for the test to release them; every wait is for a condition, with a deadline.
+"""Job semantics (issue 9) against real node processes.
+
+Overlap policies: the decision is made in apply when a fire is committed, so what the SDK
+sees is what every replica recorded. The SDK worker runs tasks that wait for the test to
+release them; every wait is for a condition, with a deadline. Cron dialects and
+PreviewSchedule: a 6-field expression needs a dialect, and a preview shows UTC and local
+instants with DST notes, through the SDK and the CLI.
 """
 
 from __future__ import annotations
@@ -12,6 +16,9 @@ import pytest
 
 from gnomon.client import (
     AsyncClient,
+    Client,
+    CronDialect,
+    CronSchedule,
     IntervalSchedule,
     InvalidArgument,
     JobSpec,
@@ -33,7 +40,7 @@ WAIT_S = 60.0  # deadlines for conditions, not expectations of speed
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, request) -> Iterator[str]:
-    with module_cluster(tmp_path_factory.mktemp("overlap"), request=request) as cluster:
+    with module_cluster(tmp_path_factory.mktemp("job-semantics"), request=request) as cluster:
         yield cluster.servers
 
 
@@ -159,3 +166,50 @@ async def test_bad_overlap_fields_are_refused_naming_the_field(servers):
             spec = JobSpec.single(f"bad-overlap-{i}", OnceSchedule(FAR_FUTURE_MS), **fields)
             with pytest.raises(InvalidArgument, match=message.replace("(", r"\(")):
                 await client.create_job(spec)
+
+
+def test_six_fields_need_a_dialect_and_a_preview_shows_dst(servers):
+    with Client(servers, timeout_s=30) as client:
+        ambiguous = JobSpec.single("dialect-missing", CronSchedule("*/10 * * * * *"))
+        with pytest.raises(InvalidArgument, match=r"spec\.schedule\.cron\.dialect: the 6-field "
+                           r"expression .* needs a dialect.*seconds last \(croniter\): next.*"
+                           r"seconds first \(Quartz, Spring, Dkron\): next"):
+            client.create_job(ambiguous)
+        quartz = CronSchedule("*/10 * * * * *", dialect=CronDialect.SECONDS_FIRST)
+        job = client.create_job(JobSpec.single("dialect-quartz", quartz, paused=True))
+        assert client.get_job(job.job_id).spec.schedule == quartz
+        preview = client.preview_schedule(job.job_id, count=3, after=1_767_225_600_000)
+        assert [f.utc for f in preview.fires] == [
+            "2026-01-01T00:00:10Z", "2026-01-01T00:00:20Z", "2026-01-01T00:00:30Z"]
+        assert preview.reading == "* * * * * */10 (seconds first (Quartz, Spring, Dkron))"
+        # A schedule that is not a job's: Berlin's spring-forward gap, 2026-03-29.
+        berlin = CronSchedule("30 2 * * *", "Europe/Berlin")
+        preview = client.preview_schedule(schedule=berlin, count=2, after=1_774_656_000_000)
+        assert [f.local for f in preview.fires] == [
+            "2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00"]
+        assert preview.fires[0].dst_note == ""
+        assert "does not exist on 2026-03-29 (DST starts)" in preview.fires[1].dst_note
+        with pytest.raises(InvalidArgument, match="count: must be in 1..100"):
+            client.preview_schedule(schedule=berlin, count=101)
+        with pytest.raises(InvalidArgument, match="uses H"):
+            client.preview_schedule(schedule=CronSchedule("H 3 * * *"))
+        hashed = client.preview_schedule(schedule=CronSchedule("H 3 * * *"), name="etl", count=1)
+        assert hashed.fires[0].utc.endswith("Z")
+
+
+def test_cli_create_prints_next_fires_and_preview(servers):
+    import subprocess
+    import sys
+
+    def gnomon(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-m", "gnomon.client.cli", "--server", servers,
+                               *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    out = gnomon("job", "create", "--name", "preview-cli", "--cron", "30 1 * * *", "--tz",
+                 "America/New_York")
+    assert "next fires:" in out and "LOCAL (America/New_York)" in out
+    out = gnomon("job", "preview", "preview-cli", "--count", "2", "--after",
+                 "2026-11-01T00:00:00Z")
+    assert "first occurrence (EDT" in out and "second occurrence (EST" in out
