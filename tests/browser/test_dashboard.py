@@ -79,6 +79,17 @@ def test_create_a_job_from_the_form_and_see_its_runs_appear_live(cluster, page):
     expect(pg.locator("tr[data-run]").first).to_contain_text(job_id)
     page.shot("job")
 
+    # Edit: the API's rule at the field, then a save that bumps the version.
+    edit = pg.get_by_role("form", name="Edit job")
+    edit.get_by_label("Interval (ms)").fill("1")
+    edit.get_by_role("button", name="Save").click()
+    expect(edit.get_by_test_id("err-interval")).to_contain_text("min_interval_ms")
+    edit.get_by_label("Interval (ms)").fill("2000")
+    edit.get_by_role("button", name="Save").click()
+    expect(edit.get_by_test_id("form-message")).to_contain_text("version 2")
+    expect(pg.locator("main")).to_contain_text("every 2.0 s")
+    page.shot("job-edited")
+
     pg.get_by_role("button", name="Pause").first.click()
     expect(pg.get_by_role("button", name="Resume").first).to_be_visible()
     job = call(follower.url, "GET", f"/v1/jobs/{job_id}?consistency=STALE").json["job"]
@@ -128,6 +139,10 @@ def test_open_a_run_and_see_its_dag_change_live(cluster, page):
     dag.locator('g[data-task="extract"]').focus()
     pg.keyboard.press("Enter")
     page.shot("run")
+    pg.get_by_role("button", name="Cancel run").click()
+    expect(pg.get_by_test_id("run-state")).to_contain_text("cancelled")
+    expect(dag.locator('g[data-task="load"]')).to_have_attribute("data-state", "cancelled")
+    expect(dag.locator('g[data-task="extract"]')).to_have_attribute("data-state", "succeeded")
     assert page.script_errors() == []
 
 
