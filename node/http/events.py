@@ -152,7 +152,7 @@ class EventHub:
 
     async def _poll_cluster(self) -> None:
         while True:
-            view = self._cluster_view()
+            view = self._cluster_view() if self.subscribers else self._cluster
             if view != self._cluster:
                 self._cluster = view
                 for s in self.subscribers:

@@ -58,6 +58,12 @@ def test_create_a_job_from_the_form_and_see_its_runs_appear_live(cluster, page):
     form.get_by_label("Name", exact=True).fill("from-the-form")
     form.get_by_label("Schedule").select_option("cron")
     form.get_by_label("Timezone").fill("Mars/Base")
+    form.get_by_role("button", name="Preview next fires").click()
+    expect(form.get_by_test_id("err-timezone")).to_contain_text("unknown IANA timezone")
+    form.get_by_label("Timezone").fill("Europe/Berlin")
+    form.get_by_role("button", name="Preview next fires").click()
+    expect(form.get_by_test_id("form-preview").locator("li")).to_have_count(5)
+    form.get_by_label("Timezone").fill("Mars/Base")
     form.get_by_role("button", name="Create job").click()
     # The API's message, shown at the field it names, the field marked invalid.
     expect(form.get_by_test_id("err-timezone")).to_contain_text("unknown IANA timezone")
@@ -77,6 +83,7 @@ def test_create_a_job_from_the_form_and_see_its_runs_appear_live(cluster, page):
         "n => document.querySelectorAll('[data-testid=run-strip] a').length >= n + 2", arg=seen)
     assert _not_reloaded(pg)
     expect(pg.locator("tr[data-run]").first).to_contain_text(job_id)
+    expect(pg.get_by_test_id("next-fires").locator("li")).to_have_count(5)
     page.shot("job")
 
     # Edit: the API's rule at the field, then a save that bumps the version.

@@ -187,6 +187,20 @@ def test_trigger_cancel_and_dead_letter_routes(cluster):
     assert call(leader.url, "GET", "/v1/workers").json["leader"] is True
 
 
+def test_schedule_preview_routes(cluster):
+    leader, follower = _follower(cluster)
+    job = _create(leader, "previewed")
+    r = call(leader.url, "GET", f"/v1/jobs/{job['jobId']}/schedule/preview?count=3")
+    assert r.status == 200 and len(r.json["fires"]) == 3, r.text
+    bad = {"schedule": {"cron": {"expression": "0 0 * * *", "timezone": "Mars/Base"}}}
+    p = call(follower.url, "POST", "/v1/schedules/preview", bad)  # any node answers
+    assert p.status == 400 and p.json["field"] == "schedule.cron.timezone", p.text
+    with pytest.raises(grpc.RpcError) as err:
+        follower.jobs().PreviewSchedule(json_format.ParseDict(
+            bad, api_pb2.PreviewScheduleRequest()), timeout=5)
+    assert p.json["detail"] == err.value.details()
+
+
 def test_cors_preflight_allows_the_dashboard_to_follow_redirects(cluster):
     r = call(cluster.leader().url, "OPTIONS", "/v1/jobs",
              headers={"Origin": "null", "Access-Control-Request-Method": "POST"})

@@ -40,13 +40,14 @@ class ApiError extends Error {
 
 // Writes carry an Idempotency-Key, reused when a 503 (no leader yet) is retried: one effect.
 // A follower answers writes with 307 to the leader; fetch follows it (the API allows CORS).
-async function api(method, path, body) {
+// `write` false: a POST that is a read (a preview), which has no request id to key.
+async function api(method, path, body, write = method !== "GET") {
   const opts = { method, headers: { Accept: "application/json" } };
   if (method !== "GET") {
     opts.headers["Content-Type"] = "application/json";
-    opts.headers["Idempotency-Key"] = randomKey();
     opts.body = JSON.stringify(body || {});
   }
+  if (write) opts.headers["Idempotency-Key"] = randomKey();
   for (let attempt = 1; ; attempt++) {
     let r;
     try {
@@ -260,25 +261,51 @@ function jobForm(job) {
   showSched();
   const out = h("div", { "data-testid": "form-message" });
   const submit = h("button", { type: "submit", class: "primary", text: job ? "Save" : "Create job" });
+  const previewOut = h("ul", { "data-testid": "form-preview", "aria-live": "polite" });
+  const previewBtn = h("button", { type: "button", text: "Preview next fires" });
   const form = h("form", { "aria-label": job ? "Edit job" : "New job", novalidate: true },
     h("div", { class: "row" }, field("Tenant", "tenant", f.tenant), field("Name", "name", f.name), field("Schedule", "kind", f.kind)),
     schedRow,
     h("div", { class: "row" }, field("Tasks (JSON: name, queue, dependsOn, payload, retry, timeoutMs)", "tasks", f.tasks)),
     h("div", { class: "row" }, field("Priority", "priority", f.priority), field("Misfire policy", "misfire", f.misfire),
       h("label", {}, "Created paused", f.paused)),
-    out, submit);
-  form.addEventListener("submit", async (e) => {
-    e.preventDefault();
+    out, h("div", { class: "actions" }, submit, previewBtn), previewOut);
+  const scheduleOf = () => {
+    const k = f.kind.value;
+    return k === "cron" ? { cron: { expression: f.expression.value, timezone: f.timezone.value } }
+      : k === "interval" ? { interval: { intervalMs: f.interval.value || "0" } }
+        : { once: { atMs: String(f.at.value ? Date.parse(f.at.value + "Z") : 0) } };
+  };
+  const showProblem = (err, prefix) => {
+    const p = err.problem || {};
+    const key = fieldKey((p.field || "").replace(/^schedule/, prefix));
+    if (key && errs[key]) {
+      errs[key].textContent = p.rule || err.message;
+      f[key].setAttribute("aria-invalid", "true");
+      f[key].focus();
+    }
+    message(out, err.message);
+  };
+  const clearErrors = () => {
     for (const [k, el] of Object.entries(errs)) { el.textContent = ""; f[k]?.removeAttribute("aria-invalid"); }
     message(out, "");
+  };
+  previewBtn.addEventListener("click", async () => {
+    clearErrors();
+    previewOut.replaceChildren();
+    try {
+      const r = await api("POST", "/v1/schedules/preview", { schedule: scheduleOf(), tenant: f.tenant.value.trim(), name: f.name.value.trim(), count: 5 }, false);
+      previewOut.replaceChildren(...r.fires.map((x) => h("li", { text: `${x.utc} (${x.local} ${r.timezone})${x.dstNote ? ` — ${x.dstNote}` : ""}` })));
+    } catch (err) { showProblem(err, "spec.schedule"); }
+  });
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    clearErrors();
     let tasks;
     try { tasks = JSON.parse(f.tasks.value || "[]"); } catch (err) {
       errs.tasks.textContent = `not valid JSON: ${err.message}`; f.tasks.setAttribute("aria-invalid", "true"); f.tasks.focus(); return;
     }
-    const k = f.kind.value;
-    const schedule = k === "cron" ? { cron: { expression: f.expression.value, timezone: f.timezone.value } }
-      : k === "interval" ? { interval: { intervalMs: f.interval.value || "0" } }
-        : { once: { atMs: String(f.at.value ? Date.parse(f.at.value + "Z") : 0) } };
+    const schedule = scheduleOf();
     const newSpec = { tenant: f.tenant.value.trim(), name: f.name.value.trim(), schedule, tasks,
       priority: Number(f.priority.value || 0), misfirePolicy: f.misfire.value, paused: f.paused.checked };
     submit.disabled = true;
@@ -289,14 +316,7 @@ function jobForm(job) {
       if (!job) location.hash = `#/jobs/${encodeURIComponent(res.job.jobId)}`;
       else await refresh();
     } catch (err) {
-      const p = err.problem || {};
-      const key = fieldKey(p.field || "");
-      if (key && errs[key]) {
-        errs[key].textContent = p.rule || err.message;
-        f[key].setAttribute("aria-invalid", "true");
-        f[key].focus();
-      }
-      message(out, err.message);
+      showProblem(err, "spec.schedule");
     } finally { submit.disabled = false; }
   });
   return form;
@@ -330,6 +350,8 @@ async function jobPage(jobId) {
   refresh = async () => {
     const { job } = await api("GET", `/v1/jobs/${id}`);
     const res = await api("GET", `/v1/jobs/${id}/runs?limit=200`);
+    const preview = job.paused || !num(job.nextFireMs) ? { fires: [] }
+      : await api("GET", `/v1/jobs/${id}/schedule/preview?count=5`).catch(() => ({ fires: [] }));
     const grace = num(job.spec.misfireGraceMs) || 60000;
     const late = (r) => r.trigger === "RUN_TRIGGER_SCHEDULE" && num(r.createdMs) - num(r.scheduledForMs) > Math.min(grace, 1000);
     const lateness = res.runs.filter((r) => r.trigger === "RUN_TRIGGER_SCHEDULE" && STATE_NAMES(r.state) !== "skipped")
@@ -341,6 +363,8 @@ async function jobPage(jobId) {
         ["fire lateness p50", lateness.length ? fmtDur(lateness[Math.floor(lateness.length / 2)]) : "—"],
         ["fire lateness max", lateness.length ? fmtDur(lateness[lateness.length - 1]) : "—"]].map(([k, v]) =>
         h("div", {}, h("b", { text: k }), String(v)))),
+      preview.fires.length ? h("div", { "data-testid": "next-fires" }, h("b", { class: "muted", text: "Next fires" }),
+        h("ul", {}, preview.fires.map((f) => h("li", {}, `${f.utc} (${f.local} ${preview.timezone})`, f.dstNote ? h("span", { class: "muted", text: ` — ${f.dstNote}` }) : null)))) : null,
       h("p", {}, jobActions(job, out))));
     const ordered = [...res.runs].reverse();
     strip.replaceChildren(h("div", { class: "strip", "data-testid": "run-strip" }, ordered.map((r) =>
