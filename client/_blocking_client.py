@@ -26,6 +26,7 @@ from ._models import (
     SchedulePreview,
     TaskRef,
 )
+from ._operations import BackupResult, LeaderTransfer, QueueInfo, WorkerInfo
 from ._run_handle import RunHandle, run_fields
 from ._transport import DEFAULT_MAX_MESSAGE_BYTES, TLSConfig
 
@@ -453,6 +454,30 @@ class Client:
                 server=server, include_digest=include_digest, timeout_s=timeout_s
             )
         )
+
+    def transfer_leadership(
+        self, to_node_id: str | None = None, *, timeout_s: float | None = None
+    ) -> LeaderTransfer:
+        """See ``AsyncClient.transfer_leadership``."""
+        return self._run(self._async.transfer_leadership(to_node_id, timeout_s=timeout_s))
+
+    def create_backup(self, path: str, *, timeout_s: float | None = None) -> BackupResult:
+        """See ``AsyncClient.create_backup``."""
+        return self._run(self._async.create_backup(path, timeout_s=timeout_s))
+
+    def list_queues(self, *, timeout_s: float | None = None) -> list[QueueInfo]:
+        """See ``AsyncClient.list_queues``."""
+        return self._run(self._async.list_queues(timeout_s=timeout_s))
+
+    def list_workers(self, *, timeout_s: float | None = None) -> list[WorkerInfo]:
+        """See ``AsyncClient.list_workers``."""
+        return self._run(self._async.list_workers(timeout_s=timeout_s))
+
+    def list_active_runs(
+        self, tenant: str | None = None, *, limit: int = 100, timeout_s: float | None = None
+    ) -> list[Run]:
+        """See ``AsyncClient.list_active_runs``."""
+        return self._run(self._async.list_active_runs(tenant, limit=limit, timeout_s=timeout_s))
 
     def set_limits(
         self,

@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from ._cli_dev import DEFAULT_SERVERS
 from ._cli_errors import EXIT_OK, EXIT_RUN_NOT_SUCCEEDED
+from ._cli_ops import OPS_COMMANDS
 from ._cli_render import (
     cluster_json,
     dead_letter_json,
@@ -501,3 +502,4 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("worker", "python"): _cmd_worker,
     ("dev", None): _cmd_dev,
 }
+COMMANDS.update(OPS_COMMANDS)

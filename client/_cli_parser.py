@@ -8,6 +8,13 @@ from typing import Any, NoReturn
 
 from ._cli_dev import DEFAULT_SERVERS, DEV_GRPC_PORTS, DEV_RAFT_PORTS
 from ._cli_errors import EXIT_CODES
+from ._cli_ops import (
+    add_job_ops,
+    add_ops_groups,
+    add_run_active,
+    add_transfer_leader,
+    add_worker_list,
+)
 from ._cli_values import UsageError, parse_duration_ms, parse_instant_ms
 from ._models import CLUSTER_LIMIT_NAMES, CronDialect, MisfirePolicy, OverlapPolicy
 
@@ -16,10 +23,13 @@ __all__ = ["ArgumentError", "build_parser"]
 _COMMANDS = """\
 commands:
   job create|get|list|update|delete|pause|resume|trigger|preview   manage jobs
-  run list|get|cancel                                      inspect and cancel runs
+  job export|import                                        job specs as YAML (GitOps)
+  run list|get|cancel|active                               inspect and cancel runs
   dlq list|replay                                          the dead-letter queue
-  cluster status|limits                                    nodes, leader, replicated limits
-  worker shell|http|python                                 ready-made workers
+  cluster status|limits|transfer-leader                    nodes, leader, replicated limits
+  backup create                                            online backup of the state
+  queue list                                               backlog, oldest age, workers
+  worker shell|http|python|list                            ready-made workers, who is connected
   dev                                                      a local 3-node cluster with demos
 
 A JOB is a job id (j12) or a job name (in --tenant, default "default"); write name:j12 for a
@@ -220,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_commands(groups, leaf)
     _add_worker_commands(groups, leaf)
     _add_dev_command(groups, leaf)
+    add_ops_groups(groups, leaf)
     return parser
 
 
@@ -274,6 +285,7 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
         help="override the job's overlap policy for this trigger",
     )
     _add_wait(p)
+    add_job_ops(job, leaf)
     p = leaf(job, "preview", "the next fire instants of a job's schedule, or of --cron/...")
     p.add_argument("job", metavar="JOB", nargs="?", help="job id (j12) or name")
     p.add_argument("--tenant", help="tenant of the job (default: default)")
@@ -319,6 +331,7 @@ def _add_run_commands(groups: Any, leaf: Leaf) -> None:
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--reason", default="cancelled from the gnomon CLI")
     _add_request_id(p)
+    add_run_active(run, leaf)
 
 
 def _add_dlq_commands(groups: Any, leaf: Leaf) -> None:
@@ -365,6 +378,7 @@ def _add_cluster_commands(groups: Any, leaf: Leaf) -> None:
         help="with --set: apply only at this limits version",
     )
     _add_request_id(p)
+    add_transfer_leader(cluster, leaf)
 
 
 _WORKER_KINDS = (
@@ -398,6 +412,7 @@ def _add_worker_commands(groups: Any, leaf: Leaf) -> None:
             help="on SIGTERM, running tasks may finish this long (default 30)",
         )
         p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    add_worker_list(worker, leaf)
 
 
 def _add_worker_kind_flags(p: argparse.ArgumentParser, kind: str) -> None:

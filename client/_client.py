@@ -32,6 +32,16 @@ from ._models import (
     SchedulePreview,
     TaskRef,
 )
+from ._operations import (
+    BackupResult,
+    LeaderTransfer,
+    QueueInfo,
+    WorkerInfo,
+    download_backup,
+    queues_from_proto,
+    transfer_from_proto,
+    workers_from_proto,
+)
 from ._run_handle import AsyncRunHandle, run_fields
 from ._time import instant_ms, ms_or_alias
 from ._transport import (
@@ -59,6 +69,7 @@ _RETRYABLE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EX
 
 _JOBS = "jobs"
 _CLUSTER = "cluster"
+_OPS = "operations"
 
 
 def _new_request_id() -> str:
@@ -517,6 +528,50 @@ class AsyncClient:
         resp = await self._call(_CLUSTER, "SetLimits", req, timeout_s=timeout_s)
         return cv.limits_update_from_proto(resp)
 
+    # --- operations ---------------------------------------------------------------------------
+
+    async def transfer_leadership(
+        self, to_node_id: str | None = None, *, timeout_s: float | None = None
+    ) -> LeaderTransfer:
+        """Hand leadership to ``to_node_id`` (default: the most caught-up follower); returns
+        once another leader is known. FailedPrecondition when no follower could take over."""
+        budget = self._timeout_s if timeout_s is None else timeout_s
+        req = api_pb2.TransferLeadershipRequest(
+            to_node_id=to_node_id or "", timeout_ms=int(max(1.0, min(budget - 0.5, 30.0)) * 1000)
+        )
+        resp = await self._call(_OPS, "TransferLeadership", req, timeout_s=timeout_s)
+        return transfer_from_proto(resp)
+
+    async def create_backup(self, path: str, *, timeout_s: float | None = None) -> BackupResult:
+        """Write a consistent backup of the cluster's replicated state (at a committed index)
+        to the local file ``path``; its SHA-256 is checked against the leader's."""
+        status = await self.cluster_status(timeout_s=timeout_s)
+        address = status.leader_grpc_address or self._router.current()
+        budget = self._timeout_s if timeout_s is None else timeout_s
+        return await download_backup(
+            self._pool, address, path, timeout_s=budget, metadata=self._config.metadata or None
+        )
+
+    async def list_queues(self, *, timeout_s: float | None = None) -> list[QueueInfo]:
+        """Queues with ready backlog, oldest ready age, leased tasks and their workers."""
+        resp = await self._call(_OPS, "ListQueues", api_pb2.ListQueuesRequest(),
+                                timeout_s=timeout_s)
+        return queues_from_proto(resp)
+
+    async def list_workers(self, *, timeout_s: float | None = None) -> list[WorkerInfo]:
+        """Workers connected to the leader: queues, credits, leases held."""
+        resp = await self._call(_OPS, "ListWorkers", api_pb2.ListWorkersRequest(),
+                                timeout_s=timeout_s)
+        return workers_from_proto(resp)
+
+    async def list_active_runs(
+        self, tenant: str | None = None, *, limit: int = 100, timeout_s: float | None = None
+    ) -> list[Run]:
+        """Runs still running (every tenant unless ``tenant``), oldest first."""
+        req = api_pb2.ListActiveRunsRequest(tenant=tenant or "", limit=limit)
+        resp = await self._call(_OPS, "ListActiveRuns", req, timeout_s=timeout_s)
+        return [cv.run_from_proto(r) for r in resp.runs]
+
     # --- the one retry loop ------------------------------------------------------------------
 
     def _stub(self, service: str, address: str) -> Any:
@@ -526,6 +581,8 @@ class AsyncClient:
             channel = self._pool.get(address)
             if service == _JOBS:
                 stub = api_pb2_grpc.JobServiceStub(channel)
+            elif service == _OPS:
+                stub = api_pb2_grpc.OperationsServiceStub(channel)
             else:
                 stub = api_pb2_grpc.ClusterServiceStub(channel)
             self._stubs[key] = stub

@@ -11,6 +11,11 @@ from gnomon.node.tls import TlsError, load_peer_tls
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["restore"]:
+        from gnomon.node.operations import restore_main
+
+        return restore_main(words[1:])
     try:
         config = load(argv)
         load_peer_tls(config.raft_tls_cert, config.raft_tls_key, config.raft_tls_ca,

@@ -189,8 +189,8 @@ class StateCollector:
             dead, evicted = len(st.dead_letters), st.dead_letters_evicted
         yield _gauge("gnomon_jobs", "Jobs in the replicated state", jobs)
         fam = GaugeMetricFamily("gnomon_runs", "Runs in memory, by state", labels=["state"])
-        for state in (RunState.RUNNING, RunState.SUCCEEDED, RunState.FAILED,
-                      RunState.CANCELLED, RunState.SKIPPED):
+        for state in (RunState.RUNNING, RunState.QUEUED, RunState.SUCCEEDED,
+                      RunState.FAILED, RunState.CANCELLED, RunState.SKIPPED):
             fam.add_metric([state], runs.get(state, 0))
         yield fam
         fam = GaugeMetricFamily("gnomon_tasks", "Tasks of running runs, by state",

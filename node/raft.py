@@ -8,6 +8,7 @@ and every callback; the asyncio loop thread proposes. Results cross over with
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import os
@@ -304,6 +305,15 @@ class RaftNode:
         except Exception:  # noqa: BLE001 - best effort on shutdown
             log.exception("leadership transfer failed")
 
+    def request_transfer(self, raft_addr: str | None) -> bool:
+        """Send pysyncobj's TimeoutNow to `raft_addr` (None: the most caught-up connected
+        follower). True when it was sent; refused (False) when this node does not lead or the
+        target's log does not end at this leader's last entry. Sent is not done: the caller
+        waits for another leader (node/operations.py)."""
+        reasons: list[int] = []
+        self._sync.transferLeadership(raft_addr, callback=lambda _r, err: reasons.append(err))
+        return reasons == [FAIL_REASON.SUCCESS]
+
     def destroy(self) -> None:
         # A snapshot child dies with the tick thread (PR_SET_PDEATHSIG); its file is removed
         # at the next start.
@@ -357,6 +367,22 @@ class Proposer:
 
     def pending(self) -> int:
         return len(self._queue)
+
+    @contextlib.asynccontextmanager
+    async def paused(self):
+        """No new entry is sent while inside (commands wait in the queue); entered once every
+        entry in flight has committed or failed. A leadership transfer needs a follower whose
+        log ends at the leader's last entry, which a steady stream of entries prevents."""
+        n = self._config.max_inflight_batches
+        taken = 0
+        try:
+            for _ in range(n):
+                await self._inflight.acquire()
+                taken += 1
+            yield
+        finally:
+            for _ in range(taken):
+                self._inflight.release()
 
     def room_for_loops(self) -> int:
         """Commands a leader loop may still queue: loops stop at `max_loop_pending_commands`

@@ -24,11 +24,13 @@ from gnomon.node.dispatch import Dispatcher
 from gnomon.node.history import HistoryError, HistoryStore
 from gnomon.node.leadership import Leadership
 from gnomon.node.leases import LeaseTable, LeaseTiming
+from gnomon.node.operations import OperationError, TransferTimeout, transfer_leadership
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer, RaftNode
 from gnomon.node.replica import HistorySink, Replica, crash_process
 from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.decode import DecodeGuard
 from gnomon.node.servicers.jobs import JobServicer
+from gnomon.node.servicers.operations import OperationsServicer
 from gnomon.node.servicers.worker import WorkerServicer
 from gnomon.node.storage import refuse_to_start
 from gnomon.node.tasks import Supervisor, run_steps
@@ -245,6 +247,7 @@ class Node:
         server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[DecodeGuard()])
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self), server)
+        api_pb2_grpc.add_OperationsServiceServicer_to_server(OperationsServicer(self), server)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(
             WorkerServicer(self, self.dispatcher, self.leases), server)
         self._health = health.aio.HealthServicer()
@@ -253,6 +256,7 @@ class Node:
         reflection.enable_server_reflection((
             api_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
             api_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+            api_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
             health.SERVICE_NAME, reflection.SERVICE_NAME), server)
         creds = grpc_tls.server_credentials(self.config)
@@ -299,8 +303,14 @@ class Node:
         log.info("stopped")
 
     async def _transfer_if_leading(self) -> None:
+        """On SIGTERM a leader hands over first, so the cluster does not wait for an election
+        timeout (rolling restarts)."""
         if self.leadership.ready:
-            self.raft.transfer_leadership()
+            timeout_s = min(3.0, self.config.shutdown_timeout_ms / 3000)
+            try:
+                await transfer_leadership(self, "", timeout_s)
+            except (OperationError, TransferTimeout) as exc:
+                log.warning("leadership not transferred before stopping: %s", exc)
 
 
 LIMITS_BOOTSTRAP_ID = "gnomon:limits-bootstrap"

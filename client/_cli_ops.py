@@ -1,0 +1,217 @@
+"""The operator's ``gnomon`` commands: leadership transfer, backup, job export/import, and
+lists of active runs, queues and workers (with a warning for a queue no worker serves)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ._cli_errors import EXIT_OK
+from ._cli_render import fmt_duration, fmt_time, run_json, table
+from ._cli_spec import spec_from_data, spec_to_data
+from ._cli_values import UsageError
+from ._errors import NotFound
+
+__all__ = ["OPS_COMMANDS", "add_job_ops", "add_ops_groups", "add_run_active", "add_transfer_leader",
+           "add_worker_list", "idle_queue_warnings", "read_spec_documents"]
+
+Leaf = Callable[..., argparse.ArgumentParser]
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+
+def add_transfer_leader(cluster: Any, leaf: Leaf) -> None:
+    p = leaf(cluster, "transfer-leader",
+             "hand leadership to another node (before maintenance on the leader)")
+    p.add_argument("--to", metavar="NODE", help="node id to lead (default: the most caught-up "
+                   "follower)")
+
+
+def add_job_ops(job: Any, leaf: Leaf) -> None:
+    p = leaf(job, "export", "print job specs as YAML documents (for GitOps; job import reads "
+             "them back)")
+    p.add_argument("--tenant", help="only this tenant (default: every tenant)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: stdout)")
+    p = leaf(job, "import", "create or update jobs from YAML documents (job export's form); "
+             "idempotent: an unchanged spec is left alone")
+    p.add_argument("file", metavar="FILE", help="YAML file of one or more specs (- for stdin)")
+    p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+
+
+def add_run_active(run: Any, leaf: Leaf) -> None:
+    p = leaf(run, "active", "runs still running, oldest first")
+    p.add_argument("--tenant", help="only this tenant (default: every tenant)")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+
+
+def add_worker_list(worker: Any, leaf: Leaf) -> None:
+    leaf(worker, "list", "workers connected to the leader: queues, credits, leases held")
+
+
+def add_ops_groups(groups: Any, leaf: Leaf) -> None:
+    backup = groups.add_parser("backup", help="online backup of the replicated state") \
+        .add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = leaf(backup, "create", "write a consistent backup (state at a committed index, with its "
+             "SHA-256) to FILE; restore with gnomon-node restore FILE --data-dir DIR")
+    p.add_argument("file", metavar="FILE")
+    queue = groups.add_parser("queue", help="queues: backlog, oldest ready age, workers") \
+        .add_subparsers(dest="action", metavar="ACTION", required=True)
+    leaf(queue, "list", "queues with ready and leased tasks, oldest ready age and workers")
+
+
+# --- commands --------------------------------------------------------------------------------
+
+
+def _cmd_transfer_leader(ctx: Any) -> int:
+    moved = ctx.client.transfer_leadership(ctx.args.to)
+    ctx.emit(f"leader is now {moved.leader_node_id} ({moved.leader_grpc_address}), was "
+             f"{moved.previous_leader_node_id}", {
+                 "previous_leader_node_id": moved.previous_leader_node_id,
+                 "leader_node_id": moved.leader_node_id,
+                 "leader_grpc_address": moved.leader_grpc_address, "term": moved.term})
+    return EXIT_OK
+
+
+def _cmd_backup_create(ctx: Any) -> int:
+    path = Path(ctx.args.file)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory; name the backup file")
+    b = ctx.client.create_backup(str(path))
+    ctx.emit(f"backup {b.path}: raft index {b.raft_index} (term {b.raft_term}), {b.jobs} jobs, "
+             f"{b.runs} runs, {b.size_bytes} bytes\nsha256 {b.sha256}\nrestore: gnomon-node "
+             f"restore {b.path} --data-dir DIR --sha256 {b.sha256}", {
+                 "path": b.path, "raft_index": b.raft_index, "raft_term": b.raft_term,
+                 "jobs": b.jobs, "runs": b.runs, "size_bytes": b.size_bytes,
+                 "sha256": b.sha256, "state_digest": b.state_digest})
+    return EXIT_OK
+
+
+def _cmd_job_export(ctx: Any) -> int:
+    specs = [spec_to_data(job.spec) for job in ctx.client.iter_jobs(ctx.args.tenant)]
+    text = yaml.safe_dump_all(specs, sort_keys=False, allow_unicode=True) if specs else ""
+    if ctx.args.output:
+        Path(ctx.args.output).write_text(text)
+        print(f"exported {len(specs)} job(s) to {ctx.args.output}", file=sys.stderr)
+    else:
+        ctx.out.write(text)
+    return EXIT_OK
+
+
+def read_spec_documents(path: str, text: str | None = None) -> list[dict[str, Any]]:
+    """Every YAML document of `path` as a spec mapping (a `job get --json` document is taken
+    by its spec)."""
+    label = "<stdin>" if path == "-" else path
+    try:
+        text = text if text is not None else (sys.stdin.read() if path == "-"
+                                              else Path(path).read_text())
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except OSError as e:
+        raise UsageError(f"{label}: cannot read: {e.strerror or e}") from None
+    except yaml.YAMLError as e:
+        raise UsageError(f"{label}: invalid YAML: {' '.join(str(e).split())}") from None
+    return [d["spec"] if isinstance(d, dict) and "job_id" in d and "spec" in d else d
+            for d in docs]
+
+
+def _cmd_job_import(ctx: Any) -> int:
+    a = ctx.args
+    label = "<stdin>" if a.file == "-" else a.file
+    specs = []
+    for i, doc in enumerate(read_spec_documents(a.file)):
+        try:
+            specs.append(spec_from_data(doc, path=f"document {i + 1}"))
+        except UsageError as e:
+            raise UsageError(f"{label}: {e}") from None
+    seen: set[tuple[str, str]] = set()
+    for spec in specs:
+        key = (spec.tenant, spec.name)
+        if key in seen:
+            raise UsageError(f"{label}: job {spec.tenant}/{spec.name} appears twice")
+        seen.add(key)
+    outcome: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": []}
+    for spec in specs:
+        name = f"{spec.tenant}/{spec.name}"
+        try:
+            current = ctx.client.get_job(tenant=spec.tenant, name=spec.name)
+        except NotFound:
+            if not a.dry_run:
+                ctx.client.create_job(spec, request_id=f"import:{name}:{_digest(spec)}")
+            outcome["created"].append(name)
+            continue
+        if spec_to_data(current.spec) == spec_to_data(spec):
+            outcome["unchanged"].append(name)
+            continue
+        if not a.dry_run:
+            ctx.client.update_job(current.job_id, spec, expected_version=current.version)
+        outcome["updated"].append(name)
+    verb = "would be " if a.dry_run else ""
+    lines = [", ".join(f"{len(v)} {verb}{k}" for k, v in outcome.items())]
+    lines += [f"  {k}: {n}" for k, v in outcome.items() if k != "unchanged" for n in v]
+    ctx.emit("\n".join(lines), {**outcome, "dry_run": a.dry_run})
+    return EXIT_OK
+
+
+def _digest(spec: Any) -> str:
+    import hashlib
+    import json
+
+    data = json.dumps(spec_to_data(spec), sort_keys=True, default=str).encode()
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+def _cmd_run_active(ctx: Any) -> int:
+    runs = ctx.client.list_active_runs(ctx.args.tenant, limit=ctx.args.limit)
+    rows = [[r.run_id, r.tenant, fmt_time(r.scheduled_for_ms),
+             " ".join(f"{t.task_name}:{t.state.value}" for t in r.tasks)] for r in runs]
+    ctx.emit(table(["RUN", "TENANT", "SCHEDULED FOR", "TASKS"], rows) if rows
+             else "no active runs", [run_json(r) for r in runs])
+    return EXIT_OK
+
+
+def idle_queue_warnings(queues: list[Any]) -> list[str]:
+    """One line per queue that has ready tasks and no worker serving it."""
+    return [f"warning: queue {q.queue!r} has {q.ready} ready task(s) and no worker "
+            f"(start one: gnomon worker shell -q {q.queue})" for q in queues
+            if q.ready and not q.workers]
+
+
+def _cmd_queue_list(ctx: Any) -> int:
+    queues = ctx.client.list_queues()
+    rows = [[q.queue, q.ready, q.leased,
+             fmt_duration(q.oldest_ready_age_ms) if q.oldest_ready_age_ms else "-",
+             ",".join(q.workers) or "none"] for q in queues]
+    ctx.emit(table(["QUEUE", "READY", "LEASED", "OLDEST READY", "WORKERS"], rows) if rows
+             else "no queues with work or workers",
+             [{"queue": q.queue, "ready": q.ready, "leased": q.leased,
+               "oldest_ready_age_ms": q.oldest_ready_age_ms, "workers": list(q.workers)}
+              for q in queues])
+    for line in idle_queue_warnings(queues):
+        print(line, file=sys.stderr)
+    return EXIT_OK
+
+
+def _cmd_worker_list(ctx: Any) -> int:
+    workers = ctx.client.list_workers()
+    rows = [[w.worker_id, ",".join(w.queues), w.credits, w.leases_held] for w in workers]
+    ctx.emit(table(["WORKER", "QUEUES", "CREDITS", "LEASES HELD"], rows) if rows
+             else "no workers connected",
+             [{"worker_id": w.worker_id, "queues": list(w.queues), "credits": w.credits,
+               "leases_held": w.leases_held} for w in workers])
+    return EXIT_OK
+
+
+OPS_COMMANDS: dict[tuple[str, str | None], Callable[[Any], int]] = {
+    ("cluster", "transfer-leader"): _cmd_transfer_leader,
+    ("backup", "create"): _cmd_backup_create,
+    ("job", "export"): _cmd_job_export,
+    ("job", "import"): _cmd_job_import,
+    ("run", "active"): _cmd_run_active,
+    ("queue", "list"): _cmd_queue_list,
+    ("worker", "list"): _cmd_worker_list,
+}
