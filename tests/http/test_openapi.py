@@ -73,7 +73,10 @@ def test_operations_name_their_rpc_and_its_message_types(doc):
             if "request_id" in fields:
                 assert any(p["name"] == "Idempotency-Key" for p in op["parameters"]), path
     every = {f"{s.name}.{m.name}" for s in services.values() for m in s.methods}
-    assert every - routed == set(NOT_ROUTED), "an RPC without an HTTP route"
+    missing = every - routed - set(NOT_ROUTED)
+    assert not missing, (f"RPCs without an HTTP route: {sorted(missing)}; add a Route to "
+                         "ROUTES in node/http/api.py (or to NOT_ROUTED here, with the reason)")
+    assert not (set(NOT_ROUTED) & routed), "NOT_ROUTED lists an RPC that has a route"
     # Every message schema lists exactly the proto's fields, by their JSON names.
     for name, schema in schemas.items():
         if name == "Problem":
