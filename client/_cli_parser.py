@@ -16,7 +16,14 @@ from ._cli_ops import (
     add_worker_list,
 )
 from ._cli_values import UsageError, parse_duration_ms, parse_instant_ms
-from ._models import CLUSTER_LIMIT_NAMES, CronDialect, MisfirePolicy, OverlapPolicy
+from ._models import (
+    CLUSTER_LIMIT_NAMES,
+    CronDialect,
+    DstAmbiguous,
+    DstNonexistent,
+    MisfirePolicy,
+    OverlapPolicy,
+)
 
 __all__ = ["ArgumentError", "build_parser"]
 
@@ -118,6 +125,16 @@ def _add_schedule_flags(g: Any) -> None:
         choices=[d.value for d in CronDialect],
         help="where a 6-field --cron has its seconds: seconds_last (croniter) or "
         "seconds_first (Quartz, Spring, Dkron)",
+    )
+    g.add_argument(
+        "--dst-nonexistent",
+        choices=[d.value for d in DstNonexistent],
+        help="a --cron local time DST skips: skip it, or fire after the gap (default)",
+    )
+    g.add_argument(
+        "--dst-ambiguous",
+        choices=[d.value for d in DstAmbiguous],
+        help="a --cron local time DST repeats: fire first, last or both (default)",
     )
     g.add_argument(
         "--interval-ms",

@@ -13,6 +13,8 @@ for instants (``at_ms``, ``anchor_ms``) an ISO 8601 time with a zone, ``"now"`` 
       cron: "0 3 * * *"                #   5 fields, @daily..., or 6 with a dialect:
       timezone: Europe/Berlin          #   IANA name; default UTC
       # dialect: seconds_first         #   6 fields: seconds_last (croniter) | seconds_first
+      # dst_nonexistent: skip          #   a local time DST skips: skip | shift_forward
+      # dst_ambiguous: first           #   one it repeats: first | last | both
       # interval_ms: 30s               #   fixed period (anchor_ms: phase, default the epoch)
       # at_ms: "2026-11-30T10:41:02Z"  #   once
     priority: 0                        # -100..100
@@ -69,6 +71,8 @@ from ._cli_values import (
 from ._models import (
     CronDialect,
     CronSchedule,
+    DstAmbiguous,
+    DstNonexistent,
     IntervalSchedule,
     Job,
     JobSpec,
@@ -112,7 +116,8 @@ _TOP_KEYS = (
     "max_active_runs",
     "max_buffered_runs",
 )
-_SCHEDULE_KEYS = ("cron", "timezone", "dialect", "interval_ms", "anchor_ms", "at_ms")
+_SCHEDULE_KEYS = ("cron", "timezone", "dialect", "dst_nonexistent", "dst_ambiguous",
+                  "interval_ms", "anchor_ms", "at_ms")
 _TASK_KEYS = (
     "name",
     "queue",
@@ -135,7 +140,7 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
         raise fail(path, f"set exactly one of cron, interval_ms, at_ms (found {found})")
     kind = kinds[0]
     extra = {
-        "cron": {"timezone", "dialect"},
+        "cron": {"timezone", "dialect", "dst_nonexistent", "dst_ambiguous"},
         "interval_ms": {"anchor_ms"},
         "at_ms": set(),
     }[kind]
@@ -149,6 +154,8 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
             read_str(data["cron"], f"{path}.cron"),
             read_str(tz, f"{path}.timezone") if tz is not None else "UTC",
             _dialect(data.get("dialect"), f"{path}.dialect"),
+            _choice(DstNonexistent, data.get("dst_nonexistent"), f"{path}.dst_nonexistent"),
+            _choice(DstAmbiguous, data.get("dst_ambiguous"), f"{path}.dst_ambiguous"),
         )
     if kind == "interval_ms":
         anchor = data.get("anchor_ms")
@@ -224,6 +231,16 @@ def _task(data: Any, path: str, defaults: Mapping[str, Any], default_name: str |
         timeout_ms=parse_duration_ms(timeout, f"{path}.timeout_ms"),
         retry=RetryPolicy(**retry),
     )
+
+
+def _choice(kind: Any, value: Any, path: str) -> Any:
+    if value is None:
+        return None
+    text = read_str(value, path).strip().lower().replace("-", "_")
+    try:
+        return kind(text)
+    except ValueError:
+        raise fail(path, f"{value!r} is not one of {', '.join(k.value for k in kind)}") from None
 
 
 def _dialect(value: Any, path: str) -> CronDialect | None:
@@ -349,8 +366,10 @@ def bytes_to_data(name: str, value: bytes) -> dict[str, Any]:
 
 def schedule_to_data(schedule: Schedule) -> dict[str, Any]:
     if isinstance(schedule, CronSchedule):
-        dialect = {"dialect": schedule.dialect.value} if schedule.dialect else {}
-        return {"cron": schedule.expression, "timezone": schedule.timezone, **dialect}
+        extra = {name: getattr(schedule, name).value
+                 for name in ("dialect", "dst_nonexistent", "dst_ambiguous")
+                 if getattr(schedule, name)}
+        return {"cron": schedule.expression, "timezone": schedule.timezone, **extra}
     if isinstance(schedule, IntervalSchedule):
         return {"interval_ms": schedule.interval_ms, "anchor_ms": schedule.anchor_ms}
     return {"at_ms": schedule.at_ms}
@@ -396,18 +415,18 @@ def _schedule_from_flags(
     kinds = [f for f in ("cron", "interval_ms", "at") if getattr(args, f, None) is not None]
     if len(kinds) > 1:
         raise UsageError("give one schedule: --cron, --interval-ms or --at")
-    for flag, given in (("--tz", args.tz), ("--cron-dialect", args.cron_dialect)):
-        if given is not None and not (
+    for flag, _key in _CRON_FLAGS:
+        if getattr(args, flag) is not None and not (
             kinds == ["cron"] or (not kinds and current and "cron" in current)
         ):
-            raise UsageError(f"{flag} applies to a cron schedule (--cron)")
+            raise UsageError(f"--{flag.replace('_', '-')} applies to a cron schedule (--cron)")
     if args.anchor_ms is not None and not (
         kinds == ["interval_ms"] or (not kinds and current and "interval_ms" in current)
     ):
         raise UsageError("--anchor-ms applies to an interval schedule (--interval-ms)")
     if not kinds:
         if current is None or (
-            args.tz is None and args.anchor_ms is None and args.cron_dialect is None
+            args.anchor_ms is None and all(getattr(args, f) is None for f, _ in _CRON_FLAGS)
         ):
             return None
         schedule = dict(current)
@@ -417,10 +436,9 @@ def _schedule_from_flags(
         schedule = {"interval_ms": args.interval_ms}
     else:
         schedule = {"at_ms": args.at}
-    if args.tz is not None:
-        schedule["timezone"] = args.tz
-    if args.cron_dialect is not None:
-        schedule["dialect"] = args.cron_dialect
+    for flag, key in _CRON_FLAGS:
+        if getattr(args, flag) is not None:
+            schedule[key] = getattr(args, flag)
     if args.anchor_ms is not None:
         schedule["anchor_ms"] = args.anchor_ms
     return schedule
@@ -479,7 +497,11 @@ _TASK_FLAGS = (
 )
 _JOB_FLAGS = ("priority", "misfire_policy", "misfire_grace_ms", "overlap_policy",
               "max_active_runs", "max_buffered_runs")
-_SCHEDULE_FLAGS = ("cron", "tz", "cron_dialect", "interval_ms", "anchor_ms", "at")
+_SCHEDULE_FLAGS = ("cron", "tz", "cron_dialect", "dst_nonexistent", "dst_ambiguous",
+                   "interval_ms", "anchor_ms", "at")
+# Flags of a cron schedule beside --cron, and their key in the schedule mapping.
+_CRON_FLAGS = (("tz", "timezone"), ("cron_dialect", "dialect"),
+               ("dst_nonexistent", "dst_nonexistent"), ("dst_ambiguous", "dst_ambiguous"))
 
 
 def _given(args: argparse.Namespace, flags: Sequence[str]) -> list[str]:

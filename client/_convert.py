@@ -24,6 +24,8 @@ from ._models import (
     CronDialect,
     CronSchedule,
     DeadLetter,
+    DstAmbiguous,
+    DstNonexistent,
     IntervalSchedule,
     Job,
     JobSpec,
@@ -59,6 +61,18 @@ _DIALECT: dict[CronDialect | None, int] = {
     CronDialect.SECONDS_FIRST: types_pb2.CRON_DIALECT_SECONDS_FIRST,
 }
 _DIALECT_BACK = {v: k for k, v in _DIALECT.items() if k is not None}
+_DST_NONEXISTENT: dict[DstNonexistent | None, int] = {
+    None: 0,
+    **{p: types_pb2.DstNonexistentPolicy.Value(f"DST_NONEXISTENT_POLICY_{p.name}")
+       for p in DstNonexistent},
+}
+_DST_NONEXISTENT_BACK = {v: k for k, v in _DST_NONEXISTENT.items() if k is not None}
+_DST_AMBIGUOUS: dict[DstAmbiguous | None, int] = {
+    None: 0,
+    **{p: types_pb2.DstAmbiguousPolicy.Value(f"DST_AMBIGUOUS_POLICY_{p.name}")
+       for p in DstAmbiguous},
+}
+_DST_AMBIGUOUS_BACK = {v: k for k, v in _DST_AMBIGUOUS.items() if k is not None}
 
 _OVERLAP = {p: types_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{p.name}") for p in OverlapPolicy}
 _OVERLAP_BACK = {v: k for k, v in _OVERLAP.items()}
@@ -124,6 +138,8 @@ def schedule_to_proto(schedule: Schedule) -> types_pb2.Schedule:
                 expression=schedule.expression,
                 timezone=schedule.timezone,
                 dialect=_DIALECT[schedule.dialect],
+                dst_nonexistent=_DST_NONEXISTENT[schedule.dst_nonexistent],
+                dst_ambiguous=_DST_AMBIGUOUS[schedule.dst_ambiguous],
             )
         )
     if isinstance(schedule, IntervalSchedule):
@@ -144,6 +160,8 @@ def schedule_from_proto(msg: types_pb2.Schedule) -> Schedule:
             expression=msg.cron.expression,
             timezone=msg.cron.timezone or "UTC",
             dialect=_DIALECT_BACK.get(msg.cron.dialect),
+            dst_nonexistent=_DST_NONEXISTENT_BACK.get(msg.cron.dst_nonexistent),
+            dst_ambiguous=_DST_AMBIGUOUS_BACK.get(msg.cron.dst_ambiguous),
         )
     if kind == "interval":
         return IntervalSchedule(

@@ -22,6 +22,8 @@ from ._time import DurationField, InstantField, duration_ms, instant_ms, ms_or_a
 __all__ = [
     "CronDialect",
     "CronSchedule",
+    "DstAmbiguous",
+    "DstNonexistent",
     "IntervalSchedule",
     "JobSpec",
     "MisfirePolicy",
@@ -89,21 +91,47 @@ class CronDialect(enum.StrEnum):
     """``second minute hour day-of-month month day-of-week`` (Quartz, Spring, Dkron)."""
 
 
+class DstNonexistent(enum.StrEnum):
+    """A cron fire whose local time falls in a DST gap (None: SHIFT_FORWARD)."""
+
+    SKIP = "skip"
+    """No fire for it that day."""
+    SHIFT_FORWARD = "shift_forward"
+    """Fires at the first instant after the gap."""
+
+
+class DstAmbiguous(enum.StrEnum):
+    """A cron fire whose local time occurs twice (None: BOTH)."""
+
+    FIRST = "first"
+    """Only the first occurrence (daylight time)."""
+    LAST = "last"
+    """Only the second occurrence (standard time)."""
+    BOTH = "both"
+    """Both occurrences."""
+
+
 @dataclass(frozen=True, slots=True)
 class CronSchedule:
     """A cron expression (5 fields, an @alias, or 6 fields with a ``dialect`` saying where
     the seconds are) in an IANA timezone. ``H`` tokens spread jobs by a hash of their name
-    (see ``types.proto``)."""
+    (see ``types.proto``). ``dst_nonexistent`` and ``dst_ambiguous`` decide what a local
+    time that DST skips or repeats does (None: shift forward, fire both)."""
 
     expression: str
     timezone: str = "UTC"
     dialect: CronDialect | None = None
+    dst_nonexistent: DstNonexistent | None = None
+    dst_ambiguous: DstAmbiguous | None = None
 
     def __post_init__(self) -> None:
         if not self.timezone:
             object.__setattr__(self, "timezone", "UTC")
-        if self.dialect is not None:
-            object.__setattr__(self, "dialect", CronDialect(self.dialect))
+        for name, kind in (("dialect", CronDialect), ("dst_nonexistent", DstNonexistent),
+                           ("dst_ambiguous", DstAmbiguous)):
+            value = getattr(self, name)
+            if value is not None:
+                object.__setattr__(self, name, kind(value))
 
 
 @dataclass(frozen=True, slots=True, init=False)

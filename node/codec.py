@@ -91,6 +91,8 @@ _TASK_STATE = types_pb2.TaskState.DESCRIPTOR
 _ATTEMPT_OUTCOME = types_pb2.AttemptOutcome.DESCRIPTOR
 _OVERLAP = types_pb2.OverlapPolicy.DESCRIPTOR
 _DIALECT = types_pb2.CronDialect.DESCRIPTOR
+_DST_NONEXISTENT = types_pb2.DstNonexistentPolicy.DESCRIPTOR
+_DST_AMBIGUOUS = types_pb2.DstAmbiguousPolicy.DESCRIPTOR
 
 
 def overlap_to_proto(value: str) -> int:
@@ -126,6 +128,10 @@ def schedule_to_proto(s: Schedule, out: types_pb2.Schedule) -> None:
         out.cron.expression = s.expression
         out.cron.timezone = s.timezone
         out.cron.dialect = enum_to_proto(_DIALECT, s.dialect) if s.dialect else 0
+        out.cron.dst_nonexistent = (
+            enum_to_proto(_DST_NONEXISTENT, s.dst_nonexistent) if s.dst_nonexistent else 0)
+        out.cron.dst_ambiguous = (
+            enum_to_proto(_DST_AMBIGUOUS, s.dst_ambiguous) if s.dst_ambiguous else 0)
     elif s.kind == ScheduleKind.INTERVAL:
         out.interval.interval_ms = s.interval_ms
         out.interval.anchor_ms = s.anchor_ms
@@ -137,7 +143,10 @@ def schedule_from_proto(m: types_pb2.Schedule) -> Schedule:
     kind = m.WhichOneof("kind")
     if kind == "cron":
         return Schedule(ScheduleKind.CRON, expression=m.cron.expression, timezone=m.cron.timezone,
-                        dialect=enum_from_proto(_DIALECT, m.cron.dialect, ""))
+                        dialect=enum_from_proto(_DIALECT, m.cron.dialect, ""),
+                        dst_nonexistent=enum_from_proto(_DST_NONEXISTENT,
+                                                        m.cron.dst_nonexistent, ""),
+                        dst_ambiguous=enum_from_proto(_DST_AMBIGUOUS, m.cron.dst_ambiguous, ""))
     if kind == "interval":
         return Schedule(
             ScheduleKind.INTERVAL, interval_ms=m.interval.interval_ms, anchor_ms=m.interval.anchor_ms

@@ -17,10 +17,14 @@ Cron semantics (croniter 7.0, IANA timezones via `zoneinfo`):
   they are expanded here, never hashed.
 - `H` picks a per-job value from `hash_id` (crc32, the same in every process); `R` (random)
   is rejected because it would change on every evaluation.
-- DST (checked with America/New_York, 2026): a local time that does not exist fires at the
-  first existing minute after it (`30 2 * * *` fires at 03:00 EDT on 2026-03-08); a local time
-  that occurs twice fires twice, once per UTC instant (`30 1 * * *` fires at 05:30Z and 06:30Z
-  on 2026-11-01).
+- DST, per job (Schedule.dst_nonexistent, dst_ambiguous; tests with Europe/Berlin,
+  America/New_York, Australia/Lord_Howe, America/Santiago and Asia/Tokyo): a local time that
+  does not exist fires at the first instant after the gap (SHIFT_FORWARD, the default:
+  `30 2 * * *` fires at 03:00 EDT on 2026-03-08) or not at all (SKIP); a local time that
+  occurs twice fires twice, once per UTC instant (BOTH, the default: `30 1 * * *` fires at
+  05:30Z and 06:30Z on 2026-11-01), or only at its FIRST or LAST occurrence. croniter finds
+  the candidates; a candidate whose local time does not match the expression was shifted out
+  of a gap, one whose wall time has two UTC offsets is repeated (`_dst_kind`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 from gnomon.node.core.model import (
     DEFAULT_MISFIRE_GRACE_MS,
     CronDialect,
+    DstAmbiguous,
+    DstNonexistent,
     JobSpec,
     MisfirePolicy,
     Schedule,
@@ -73,6 +79,9 @@ _EXISTENCE_PROBE_MS = 946_684_800_000  # 2000-01-01T00:00:00Z
 # Used by check_schedule when the caller has no job identity to hash.
 _PLACEHOLDER_HASH_ID = "gnomon"
 _CRON_LOCK = threading.Lock()
+_MAX_DST_SKIPS = 10_000
+_DST_NONEXISTENT_POLICIES = ("", DstNonexistent.SKIP, DstNonexistent.SHIFT_FORWARD)
+_DST_AMBIGUOUS_POLICIES = ("", DstAmbiguous.FIRST, DstAmbiguous.LAST, DstAmbiguous.BOTH)
 _MAX_EXPRESSION_LEN = 256
 
 
@@ -99,7 +108,7 @@ def next_fire_after(schedule: Schedule, after_ms: int, *, hash_id: str = "") -> 
         return schedule.anchor_ms + k * interval
     if kind == ScheduleKind.CRON:
         return _cron_next(schedule.expression, schedule.timezone, after_ms, hash_id,
-                          schedule.dialect)
+                          schedule.dialect, schedule.dst_nonexistent, schedule.dst_ambiguous)
     raise ScheduleError("spec.schedule", f"unknown schedule kind {kind!r}")
 
 
@@ -137,6 +146,7 @@ def check_schedule(
     ever fire depends on it. Without one, `H` is checked with a placeholder id.
     """
     kind = schedule.kind
+    _check_dst_fields(schedule, field)
     if kind == ScheduleKind.CRON:
         tz_field = f"{field}.cron.timezone"
         expr_field = f"{field}.cron.expression"
@@ -172,18 +182,53 @@ def check_schedule(
 
 
 def _cron_next(expression: str, timezone: str, after_ms: int, hash_id: str,
-               dialect: str = "") -> int:
+               dialect: str = "", nonexistent: str = "", ambiguous: str = "") -> int:
     field = "spec.schedule.cron.expression"
     zone = _zone(timezone, "spec.schedule.cron.timezone")
     expr, uses_hash = _normalise(expression, field, dialect)
     if uses_hash and not hash_id:
         raise ScheduleError(field, "H needs a hash_id (the job's tenant/name)")
     template = _parse(expr, hash_id if uses_hash else None, field)
+    policed = nonexistent == DstNonexistent.SKIP or ambiguous in (DstAmbiguous.FIRST,
+                                                                  DstAmbiguous.LAST)
     try:
-        return _next_with(template, zone, after_ms)
+        at = _next_with(template, zone, after_ms)
+        # Fires the job's DST policy leaves out: an ambiguous hour of a seconds schedule
+        # has 3,600 of them; the bound only guards against a bug looping forever.
+        for _ in range(_MAX_DST_SKIPS if policed else 0):
+            if not _dst_leaves_out(at, zone, template.expanded, nonexistent, ambiguous):
+                break
+            at = _next_with(template, zone, at)
+        return at
     except (CroniterBadDateError, ValueError, OverflowError):
         # No match within croniter's 50-year search, or past datetime's year 9999.
         return 0
+
+
+def _dst_leaves_out(at_ms: int, zone: ZoneInfo, expanded: list, nonexistent: str,
+                    ambiguous: str) -> bool:
+    """Whether the job's DST policy leaves out the fire croniter found at `at_ms`."""
+    kind, fold = _dst_kind(at_ms, zone, expanded)
+    if kind == "shifted":
+        return nonexistent == DstNonexistent.SKIP
+    if kind == "repeated":
+        return (ambiguous == DstAmbiguous.FIRST and fold == 1) or (
+            ambiguous == DstAmbiguous.LAST and fold == 0)
+    return False
+
+
+def _dst_kind(at_ms: int, zone: ZoneInfo, expanded: list) -> tuple[str, int]:
+    """("shifted", 0): croniter moved the fire out of a DST gap (its local time does not
+    match the expression); ("repeated", fold): its local time occurs twice and this is the
+    first (0) or second (1) occurrence; ("", 0) otherwise."""
+    local = (_EPOCH + at_ms * _MS).astimezone(zone)
+    if not (_matches(expanded[0], local.minute) and _matches(expanded[1], local.hour)):
+        return "shifted", 0
+    naive = local.replace(tzinfo=None)
+    if naive.replace(tzinfo=zone, fold=0).utcoffset() != naive.replace(
+            tzinfo=zone, fold=1).utcoffset():
+        return "repeated", local.fold
+    return "", 0
 
 
 def _next_with(template: croniter, zone: ZoneInfo, after_ms: int) -> int:
@@ -253,6 +298,22 @@ _READINGS = {
     CronDialect.SECONDS_LAST: "seconds last (croniter)",
     CronDialect.SECONDS_FIRST: "seconds first (Quartz, Spring, Dkron)",
 }
+
+
+def _check_dst_fields(schedule: Schedule, field: str) -> None:
+    """DST policies: known values, and only on a cron schedule (an interval or a one-shot
+    is a UTC instant: DST cannot move it)."""
+    for name, value, known in (
+        ("dst_nonexistent", schedule.dst_nonexistent, _DST_NONEXISTENT_POLICIES),
+        ("dst_ambiguous", schedule.dst_ambiguous, _DST_AMBIGUOUS_POLICIES),
+    ):
+        if value not in known:
+            raise ScheduleError(f"{field}.cron.{name}",
+                                f"must be one of {', '.join(k for k in known if k)}, got {value!r}")
+        if value and schedule.kind != ScheduleKind.CRON:
+            raise ScheduleError(f"{field}.{schedule.kind or 'kind'}",
+                                f"a DST policy ({name}) applies to cron schedules only: an "
+                                f"{schedule.kind} schedule fires at UTC instants")
 
 
 def _check_dialect(schedule: Schedule, field: str, hash_id: str, zone: ZoneInfo) -> None:
@@ -325,16 +386,14 @@ def _matches(values: list, value: int) -> bool:
 
 def _dst_note(at_ms: int, zone: ZoneInfo, expanded: list) -> str:
     """What DST did to a cron fire at `at_ms`: moved out of a gap, or one of two occurrences."""
+    kind, fold = _dst_kind(at_ms, zone, expanded)
     local = (_EPOCH + at_ms * _MS).astimezone(zone)
-    if not (_matches(expanded[0], local.minute) and _matches(expanded[1], local.hour)):
+    if kind == "shifted":
         return (f"the local time it is meant for does not exist on {local.date()} (DST "
                 f"starts): fires at the first instant after the gap, {local.strftime('%H:%M')} "
                 f"{local.tzname()}")
-    naive = local.replace(tzinfo=None)
-    first = naive.replace(tzinfo=zone, fold=0)
-    second = naive.replace(tzinfo=zone, fold=1)
-    if first.utcoffset() != second.utcoffset():
-        which = "second" if local.fold else "first"
-        return (f"{naive.strftime('%H:%M')} occurs twice on {local.date()} (DST ends): this is "
-                f"the {which} occurrence ({local.tzname()}, UTC{local.strftime('%z')})")
+    if kind == "repeated":
+        which = "second" if fold else "first"
+        return (f"{local.strftime('%H:%M')} occurs twice on {local.date()} (DST ends): this "
+                f"is the {which} occurrence ({local.tzname()}, UTC{local.strftime('%z')})")
     return ""

@@ -29,7 +29,7 @@ _DERIVED_FIELDS = ("active_runs", "running_by_job", "queued_by_job", "job_order"
 _LATER_FIELDS: dict[str, dict[str, object]] = {
     "JobSpec": {"overlap_policy": "allow_all", "max_active_runs": None, "max_buffered_runs": 0},
     "Run": {"reason": "", "cancel_requested": False},
-    "Schedule": {"dialect": ""},
+    "Schedule": {"dialect": "", "dst_nonexistent": "", "dst_ambiguous": ""},
 }
 
 

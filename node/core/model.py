@@ -26,6 +26,21 @@ class CronDialect:
     SECONDS_FIRST = "seconds_first"
 
 
+class DstNonexistent:
+    """A cron fire whose local time falls in a DST gap ("": SHIFT_FORWARD)."""
+
+    SKIP = "skip"
+    SHIFT_FORWARD = "shift_forward"
+
+
+class DstAmbiguous:
+    """A cron fire whose local time occurs twice ("": BOTH)."""
+
+    FIRST = "first"
+    LAST = "last"
+    BOTH = "both"
+
+
 class MisfirePolicy:
     RUN_ALL = "run_all"
     RUN_LATEST = "run_latest"
@@ -114,8 +129,10 @@ class Schedule:
     interval_ms: int = 0
     anchor_ms: int = 0
     at_ms: int = 0
-    # Cron only: CronDialect.
+    # Cron only: CronDialect, DstNonexistent, DstAmbiguous ("": the defaults).
     dialect: str = ""
+    dst_nonexistent: str = ""
+    dst_ambiguous: str = ""
 
 
 @dataclass(frozen=True, slots=True)

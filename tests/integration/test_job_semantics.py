@@ -19,6 +19,8 @@ from gnomon.client import (
     Client,
     CronDialect,
     CronSchedule,
+    DstAmbiguous,
+    DstNonexistent,
     IntervalSchedule,
     InvalidArgument,
     JobSpec,
@@ -213,3 +215,25 @@ def test_cli_create_prints_next_fires_and_preview(servers):
     out = gnomon("job", "preview", "preview-cli", "--count", "2", "--after",
                  "2026-11-01T00:00:00Z")
     assert "first occurrence (EDT" in out and "second occurrence (EST" in out
+
+
+def test_dst_policies_decide_which_local_times_fire(servers):
+    """The trigger loop and PreviewSchedule evaluate the same function on the leader; a
+    preview across real transitions shows what the job will fire."""
+    with Client(servers, timeout_s=30) as client:
+        berlin = CronSchedule("30 2 * * *", "Europe/Berlin",
+                              dst_nonexistent=DstNonexistent.SKIP,
+                              dst_ambiguous=DstAmbiguous.FIRST)
+        job = client.create_job(JobSpec.single("dst-berlin", berlin, paused=True))
+        assert client.get_job(job.job_id).spec.schedule == berlin
+        spring = client.preview_schedule(job.job_id, count=2, after=1_774_656_000_000)
+        assert [f.local for f in spring.fires] == [  # 2026-03-29 is left out
+            "2026-03-28T02:30:00+01:00", "2026-03-30T02:30:00+02:00"]
+        autumn = client.preview_schedule(job.job_id, count=2, after=1_792_843_200_000)
+        assert [f.local for f in autumn.fires] == [  # 2026-10-25: the first 02:30 only
+            "2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00"]
+        lord_howe = CronSchedule("*/15 1 * * *", "Australia/Lord_Howe",
+                                 dst_ambiguous=DstAmbiguous.LAST)
+        out = client.preview_schedule(schedule=lord_howe, count=3, after=1_775_311_800_000)
+        assert [f.local for f in out.fires] == [
+            "2026-04-05T01:15:00+11:00", "2026-04-05T01:30:00+10:30", "2026-04-05T01:45:00+10:30"]

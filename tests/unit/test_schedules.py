@@ -452,3 +452,148 @@ def test_preview_of_other_schedules_and_hash() -> None:
     out, _, reading = schedules.preview(dialect_cron("0 */10 * * * *", "seconds_first"),
                                         ms("2026-01-01T00:00:00"), 1)
     assert reading == "*/10 * * * * 0 (seconds first (Quartz, Spring, Dkron))"
+
+
+# --- DST policies (issue 9): real transitions in five zones -----------------------------------
+
+BERLIN, LORD_HOWE, SANTIAGO, TOKYO = (
+    "Europe/Berlin", "Australia/Lord_Howe", "America/Santiago", "Asia/Tokyo")
+
+
+def dst_cron(expression: str, timezone: str, nonexistent: str = "", ambiguous: str = "") -> Schedule:
+    return Schedule(kind=ScheduleKind.CRON, expression=expression, timezone=timezone,
+                    dst_nonexistent=nonexistent, dst_ambiguous=ambiguous)
+
+
+def local_fires(schedule: Schedule, after: str, n: int) -> list[str]:
+    zone = schedules._zone(schedule.timezone, "tz")
+    return [datetime.fromtimestamp(t / 1000, UTC).astimezone(zone).isoformat()
+            for t in fires(schedule, after, n)]
+
+
+# (expression, zone, after (UTC), the local fires for SHIFT_FORWARD, for SKIP)
+GAPS = [
+    ("30 2 * * *", BERLIN, "2026-03-28T00:00:00",
+     ["2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00"],
+     ["2026-03-28T02:30:00+01:00", "2026-03-30T02:30:00+02:00", "2026-03-31T02:30:00+02:00"]),
+    ("30 2 * * *", NY, "2026-03-07T00:00:00",
+     ["2026-03-07T02:30:00-05:00", "2026-03-08T03:00:00-04:00", "2026-03-09T02:30:00-04:00"],
+     ["2026-03-07T02:30:00-05:00", "2026-03-09T02:30:00-04:00", "2026-03-10T02:30:00-04:00"]),
+    # A 30-minute shift: 02:00 -> 02:30 on the first Sunday of October.
+    ("15 2 * * *", LORD_HOWE, "2026-10-02T00:00:00",
+     ["2026-10-03T02:15:00+10:30", "2026-10-04T02:30:00+11:00", "2026-10-05T02:15:00+11:00"],
+     ["2026-10-03T02:15:00+10:30", "2026-10-05T02:15:00+11:00", "2026-10-06T02:15:00+11:00"]),
+    # Midnight does not exist on the first Sunday of September.
+    ("0 0 * * *", SANTIAGO, "2026-09-04T12:00:00",
+     ["2026-09-05T00:00:00-04:00", "2026-09-06T01:00:00-03:00", "2026-09-07T00:00:00-03:00"],
+     ["2026-09-05T00:00:00-04:00", "2026-09-07T00:00:00-03:00", "2026-09-08T00:00:00-03:00"]),
+]
+
+
+@pytest.mark.parametrize(("expression", "zone", "after", "shifted", "skipped"), GAPS,
+                         ids=[g[1] for g in GAPS])
+def test_nonexistent_local_times(expression, zone, after, shifted, skipped) -> None:
+    assert local_fires(dst_cron(expression, zone), after, 3) == shifted
+    assert local_fires(dst_cron(expression, zone, "shift_forward"), after, 3) == shifted
+    assert local_fires(dst_cron(expression, zone, "skip"), after, 3) == skipped
+
+
+# (expression, zone, after (UTC), the local fires for BOTH, FIRST, LAST)
+OVERLAPS = [
+    ("30 2 * * *", BERLIN, "2026-10-24T12:00:00",
+     ["2026-10-25T02:30:00+02:00", "2026-10-25T02:30:00+01:00", "2026-10-26T02:30:00+01:00"],
+     ["2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00", "2026-10-27T02:30:00+01:00"],
+     ["2026-10-25T02:30:00+01:00", "2026-10-26T02:30:00+01:00", "2026-10-27T02:30:00+01:00"]),
+    ("*/30 1 * * *", NY, "2026-11-01T04:50:00",
+     ["2026-11-01T01:00:00-04:00", "2026-11-01T01:30:00-04:00", "2026-11-01T01:00:00-05:00"],
+     ["2026-11-01T01:00:00-04:00", "2026-11-01T01:30:00-04:00", "2026-11-02T01:00:00-05:00"],
+     ["2026-11-01T01:00:00-05:00", "2026-11-01T01:30:00-05:00", "2026-11-02T01:00:00-05:00"]),
+    # 02:00 -> 01:30 on the first Sunday of April: only 01:30-02:00 repeats.
+    ("*/15 1 * * *", LORD_HOWE, "2026-04-04T14:10:00",
+     ["2026-04-05T01:15:00+11:00", "2026-04-05T01:30:00+11:00", "2026-04-05T01:45:00+11:00",
+      "2026-04-05T01:30:00+10:30", "2026-04-05T01:45:00+10:30"],
+     ["2026-04-05T01:15:00+11:00", "2026-04-05T01:30:00+11:00", "2026-04-05T01:45:00+11:00",
+      "2026-04-06T01:00:00+10:30", "2026-04-06T01:15:00+10:30"],
+     ["2026-04-05T01:15:00+11:00", "2026-04-05T01:30:00+10:30", "2026-04-05T01:45:00+10:30",
+      "2026-04-06T01:00:00+10:30", "2026-04-06T01:15:00+10:30"]),
+    # 00:00 -> 23:00 on the first Sunday of April: 23:30 on Saturday occurs twice.
+    ("30 23 * * *", SANTIAGO, "2026-04-04T12:00:00",
+     ["2026-04-04T23:30:00-03:00", "2026-04-04T23:30:00-04:00", "2026-04-05T23:30:00-04:00"],
+     ["2026-04-04T23:30:00-03:00", "2026-04-05T23:30:00-04:00", "2026-04-06T23:30:00-04:00"],
+     ["2026-04-04T23:30:00-04:00", "2026-04-05T23:30:00-04:00", "2026-04-06T23:30:00-04:00"]),
+]
+
+
+@pytest.mark.parametrize(("expression", "zone", "after", "both", "first", "last"), OVERLAPS,
+                         ids=[o[1] for o in OVERLAPS])
+def test_ambiguous_local_times(expression, zone, after, both, first, last) -> None:
+    n = len(both)
+    assert local_fires(dst_cron(expression, zone), after, n) == both
+    assert local_fires(dst_cron(expression, zone, ambiguous="both"), after, n) == both
+    assert local_fires(dst_cron(expression, zone, ambiguous="first"), after, n) == first
+    assert local_fires(dst_cron(expression, zone, ambiguous="last"), after, n) == last
+
+
+def test_a_zone_without_dst_is_unaffected_by_the_policies() -> None:
+    plain = fires(dst_cron("30 2 * * *", TOKYO), "2026-03-28T00:00:00", 5)
+    for nonexistent, ambiguous in (("skip", "first"), ("shift_forward", "last")):
+        assert fires(dst_cron("30 2 * * *", TOKYO, nonexistent, ambiguous),
+                     "2026-03-28T00:00:00", 5) == plain
+
+
+def test_seconds_schedule_skips_a_whole_repeated_hour() -> None:
+    s = Schedule(kind=ScheduleKind.CRON, expression="* * * * * */10", timezone=NY,
+                 dialect="seconds_last", dst_ambiguous="first")
+    # 01:59:50 EDT, then the repeated hour (EST) is left out: 02:00:00 EST.
+    assert next_fire_after(s, ms("2026-11-01T05:59:45")) == ms("2026-11-01T05:59:50")
+    assert next_fire_after(s, ms("2026-11-01T05:59:50")) == ms("2026-11-01T07:00:00")
+
+
+def test_dst_policy_fields_are_validated() -> None:
+    with pytest.raises(ScheduleError, match=r"spec\.schedule\.interval: a DST policy "
+                                            r"\(dst_ambiguous\) applies to cron schedules only"):
+        check_schedule(Schedule(kind=ScheduleKind.INTERVAL, interval_ms=60_000,
+                                dst_ambiguous="first"), min_interval_ms=100)
+    with pytest.raises(ScheduleError, match=r"spec\.schedule\.cron\.dst_nonexistent: must be "
+                                            r"one of skip, shift_forward"):
+        check_schedule(dst_cron("0 2 * * *", BERLIN, "later"), min_interval_ms=100)
+    check_schedule(dst_cron("0 2 * * *", BERLIN, "skip", "last"), min_interval_ms=100)
+
+
+DST_ZONES = [BERLIN, NY, LORD_HOWE, SANTIAGO, TOKYO]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    expression=st.sampled_from(["30 2 * * *", "*/15 0-3 * * *", "0 0 * * *", "30 23 * * *",
+                                "45 1 * * 0", "15,45 * * * *"]),
+    zone=st.sampled_from(DST_ZONES),
+    nonexistent=st.sampled_from(["", "skip", "shift_forward"]),
+    ambiguous=st.sampled_from(["", "first", "last", "both"]),
+    start=st.sampled_from(["2026-03-06T00:00:00", "2026-03-27T00:00:00", "2026-04-03T00:00:00",
+                           "2026-09-04T00:00:00", "2026-10-02T00:00:00", "2026-10-23T00:00:00",
+                           "2026-10-30T00:00:00"]),
+)
+def test_dst_policies_property(expression, zone, nonexistent, ambiguous, start) -> None:
+    """With any policy: fires strictly increase; SKIP leaves no shifted fire, FIRST/LAST no
+    local time twice; every fire a policy keeps is one the default schedule has, and the
+    default's other fires are exactly the ones the policy leaves out."""
+    policed = dst_cron(expression, zone, nonexistent, ambiguous)
+    default = dst_cron(expression, zone)
+    got = fires(policed, start, 12)
+    assert got == sorted(set(got))
+    template = schedules._parse(expression, None, "e")
+    tz = schedules._zone(zone, "tz")
+    kinds = [schedules._dst_kind(t, tz, template.expanded) for t in got]
+    if nonexistent == "skip":
+        assert all(kind != "shifted" for kind, _ in kinds)
+    if ambiguous in ("first", "last"):
+        locals_ = [datetime.fromtimestamp(t / 1000, UTC).astimezone(tz).replace(tzinfo=None)
+                   for t in got]
+        assert len(set(locals_)) == len(locals_)
+    base = fires(default, start, 40)
+    assert set(got) <= set(base) or got[-1] > base[-1]
+    kept = [t for t in base if t <= got[-1]]
+    left_out = [t for t in kept if t not in got]
+    assert all(schedules._dst_leaves_out(t, tz, template.expanded, nonexistent, ambiguous)
+               for t in left_out)

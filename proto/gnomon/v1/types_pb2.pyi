@@ -65,6 +65,19 @@ class CronDialect(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CRON_DIALECT_UNSPECIFIED: _ClassVar[CronDialect]
     CRON_DIALECT_SECONDS_LAST: _ClassVar[CronDialect]
     CRON_DIALECT_SECONDS_FIRST: _ClassVar[CronDialect]
+
+class DstNonexistentPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DST_NONEXISTENT_POLICY_UNSPECIFIED: _ClassVar[DstNonexistentPolicy]
+    DST_NONEXISTENT_POLICY_SKIP: _ClassVar[DstNonexistentPolicy]
+    DST_NONEXISTENT_POLICY_SHIFT_FORWARD: _ClassVar[DstNonexistentPolicy]
+
+class DstAmbiguousPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DST_AMBIGUOUS_POLICY_UNSPECIFIED: _ClassVar[DstAmbiguousPolicy]
+    DST_AMBIGUOUS_POLICY_FIRST: _ClassVar[DstAmbiguousPolicy]
+    DST_AMBIGUOUS_POLICY_LAST: _ClassVar[DstAmbiguousPolicy]
+    DST_AMBIGUOUS_POLICY_BOTH: _ClassVar[DstAmbiguousPolicy]
 MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
 MISFIRE_POLICY_RUN_ALL: MisfirePolicy
 MISFIRE_POLICY_RUN_LATEST: MisfirePolicy
@@ -103,16 +116,27 @@ OVERLAP_POLICY_TERMINATE_OTHER: OverlapPolicy
 CRON_DIALECT_UNSPECIFIED: CronDialect
 CRON_DIALECT_SECONDS_LAST: CronDialect
 CRON_DIALECT_SECONDS_FIRST: CronDialect
+DST_NONEXISTENT_POLICY_UNSPECIFIED: DstNonexistentPolicy
+DST_NONEXISTENT_POLICY_SKIP: DstNonexistentPolicy
+DST_NONEXISTENT_POLICY_SHIFT_FORWARD: DstNonexistentPolicy
+DST_AMBIGUOUS_POLICY_UNSPECIFIED: DstAmbiguousPolicy
+DST_AMBIGUOUS_POLICY_FIRST: DstAmbiguousPolicy
+DST_AMBIGUOUS_POLICY_LAST: DstAmbiguousPolicy
+DST_AMBIGUOUS_POLICY_BOTH: DstAmbiguousPolicy
 
 class CronSchedule(_message.Message):
-    __slots__ = ("expression", "timezone", "dialect")
+    __slots__ = ("expression", "timezone", "dialect", "dst_nonexistent", "dst_ambiguous")
     EXPRESSION_FIELD_NUMBER: _ClassVar[int]
     TIMEZONE_FIELD_NUMBER: _ClassVar[int]
     DIALECT_FIELD_NUMBER: _ClassVar[int]
+    DST_NONEXISTENT_FIELD_NUMBER: _ClassVar[int]
+    DST_AMBIGUOUS_FIELD_NUMBER: _ClassVar[int]
     expression: str
     timezone: str
     dialect: CronDialect
-    def __init__(self, expression: _Optional[str] = ..., timezone: _Optional[str] = ..., dialect: _Optional[_Union[CronDialect, str]] = ...) -> None: ...
+    dst_nonexistent: DstNonexistentPolicy
+    dst_ambiguous: DstAmbiguousPolicy
+    def __init__(self, expression: _Optional[str] = ..., timezone: _Optional[str] = ..., dialect: _Optional[_Union[CronDialect, str]] = ..., dst_nonexistent: _Optional[_Union[DstNonexistentPolicy, str]] = ..., dst_ambiguous: _Optional[_Union[DstAmbiguousPolicy, str]] = ...) -> None: ...
 
 class IntervalSchedule(_message.Message):
     __slots__ = ("interval_ms", "anchor_ms")

@@ -22,6 +22,8 @@ from gnomon.client import (
     CronSchedule,
     DeadLetter,
     DeadlineExceeded,
+    DstAmbiguous,
+    DstNonexistent,
     FailedPrecondition,
     GnomonError,
     IntervalSchedule,
@@ -504,6 +506,27 @@ def test_preview_a_job_or_a_schedule(fake):
     assert run(fake, "job", "preview", "x", "--cron", "@daily")[0] == 2
     assert run(fake, "job", "preview", "--interval-ms", "30s", "--cron-dialect",
                "seconds_last")[0] == 2
+
+
+def test_create_with_dst_flags_and_keys(fake, tmp_path):
+    code, _, _ = run(fake, "job", "create", "--name", "d", "--cron", "30 2 * * *", "--tz",
+                     "Europe/Berlin", "--dst-nonexistent", "skip", "--dst-ambiguous", "first")
+    assert code == 0
+    assert fake.jobs["j1"].spec.schedule == CronSchedule(
+        "30 2 * * *", "Europe/Berlin", dst_nonexistent=DstNonexistent.SKIP,
+        dst_ambiguous=DstAmbiguous.FIRST)
+    spec = tmp_path / "d2.yaml"
+    spec.write_text("name: d2\nschedule: {cron: '0 0 * * *', timezone: America/Santiago, "
+                    "dst_ambiguous: last}\ntask: {queue: q}\n")
+    assert run(fake, "job", "create", "-f", str(spec))[0] == 0
+    assert fake.jobs["j2"].spec.schedule.dst_ambiguous is DstAmbiguous.LAST
+    assert run(fake, "job", "create", "--name", "e", "--interval-ms", "1m",
+               "--dst-ambiguous", "first")[0] == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: b\nschedule: {cron: '0 0 * * *', dst_nonexistent: later}\n"
+                   "task: {queue: q}\n")
+    code, _, err = run(fake, "job", "create", "-f", str(bad))
+    assert code == 2 and "spec.schedule.dst_nonexistent" in err
 
 
 def test_runs(fake):

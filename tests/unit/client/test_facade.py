@@ -27,6 +27,8 @@ PUBLIC = [
     "CronSchedule",
     "DeadLetter",
     "DeadlineExceeded",
+    "DstAmbiguous",
+    "DstNonexistent",
     "FailedPrecondition",
     "GnomonError",
     "IntervalSchedule",

@@ -45,6 +45,8 @@ from gnomon.v1 import raft_pb2, types_pb2
 CRON = Schedule(ScheduleKind.CRON, expression="*/5 * * * *", timezone="Europe/Berlin")
 SCHEDULES = [
     CRON,
+    Schedule(ScheduleKind.CRON, expression="*/10 * * * * *", timezone="America/Santiago",
+             dialect="seconds_first", dst_nonexistent="skip", dst_ambiguous="last"),
     Schedule(ScheduleKind.INTERVAL, interval_ms=90_000, anchor_ms=1_700_000_000_123),
     Schedule(ScheduleKind.ONCE, at_ms=1_800_000_000_000),
 ]
@@ -289,7 +291,10 @@ _INT_RANGES = {
 }
 _TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=12)
 _SCHEDULES = st.one_of(
-    st.builds(Schedule, st.just(ScheduleKind.CRON), expression=_TEXT, timezone=_TEXT),
+    st.builds(Schedule, st.just(ScheduleKind.CRON), expression=_TEXT, timezone=_TEXT,
+              dialect=st.sampled_from(["", "seconds_last", "seconds_first"]),
+              dst_nonexistent=st.sampled_from(["", "skip", "shift_forward"]),
+              dst_ambiguous=st.sampled_from(["", "first", "last", "both"])),
     st.builds(Schedule, st.just(ScheduleKind.INTERVAL),
               interval_ms=st.integers(*_INT_RANGES[FieldDescriptor.TYPE_INT64]),
               anchor_ms=st.integers(*_INT_RANGES[FieldDescriptor.TYPE_INT64])),
