@@ -168,7 +168,7 @@ class EventHub:
                           headers={"Retry-After": "5"})
         resp = web.StreamResponse(headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-store",
-            "X-Accel-Buffering": "no"})
+            "X-Accel-Buffering": "no", "Access-Control-Allow-Origin": "*"})
         await resp.prepare(request)
         sub = Subscriber(self.max_ids)
         sub.cluster = self._cluster_view()
