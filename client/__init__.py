@@ -21,6 +21,7 @@ Errors are documented in one place: ``help(gnomon.client._errors)`` (all derive 
 protocol as the SDK sees it is in ``client/DESIGN.md``.
 """
 
+from ._access import Identity, NewToken, Tenant, Token
 from ._blocking_client import Client
 from ._client import AsyncClient
 from ._context import TaskContext
@@ -95,11 +96,13 @@ __all__ = [
     "DeadLetter",
     "DstAmbiguous",
     "DstNonexistent",
+    "Identity",
     "IntervalSchedule",
     "Job",
     "JobSpec",
     "LimitsUpdate",
     "MisfirePolicy",
+    "NewToken",
     "NodeStatus",
     "OnceSchedule",
     "OverlapPolicy",
@@ -116,6 +119,8 @@ __all__ = [
     "TaskRef",
     "TaskSpec",
     "TaskState",
+    "Tenant",
+    "Token",
     "json_payload",
     # errors
     "AlreadyExists",

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from ._access import BlockingAccessCalls
 from ._client import AsyncClient
 from ._models import (
     ClusterStatus,
@@ -67,7 +68,7 @@ class _LoopThread:
         self._loop.close()
 
 
-class Client:
+class Client(BlockingAccessCalls):
     """Blocking client of a gnomon cluster: the same calls and options as ``AsyncClient``,
     run on a private event loop thread. Thread-safe; close it (or use ``with``)."""
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from ._cli_access import ACCESS_COMMANDS
 from ._cli_dev import DEFAULT_SERVERS
 from ._cli_errors import EXIT_OK, EXIT_RUN_NOT_SUCCEEDED
 from ._cli_ops import OPS_COMMANDS
@@ -503,3 +504,4 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("dev", None): _cmd_dev,
 }
 COMMANDS.update(OPS_COMMANDS)
+COMMANDS.update(ACCESS_COMMANDS)

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from ._cli_access import add_access_groups
 from ._cli_dev import DEFAULT_SERVERS, DEV_GRPC_PORTS, DEV_RAFT_PORTS
 from ._cli_errors import EXIT_CODES
 from ._cli_ops import (
@@ -37,6 +38,8 @@ commands:
   backup create                                            online backup of the state
   queue list                                               backlog, oldest age, workers
   worker shell|http|python|list                            ready-made workers, who is connected
+  token create|list|revoke, whoami                         bearer tokens and who you are
+  tenant create|set|get|list                               tenants' weights and bounds
   dev                                                      a local 3-node cluster with demos
 
 A JOB is a job id (j12) or a job name (in --tenant, default "default"); write name:j12 for a
@@ -248,6 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_worker_commands(groups, leaf)
     _add_dev_command(groups, leaf)
     add_ops_groups(groups, leaf)
+    add_access_groups(groups, leaf)
     return parser
 
 
@@ -302,7 +306,6 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
         help="override the job's overlap policy for this trigger",
     )
     _add_wait(p)
-    add_job_ops(job, leaf)
     p = leaf(job, "preview", "the next fire instants of a job's schedule, or of --cron/...")
     p.add_argument("job", metavar="JOB", nargs="?", help="job id (j12) or name")
     p.add_argument("--tenant", help="tenant of the job (default: default)")
@@ -311,6 +314,7 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
     p.add_argument("--after", type=_instant_arg, metavar="TIME", help="from (default now)")
     g = p.add_argument_group("a schedule instead of JOB")
     _add_schedule_flags(g)
+    add_job_ops(job, leaf)
 
 
 def _add_job_update(p: argparse.ArgumentParser) -> None:

@@ -17,6 +17,7 @@ import grpc.aio
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 from . import _convert as cv
+from ._access import ACCESS_SERVICE, AccessCalls
 from ._errors import DeadlineExceeded, GnomonError, InvalidArgument, error_for_status
 from ._models import (
     ClusterLimits,
@@ -55,6 +56,7 @@ from ._transport import (
     leader_hint,
     parse_servers,
     reason_of,
+    retry_after_s,
     security_options,
 )
 
@@ -76,7 +78,7 @@ def _new_request_id() -> str:
     return uuid.uuid4().hex
 
 
-class AsyncClient:
+class AsyncClient(AccessCalls):
     """Client of a gnomon cluster for asyncio code.
 
     ``servers`` is a list of node addresses ("host:port") or one comma-separated string; any
@@ -583,6 +585,8 @@ class AsyncClient:
                 stub = api_pb2_grpc.JobServiceStub(channel)
             elif service == _OPS:
                 stub = api_pb2_grpc.OperationsServiceStub(channel)
+            elif service == ACCESS_SERVICE:
+                stub = api_pb2_grpc.AccessServiceStub(channel)
             else:
                 stub = api_pb2_grpc.ClusterServiceStub(channel)
             self._stubs[key] = stub
@@ -623,6 +627,11 @@ class AsyncClient:
                 response = await rpc(request, timeout=per_attempt, metadata=metadata)
             except grpc.aio.AioRpcError as e:
                 last, last_addr = e, addr
+                wait_s = retry_after_s(e)
+                if wait_s is not None and loop.time() + wait_s < deadline:
+                    # Admission control said when to come back: the same node, after that.
+                    await asyncio.sleep(wait_s)
+                    continue
                 if e.code() not in _RETRYABLE:
                     raise self._error(e, addr) from None
                 step = failover.next(addr, leader_hint(e))

@@ -13,6 +13,7 @@ import grpc.aio
 from ._errors import REASON_METADATA_KEY, InvalidArgument
 
 LEADER_METADATA_KEY = "gnomon-leader"
+RETRY_AFTER_METADATA_KEY = "retry-after-ms"
 USER_AGENT = "gnomon-python/0.1.0"
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # A follower may point at a node that itself just lost leadership; after this many immediate
@@ -255,3 +256,16 @@ def leader_hint(error: grpc.aio.AioRpcError) -> str | None:
 def reason_of(error: grpc.aio.AioRpcError) -> str | None:
     """The ``gnomon-reason`` trailer of a failed call, if the node sent one."""
     return metadata_value(error.trailing_metadata(), REASON_METADATA_KEY) or None
+
+
+def retry_after_s(error: grpc.aio.AioRpcError) -> float | None:
+    """Seconds a RESOURCE_EXHAUSTED answer asked us to wait (``retry-after-ms``), if any."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in error.trailing_metadata() or ():
+        if key == RETRY_AFTER_METADATA_KEY:
+            try:
+                return max(0.0, int(value) / 1000)
+            except ValueError:
+                return None
+    return None

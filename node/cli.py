@@ -6,6 +6,7 @@ import asyncio
 import sys
 
 from gnomon.node import logs
+from gnomon.node.auth import read_admin_token
 from gnomon.node.config import ConfigError, load
 from gnomon.node.tls import TlsError, load_peer_tls
 
@@ -20,7 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         config = load(argv)
         load_peer_tls(config.raft_tls_cert, config.raft_tls_key, config.raft_tls_ca,
                       config.node_id)
-    except (ConfigError, TlsError) as exc:
+        if config.admin_token_file:
+            read_admin_token(config.admin_token_file)
+    except (ConfigError, TlsError, ValueError) as exc:
         print(f"gnomon-node: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.node_id, config.log_format, config.log_level)

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 
 from google.protobuf.message import Message
 
+from gnomon.node.core import access
 from gnomon.node.core import commands as c
 from gnomon.node.core import results as r
 from gnomon.node.core.errors import Rejected, UnknownCommand
@@ -48,8 +49,13 @@ COMMAND_FIELDS: dict[type, str] = {
     c.Barrier: "barrier",
     c.SetLimits: "set_limits",
     c.CheckpointLeases: "checkpoint_leases",
+    access.CreateToken: "create_token",
+    access.RevokeToken: "revoke_token",
+    access.SetTenant: "set_tenant",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
+# Repeated scalar fields of commands (tuples in the dataclasses).
+_REPEATED_SCALARS = frozenset({"tenants"})
 # Nested repeated dataclasses inside commands, by field name.
 _NESTED: dict[str, type] = {
     "grants": c.LeaseGrant,
@@ -377,6 +383,10 @@ def _command_to_proto(cmd, out: Message) -> None:
             repeated = getattr(out, f.name)
             for item in value:
                 _command_to_proto(item, repeated.add())
+        elif f.name in _REPEATED_SCALARS:
+            getattr(out, f.name).extend(value)
+        elif isinstance(value, access.Tenant):
+            tenant_to_proto(value, getattr(out, f.name))
         else:
             setattr(out, f.name, value)
 
@@ -395,6 +405,10 @@ def _command_from_proto(cls: type, m: Message):
             value = overlap_from_proto(value, "")
         elif f.name in _NESTED:
             value = tuple(_command_from_proto(_NESTED[f.name], item) for item in value)
+        elif f.name in _REPEATED_SCALARS:
+            value = tuple(value)
+        elif isinstance(value, types_pb2.Tenant):
+            value = tenant_from_proto(value)
         elif isinstance(value, bytes):
             value = bytes(value)
         kwargs[f.name] = value
@@ -426,7 +440,8 @@ def batch_from_bytes(data: bytes) -> c.Batch:
 
 _REPLY_CLASSES = {
     cls.__name__: cls
-    for cls in (r.JobReply, r.RunReply, r.Done, r.Replayed, r.LimitsReply, Rejected)
+    for cls in (r.JobReply, r.RunReply, r.Done, r.Replayed, r.LimitsReply, Rejected,
+                access.TokenReply, access.TenantReply)
 }
 
 
@@ -441,3 +456,33 @@ def reply_from_bytes(data: bytes) -> object:
     if cls is r.Replayed:
         fields["tasks"] = tuple(tuple(t) for t in fields["tasks"])
     return cls(**fields)
+
+
+# --- access ------------------------------------------------------------------------------
+
+
+def token_to_proto(t: access.Token, out: types_pb2.Token | None = None) -> types_pb2.Token:
+    out = types_pb2.Token() if out is None else out
+    out.token_id, out.name, out.role = t.token_id, t.name, t.role
+    out.tenants.extend(t.tenants)
+    out.created_ms, out.expires_ms, out.revoked_ms = t.created_ms, t.expires_ms, t.revoked_ms
+    out.created_by = t.created_by
+    return out
+
+
+def token_from_proto(m: types_pb2.Token, secret_sha256: str) -> access.Token:
+    return access.Token(m.token_id, m.name, m.role, tuple(m.tenants), secret_sha256,
+                        m.created_ms, m.expires_ms, m.revoked_ms, m.created_by)
+
+
+_TENANT_FIELDS = [f.name for f in dataclasses.fields(access.Tenant)]
+
+
+def tenant_to_proto(t: access.Tenant, out: types_pb2.Tenant | None = None) -> types_pb2.Tenant:
+    out = types_pb2.Tenant() if out is None else out
+    _copy_fields(t, out, _TENANT_FIELDS)
+    return out
+
+
+def tenant_from_proto(m: types_pb2.Tenant) -> access.Tenant:
+    return access.Tenant(**{n: getattr(m, n) for n in _TENANT_FIELDS})

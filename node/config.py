@@ -78,6 +78,9 @@ class Config:
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
+    # Authentication: when set, every call needs a bearer token; this file holds the
+    # bootstrap admin token (one word, >= 32 characters; the same file on every node).
+    admin_token_file: str = ""
     metrics_addr: str = ""  # "host:port"; empty disables the metrics endpoint
     # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
     log_format: str = "text"

@@ -1,7 +1,9 @@
 """Leader-local dispatch: which ready task goes to which connected worker.
 
-Ready tasks wait in one heap per queue, ordered by job priority (higher first), then by the
-time they became ready. Workers announce credits (free slots); each round matches credits
+Ready tasks wait in one heap per (queue, tenant), ordered by job priority (higher first),
+then by the time they became ready. Queues are namespaced by tenant: a worker whose token is
+scoped to tenants (node/auth.py) is matched only with heaps of those tenants; an unscoped
+worker (admin, or authentication off) with every tenant's heap of its queues. Workers announce credits (free slots); each round matches credits
 with heads of the queues the worker serves, commits ONE GrantLeases command for the round
 (the worker choice is in the command) and then pushes Assign on the workers' streams.
 Retry-wait tasks sit in a time heap until their retry_at_ms.
@@ -38,6 +40,8 @@ class WorkerSession:
 
     worker_id: str
     queues: tuple[str, ...]
+    # The tenants whose tasks it may take; None: every tenant.
+    tenants: tuple[str, ...] | None = None
     credits: int = 0
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     closed: bool = False
@@ -45,6 +49,25 @@ class WorkerSession:
     def send(self, msg: worker_pb2.ServerMessage) -> None:
         if not self.closed:
             self.outbox.put_nowait(msg)
+
+
+class FairShare:
+    """Stride scheduling over tenants: each grant advances its tenant's pass by 1/weight;
+    the tenant with the lowest pass goes next. A tenant that was idle starts at the current
+    virtual time, so idle time is not saved up as credit; a busy tenant alone takes every
+    free slot (it borrows what others leave)."""
+
+    def __init__(self) -> None:
+        self._pass: dict[str, float] = {}
+        self._vtime = 0.0
+
+    def next(self, candidates) -> str:
+        return min(candidates, key=lambda t: (max(self._pass.get(t, 0.0), self._vtime), t))
+
+    def charge(self, tenant: str, weight: int) -> None:
+        start = max(self._pass.get(tenant, 0.0), self._vtime)
+        self._vtime = start
+        self._pass[tenant] = start + 1.0 / max(1, weight)
 
 
 class Dispatcher:
@@ -58,9 +81,13 @@ class Dispatcher:
         self._max_credits = max_credits
         self.sessions: dict[str, WorkerSession] = {}
         self._order: deque[str] = deque()
-        self._ready: dict[str, list[tuple[int, int, int, str, str]]] = {}
+        self._ready: dict[tuple[str, str], list[tuple[int, int, int, str, str]]] = {}
+        self._queue_tenants: dict[str, dict[str, None]] = {}  # queue -> tenants with a heap
         self._waiting: list[tuple[int, str, str]] = []
-        self._granting: set[tuple[str, str]] = set()
+        # Grants proposed, not yet answered: (run_id, task_name) -> tenant.
+        self._granting: dict[tuple[str, str], str] = {}
+        self._granting_by_tenant: dict[str, int] = {}
+        self._fair = FairShare()
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
@@ -97,8 +124,11 @@ class Dispatcher:
 
     def start(self) -> None:
         self._ready.clear()
+        self._queue_tenants.clear()
         self._waiting.clear()
         self._granting.clear()
+        self._granting_by_tenant.clear()
+        self._fair = FairShare()
         with self._replica.lock:
             for run in self._replica.state.runs.values():
                 for inst in run.tasks.values():
@@ -138,12 +168,30 @@ class Dispatcher:
 
     def _index(self, run, inst) -> None:
         if inst.state == TaskState.READY:
-            queue = run.spec.task(inst.task_name).queue or "default"
-            heapq.heappush(self._ready.setdefault(queue, []),
+            heapq.heappush(self._heap(run, inst.task_name),
                            (-run.spec.priority, inst.ready_ms, next(self._seq), run.run_id,
                             inst.task_name))
         elif inst.state == TaskState.RETRY_WAIT:
             heapq.heappush(self._waiting, (inst.retry_at_ms, run.run_id, inst.task_name))
+
+    def _heap(self, run, task_name: str) -> list:
+        queue = run.spec.task(task_name).queue or "default"
+        tenant = run.spec.tenant
+        heap = self._ready.get((queue, tenant))
+        if heap is None:
+            heap = self._ready[(queue, tenant)] = []
+            self._queue_tenants.setdefault(queue, {})[tenant] = None
+        return heap
+
+    def _keys(self, session: WorkerSession) -> list[tuple[str, str]]:
+        """The heaps a session may take from."""
+        keys = []
+        for queue in session.queues:
+            tenants = self._queue_tenants.get(queue, {})
+            wanted = tenants if session.tenants is None else \
+                [t for t in session.tenants if t in tenants]
+            keys.extend((queue, t) for t in wanted)
+        return keys
 
     # -- matching -------------------------------------------------------------------------------
 
@@ -174,8 +222,7 @@ class Dispatcher:
                 run = runs.get(run_id)
                 inst = run.tasks.get(task_name) if run else None
                 if inst is not None and inst.state == TaskState.RETRY_WAIT:
-                    queue = run.spec.task(task_name).queue or "default"
-                    heapq.heappush(self._ready.setdefault(queue, []),
+                    heapq.heappush(self._heap(run, task_name),
                                    (-run.spec.priority, inst.retry_at_ms, next(self._seq), run_id,
                                     task_name))
 
@@ -183,6 +230,7 @@ class Dispatcher:
         grants: list[tuple[WorkerSession, LeaseGrant]] = []
         with self._replica.lock:
             runs = self._replica.state.runs
+            tenants = self._replica.state.access.tenants
             progress = True
             while progress and len(grants) < MAX_GRANTS_PER_ROUND:
                 progress = False
@@ -191,19 +239,50 @@ class Dispatcher:
                     session = self.sessions[worker_id]
                     if session.credits <= 0 or session.closed:
                         continue
-                    key = self._pop_best(session.queues, runs)
-                    if key is None:
+                    picked = self._pick(session, runs, tenants)
+                    if picked is None:
                         continue
+                    key, tenant = picked
                     session.credits -= 1
-                    self._granting.add(key)
+                    self._granting[key] = tenant
+                    self._granting_by_tenant[tenant] = self._granting_by_tenant.get(tenant, 0) + 1
                     grants.append((session, LeaseGrant(key[0], key[1], worker_id, self._ttl_ms)))
                     progress = True
         return grants
 
-    def _pop_best(self, queues: tuple[str, ...], runs) -> tuple[str, str] | None:
+    def _pick(self, session: WorkerSession, runs, tenants) -> tuple[tuple[str, str], str] | None:
+        """The next task for `session`: the tenant furthest behind its weighted share (and
+        under its concurrency cap) among those with ready work in the session's queues, then
+        that tenant's best task by priority and age."""
+        by_tenant: dict[str, list[tuple[str, str]]] = {}
+        for key in self._keys(session):
+            if self._ready.get(key):
+                by_tenant.setdefault(key[1], []).append(key)
+        while by_tenant:
+            tenant = self._fair.next(by_tenant)
+            record = tenants.get(tenant)
+            cap = record.max_concurrency if record is not None else 0
+            if cap and self._held(tenant) >= cap:
+                del by_tenant[tenant]  # waits, counted: it is not lost, nor failed
+                metrics.TASKS_OVER_CAP.inc()
+                continue
+            key = self._pop_best(by_tenant[tenant], runs)
+            if key is None:
+                del by_tenant[tenant]
+                continue
+            self._fair.charge(tenant, record.weight if record is not None else 1)
+            return key, tenant
+        return None
+
+    def _held(self, tenant: str) -> int:
+        """Leases a tenant holds, counting grants not answered yet (an answered grant is in
+        the lease table before `_grant` resumes: effects reach the loop first)."""
+        return self._leases.by_tenant.get(tenant, 0) + self._granting_by_tenant.get(tenant, 0)
+
+    def _pop_best(self, keys: list[tuple[str, str]], runs) -> tuple[str, str] | None:
         while True:
             best = None
-            for q in queues:
+            for q in keys:
                 heap = self._ready.get(q)
                 if heap and (best is None or heap[0] < self._ready[best][0]):
                     best = q
@@ -225,7 +304,9 @@ class Dispatcher:
             tokens = [Rejected("UNAVAILABLE", str(exc))] * len(grants)
         for (session, grant), token in zip(grants, tokens, strict=True):
             key = (grant.run_id, grant.task_name)
-            self._granting.discard(key)
+            tenant = self._granting.pop(key, None)
+            if tenant is not None:
+                self._granting_by_tenant[tenant] -= 1
             if isinstance(token, Rejected):
                 session.credits += 1
                 self.dispatchable([key])  # re-index if it is still ready

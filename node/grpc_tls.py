@@ -11,6 +11,7 @@ from pathlib import Path
 import grpc
 import grpc.aio
 
+from gnomon.node.auth import read_admin_token
 from gnomon.node.config import Config
 
 log = logging.getLogger(__name__)
@@ -35,19 +36,32 @@ def server_credentials(config: Config) -> grpc.ServerCredentials | None:
 
 
 def peer_channel(config: Config) -> Callable[[str], grpc.aio.Channel]:
-    """How this node dials another node's gRPC port: TLS trusting the cluster CA with this
-    node's Raft certificate as its client certificate, when the port speaks TLS."""
+    """How this node dials another node's gRPC port (history backfill): TLS trusting the
+    cluster CA with this node's Raft certificate as its client certificate when the port
+    speaks TLS, and the bootstrap admin token when authentication is on."""
+    token = read_admin_token(config.admin_token_file) if config.admin_token_file else None
     if not config.tls_cert:
-        return grpc.aio.insecure_channel
+        interceptors = [_BearerToken(token)] if token else None
+        return lambda address: grpc.aio.insecure_channel(address, interceptors=interceptors)
     creds = grpc.ssl_channel_credentials(
         root_certificates=_read("raft_tls_ca", config.raft_tls_ca),
         private_key=_read("raft_tls_key", config.raft_tls_key),
         certificate_chain=_read("raft_tls_cert", config.raft_tls_cert))
+    if token:
+        creds = grpc.composite_channel_credentials(
+            creds, grpc.access_token_call_credentials(token))
+    return lambda address: grpc.aio.secure_channel(address, creds)
 
-    def dial(address: str) -> grpc.aio.Channel:
-        return grpc.aio.secure_channel(address, creds)
 
-    return dial
+class _BearerToken(grpc.aio.UnaryStreamClientInterceptor):
+    """Adds `authorization: Bearer` on a plaintext channel (call credentials need TLS)."""
+
+    def __init__(self, token: str):
+        self._header = ("authorization", f"Bearer {token}")
+
+    async def intercept_unary_stream(self, continuation, details, request):
+        metadata = (*(details.metadata or ()), self._header)
+        return await continuation(details._replace(metadata=metadata), request)
 
 
 def is_loopback(address: str) -> bool:

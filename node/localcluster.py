@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -123,7 +124,8 @@ class LocalCluster:
     metrics: bool = False
     # Give every node an HTTP API and dashboard port (NodeProc.http_addr, NodeProc.url).
     http: bool = False
-    # Mutual TLS on the gRPC port too (the node certificates; clients need `client_tls()`).
+    # Mutual TLS and authentication on the gRPC port too (clients need `client_tls()` and
+    # `admin_token()`, or a token made with it).
     secure: bool = False
     _tls: dict[str, NodeFiles] | None = field(default=None, init=False, repr=False)
 
@@ -143,10 +145,22 @@ class LocalCluster:
                 node.http_addr = f"127.0.0.1:{port}"
         if self.secure:
             client = self.client_tls()
-            creds = grpc.ssl_channel_credentials(
-                *(Path(client[k]).read_bytes() for k in ("ca_file", "key_file", "cert_file")))
+            creds = grpc.composite_channel_credentials(
+                grpc.ssl_channel_credentials(*(Path(client[k]).read_bytes()
+                                               for k in ("ca_file", "key_file", "cert_file"))),
+                grpc.access_token_call_credentials(self.admin_token()))
             for node in self.nodes:
                 node.credentials = creds
+
+    def admin_token(self) -> str:
+        """The bootstrap admin token of a secure cluster (`root/tls/admin.token`, 0600)."""
+        path = self.root / "tls" / "admin.token"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(32) + "\n")
+        return path.read_text().strip()
 
     def client_tls(self) -> dict[str, str]:
         """TLSConfig fields for a client of a secure cluster: the CA and a client certificate
@@ -188,8 +202,10 @@ class LocalCluster:
             args += ["--http-addr", node.http_addr]
         if self.secure:
             files = self.tls_files()[node.node_id]
+            self.admin_token()
             args += ["--tls-cert", str(files.cert), "--tls-key", str(files.key),
-                     "--tls-client-ca", str(files.ca)]
+                     "--tls-client-ca", str(files.ca),
+                     "--admin-token-file", str(self.root / "tls" / "admin.token")]
         for key, value in self.overrides.items():
             args += ["--" + key.replace("_", "-"), str(value)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GNOMON_")}

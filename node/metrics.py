@@ -53,6 +53,9 @@ LEASES_RENEWED = Counter("gnomon_leases_renewed_total",
                          "Lease renewals acknowledged by this leader (heartbeats)",
                          registry=REGISTRY)
 WORKERS = Gauge("gnomon_workers_connected", "Worker streams on this node", registry=REGISTRY)
+TASKS_OVER_CAP = Counter("gnomon_tasks_over_cap_total",
+                         "Times a ready task waited because its tenant held max_concurrency "
+                         "leases", registry=REGISTRY)
 READY_TASKS = Gauge("gnomon_ready_tasks", "Tasks waiting for a worker (leader view)",
                     registry=REGISTRY)
 PENDING_PROPOSALS = Gauge("gnomon_pending_proposals", "Commands waiting to be packed",

@@ -272,7 +272,8 @@ class Replica:
         gc.disable()
         try:
             state = state_codec.decode_tables(
-                {name: snap.iter_table(name) for name in state_codec.TABLES})
+                {name: snap.iter_table(name) for name in state_codec.TABLES
+                 if name in snap.tables or name not in state_codec.LATER_TABLES})
             if snap.meta.state_digest and digest(state) != snap.meta.state_digest:
                 raise SnapshotError(f"{path}: state digest mismatch after decoding")
             raft_data = pickle.loads(snap.raft_data)

@@ -14,6 +14,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from gnomon.node import grpc_tls, logs, metrics, observe
+from gnomon.node.auth import Authenticator, read_admin_token
 from gnomon.node.backfill import Backfill
 from gnomon.node.clock import mono_ms
 from gnomon.node.config import Config
@@ -27,6 +28,7 @@ from gnomon.node.leases import LeaseTable, LeaseTiming
 from gnomon.node.operations import OperationError, TransferTimeout, transfer_leadership
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer, RaftNode
 from gnomon.node.replica import HistorySink, Replica, crash_process
+from gnomon.node.servicers.access import AccessGuard, AccessServicer
 from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.decode import DecodeGuard
 from gnomon.node.servicers.jobs import JobServicer
@@ -244,7 +246,10 @@ class Node:
                 pass
 
     async def _start_grpc(self) -> grpc.aio.Server:
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=[DecodeGuard()])
+        auth = self._authenticator()
+        server = grpc.aio.server(options=GRPC_OPTIONS,
+                                 interceptors=[DecodeGuard(), AccessGuard(self, auth)])
+        api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self), server)
         api_pb2_grpc.add_OperationsServiceServicer_to_server(OperationsServicer(self), server)
@@ -256,6 +261,7 @@ class Node:
         reflection.enable_server_reflection((
             api_pb2.DESCRIPTOR.services_by_name["JobService"].full_name,
             api_pb2.DESCRIPTOR.services_by_name["ClusterService"].full_name,
+            api_pb2.DESCRIPTOR.services_by_name["AccessService"].full_name,
             api_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
             health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -271,6 +277,15 @@ class Node:
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self._health.set("gnomon.v1.ClusterService", health_pb2.HealthCheckResponse.SERVING)
         return server
+
+    def _authenticator(self) -> Authenticator:
+        cfg = self.config
+        secret = read_admin_token(cfg.admin_token_file) if cfg.admin_token_file else None
+        if secret is None:
+            exposed = not grpc_tls.is_loopback(cfg.self_member.grpc_addr)
+            log.log(logging.WARNING if exposed else logging.INFO,
+                    "authentication is OFF (no --admin-token-file): every caller is admin")
+        return Authenticator(secret, lambda: self.replica.state.access)
 
     def _install_signals(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from gnomon.node.core import access
 from gnomon.node.core.commands import (
     Barrier,
     Batch,
@@ -162,7 +163,8 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
     rejected = (
         validate_spec(spec)
         or _check_name_free(state, spec)
-        or _check_job_quota(state, spec.tenant, cmd.max_jobs_per_tenant)
+        or _check_job_quota(state, spec.tenant, access.max_jobs(state.access, spec.tenant,
+                                                                cmd.max_jobs_per_tenant))
     )
     if rejected:
         return rejected
@@ -952,4 +954,5 @@ HANDLERS: dict[type, Handler] = handler_table([
     (Barrier, _barrier),
     (SetLimits, _set_limits),
     (CheckpointLeases, _checkpoint_leases),
+    *access.HANDLER_PAIRS,
 ])

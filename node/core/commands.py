@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gnomon.node.core.access import CreateToken, RevokeToken, SetTenant
 from gnomon.node.core.model import JobSpec, Limits
 
 
@@ -52,6 +53,8 @@ class Fire:
     scheduled_for_ms: int
     next_fire_ms: int
     skip: bool = False
+    # The leader's delay after the slot (jitter draw + spread), recorded on the run.
+    delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +181,9 @@ Command = (
     | Barrier
     | SetLimits
     | CheckpointLeases
+    | CreateToken
+    | RevokeToken
+    | SetTenant
 )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
+from gnomon.node.core.access import AccessState
 from gnomon.node.core.index import JobOrder, RunFifo
 
 
@@ -171,6 +172,14 @@ class JobSpec:
     max_active_runs: int | None = None
     # BUFFER_ALL's bound; 0 means DEFAULT_MAX_BUFFERED_RUNS.
     max_buffered_runs: int = 0
+    # Leader-side: each fire delayed by a draw in 0..jitter_ms; no slot before start_at_ms
+    # or after end_at_ms (0: none).
+    jitter_ms: int = 0
+    start_at_ms: int = 0
+    end_at_ms: int = 0
+    # Runs the schedule starts at most (0: no bound); a one-shot deleted once it succeeded.
+    max_runs: int = 0
+    delete_after_success: bool = False
 
     def task(self, name: str) -> TaskSpec:
         for spec in self.tasks:
@@ -191,6 +200,8 @@ class Job:
     # Highest slot ever fired (run or skipped): a Fire at or below it is a no-op, so no
     # schedule change can fire a slot twice, even after its run left memory.
     last_fired_ms: int = 0
+    # Runs its schedule started or queued (max_runs).
+    runs_started: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +267,8 @@ class Run:
     reason: str = ""
     # CANCEL_OTHER asked it to stop: nothing new of it starts, it ends when its leases have.
     cancel_requested: bool = False
+    # How long after its slot the leader fired it (jitter + spread; from the Fire command).
+    fire_delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,5 +347,7 @@ class State:
     queued_by_job: dict[str, dict[str, None]] = field(default_factory=dict)
     job_order: JobOrder = field(default_factory=lambda: JobOrder())
     tenant_job_order: dict[str, JobOrder] = field(default_factory=dict)
+    # Bearer tokens (node/core/access.py).
+    access: AccessState = field(default_factory=AccessState)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 
+from gnomon.node.auth import AuthError
 from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.raft import NotCommitted, Overloaded
 from gnomon.node.validate import ValidationError
@@ -21,6 +22,7 @@ class Reason:
     STALE_LEASE = "STALE_LEASE"  # the fencing token is not the task's current lease
     RECORDED_AS_FAILURE = "RECORDED_AS_FAILURE"  # ReportAck: a Complete kept as a failure
     NOT_RECORDED = "NOT_RECORDED"  # ReportAck: not committed; report again
+    NOT_YOURS = "NOT_YOURS"  # ReportAck: the lease was not granted to this worker
 
 
 # (status code, the field the detail names first: "field: rule") -> reason. The core's
@@ -79,6 +81,8 @@ def rejected_reason(reply: Rejected) -> str:
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str] | None:
     if isinstance(exc, ServiceError):
         return exc.code, str(exc)
+    if isinstance(exc, AuthError):
+        return getattr(grpc.StatusCode, exc.code), str(exc)
     for cls, code in EXCEPTION_CODES.items():
         if isinstance(exc, cls):
             return code, str(exc)

@@ -13,11 +13,13 @@ import logging
 
 import grpc
 
+from gnomon.node.auth import Principal
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Rejected
 from gnomon.node.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leases import LeaseTable
 from gnomon.node.raft import NotCommitted, Overloaded
+from gnomon.node.servicers.access import current_principal
 from gnomon.node.servicers.base import NodeApi
 from gnomon.node.servicers.errors import NotLeader, Reason, abort, rejected_reason
 from gnomon.node.validate import ValidationError, validate_worker_id
@@ -41,6 +43,17 @@ def _tail(text: str, limit: int, keep: str = "tail") -> str:
     return cut.decode("utf-8", "ignore")
 
 
+def _session(hello: worker_pb2.Hello, principal: Principal) -> WorkerSession:
+    """The leader's view of a worker. A worker authenticated by a tenant-scoped token takes
+    only its tenants' tasks, and its id is namespaced by its token, so that it can neither
+    pass for another tenant's worker nor end that worker's leases by reconnecting as it."""
+    queues = tuple(hello.queues) or ("default",)
+    if principal.is_admin:
+        return WorkerSession(hello.worker_id, queues)
+    return WorkerSession(f"{principal.token_id}:{hello.worker_id}", queues,
+                         tenants=principal.tenants)
+
+
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, node: NodeApi, dispatcher: Dispatcher, leases: LeaseTable):
         self.node = node
@@ -59,7 +72,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             validate_worker_id(hello.worker_id)
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        session = WorkerSession(hello.worker_id, tuple(hello.queues) or ("default",))
+        session = _session(hello, current_principal())
         valid, _revoked = self.leases.reconnected(hello.worker_id,
                                                   [h.fencing_token for h in hello.held])
         self.dispatcher.attach(session)
@@ -109,6 +122,13 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             valid_tokens=valid, revoked_tokens=revoked)))
 
     async def _report(self, session: WorkerSession, kind: str, msg) -> None:
+        if session.tenants is not None and not self._holds(session, msg.lease.fencing_token):
+            # A scoped worker reports only leases granted to it (its worker id is its own).
+            ack = worker_pb2.ReportAck(accepted=False, reason=Reason.NOT_YOURS,
+                                       detail="lease: not held by this worker")
+            ack.lease.CopyFrom(msg.lease)
+            session.send(worker_pb2.ServerMessage(report_ack=ack))
+            return
         cmd, turned_into = self._report_command(kind, msg)
         if "skip-token-check" in self.node.config.canaries:
             cmd = self._canary_current_token(cmd)
@@ -130,6 +150,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         ack.lease.CopyFrom(msg.lease)
         session.send(worker_pb2.ServerMessage(report_ack=ack))
         self.dispatcher.add_credits(session, 0)
+
+    def _holds(self, session: WorkerSession, token: int) -> bool:
+        holder = self.leases.holder(token)
+        return holder is not None and holder.worker_id == session.worker_id
 
     def _report_command(self, kind: str, msg) -> tuple[c.CompleteTask | c.FailTask, str]:
         """The command for a Complete or Fail, and why it is not what was sent ("" if it is).

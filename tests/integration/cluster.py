@@ -33,18 +33,20 @@ def module_cluster(root, overrides: dict[str, str] | None = None, *, request=Non
 class RawWorker:
     """A worker speaking the stream protocol by hand (to test the node, not the SDK)."""
 
-    def __init__(self, node: NodeProc, worker_id: str, queues: tuple[str, ...] = ("default",)):
+    def __init__(self, node: NodeProc, worker_id: str, queues: tuple[str, ...] = ("default",),
+                 *, channel: grpc.Channel | None = None, metadata: tuple = ()):
         import queue as queue_mod
         import threading
 
-        from gnomon.v1 import worker_pb2
+        from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
         self.pb = worker_pb2
         self._out: queue_mod.Queue = queue_mod.Queue()
         self.inbox: queue_mod.Queue = queue_mod.Queue()
         self._out.put(worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=worker_id,
                                                                        queues=list(queues))))
-        self._call = node.workers().Connect(iter(self._out.get, None))
+        stub = worker_pb2_grpc.WorkerServiceStub(channel) if channel else node.workers()
+        self._call = stub.Connect(iter(self._out.get, None), metadata=metadata or None)
         self._thread = threading.Thread(target=self._pump, daemon=True)
         self._thread.start()
         self.welcome = self.next("welcome")

@@ -1,4 +1,5 @@
-"""TLS on the gRPC port of a real cluster (mutual: --tls-cert, --tls-key, --tls-client-ca):
+"""TLS on the gRPC port of a real secure cluster (mutual: --tls-cert, --tls-key,
+--tls-client-ca; and --admin-token-file):
 the SDK and the CLI get in with the CA and a client certificate; plaintext, an unknown CA,
 no client certificate, another CA's or an expired one end with an error and change nothing."""
 
@@ -37,7 +38,8 @@ def cluster(tmp_path_factory, request):
 
 
 def _jobs(cluster) -> list[str]:
-    with Client(cluster.servers, tls=TLSConfig(**cluster.client_tls())) as client:
+    with Client(cluster.servers, tls=TLSConfig(**cluster.client_tls()),
+                token=cluster.admin_token()) as client:
         return sorted(j.spec.name for j in client.list_jobs())
 
 
@@ -47,7 +49,8 @@ def _spec(name: str) -> JobSpec:
 
 
 def test_sdk_with_ca_and_client_certificate(cluster):
-    with Client(cluster.servers, tls=TLSConfig(**cluster.client_tls())) as client:
+    with Client(cluster.servers, tls=TLSConfig(**cluster.client_tls()),
+                token=cluster.admin_token()) as client:
         job = client.create_job(_spec("over-tls"))
         assert client.get_job(job.job_id).spec.name == "over-tls"
 
@@ -56,7 +59,8 @@ def test_cli_with_ca_cert_and_key(cluster):
     files = cluster.client_tls()
     out, err = io.StringIO(), io.StringIO()
     code = cli_main(["job", "list", "--json", "-s", cluster.servers, "--ca", files["ca_file"],
-                     "--cert", files["cert_file"], "--key", files["key_file"]],
+                     "--cert", files["cert_file"], "--key", files["key_file"],
+                     "--token-file", str(cluster.root / "tls" / "admin.token")],
                     stdout=out, stderr=err)
     assert code == 0, err.getvalue()
     assert "over-tls" in out.getvalue()
@@ -87,6 +91,7 @@ def test_refused_clients_change_nothing(cluster, tmp_path, case):
         tls_mod.write_key(tmp_path / "old.key", key)
         kwargs = {"tls": TLSConfig(ca_file=files["ca_file"], cert_file=str(tmp_path / "old.crt"),
                                    key_file=str(tmp_path / "old.key"))}
+    kwargs["token"] = cluster.admin_token()  # refused at the TLS layer, token or not
     with Client(cluster.servers, **FAST_FAIL, **kwargs) as client, pytest.raises(Unavailable):
         client.create_job(_spec(f"refused-{case}"))
     assert _jobs(cluster) == before

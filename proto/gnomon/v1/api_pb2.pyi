@@ -459,6 +459,102 @@ class ListActiveRunsResponse(_message.Message):
     runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
     def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ...) -> None: ...
 
+class SetTenantRequest(_message.Message):
+    __slots__ = ("request_id", "tenant")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tenant: _types_pb2.Tenant
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[_Union[_types_pb2.Tenant, _Mapping]] = ...) -> None: ...
+
+class GetTenantRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class TenantResponse(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: _types_pb2.Tenant
+    def __init__(self, tenant: _Optional[_Union[_types_pb2.Tenant, _Mapping]] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants",)
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[_types_pb2.Tenant]
+    def __init__(self, tenants: _Optional[_Iterable[_Union[_types_pb2.Tenant, _Mapping]]] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("request_id", "name", "role", "tenants", "expires_ms")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    name: str
+    role: str
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    expires_ms: int
+    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., expires_ms: _Optional[int] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token", "secret")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    token: _types_pb2.Token
+    secret: str
+    def __init__(self, token: _Optional[_Union[_types_pb2.Token, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class ListTokensRequest(_message.Message):
+    __slots__ = ("include_inactive",)
+    INCLUDE_INACTIVE_FIELD_NUMBER: _ClassVar[int]
+    include_inactive: bool
+    def __init__(self, include_inactive: _Optional[bool] = ...) -> None: ...
+
+class ListTokensResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[_types_pb2.Token]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[_types_pb2.Token, _Mapping]]] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("request_id", "token_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    token_id: str
+    def __init__(self, request_id: _Optional[str] = ..., token_id: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenResponse(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: _types_pb2.Token
+    def __init__(self, token: _Optional[_Union[_types_pb2.Token, _Mapping]] = ...) -> None: ...
+
+class WhoAmIRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class WhoAmIResponse(_message.Message):
+    __slots__ = ("name", "role", "tenants", "token_id", "authentication_required")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    AUTHENTICATION_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    token_id: str
+    authentication_required: bool
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., token_id: _Optional[str] = ..., authentication_required: _Optional[bool] = ...) -> None: ...
+
 class PreviewScheduleRequest(_message.Message):
     __slots__ = ("job", "schedule", "tenant", "name", "count", "after_ms")
     JOB_FIELD_NUMBER: _ClassVar[int]

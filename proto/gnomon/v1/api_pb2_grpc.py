@@ -1086,3 +1086,389 @@ class OperationsService:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class AccessServiceStub:
+    """Bearer tokens (node/AUTH.md). Every call but these needs `authorization: Bearer <secret>`
+    when the cluster runs with --admin-token-file; admins manage every token, a tenant-admin
+    the tenant-writer, tenant-reader and worker tokens of its own tenants.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateToken = channel.unary_unary(
+                '/gnomon.v1.AccessService/CreateToken',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/gnomon.v1.AccessService/ListTokens',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/gnomon.v1.AccessService/RevokeToken',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
+        self.WhoAmI = channel.unary_unary(
+                '/gnomon.v1.AccessService/WhoAmI',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.WhoAmIRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.WhoAmIResponse.FromString,
+                _registered_method=True)
+        self.CreateTenant = channel.unary_unary(
+                '/gnomon.v1.AccessService/CreateTenant',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.SetTenantRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.TenantResponse.FromString,
+                _registered_method=True)
+        self.UpdateTenant = channel.unary_unary(
+                '/gnomon.v1.AccessService/UpdateTenant',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.SetTenantRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.TenantResponse.FromString,
+                _registered_method=True)
+        self.GetTenant = channel.unary_unary(
+                '/gnomon.v1.AccessService/GetTenant',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.GetTenantRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.TenantResponse.FromString,
+                _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/gnomon.v1.AccessService/ListTenants',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
+
+
+class AccessServiceServicer:
+    """Bearer tokens (node/AUTH.md). Every call but these needs `authorization: Bearer <secret>`
+    when the cluster runs with --admin-token-file; admins manage every token, a tenant-admin
+    the tenant-writer, tenant-reader and worker tokens of its own tenants.
+    """
+
+    def CreateToken(self, request, context):
+        """A new token; the reply holds its secret, the only time it is shown.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Revoked at once on every node (a committed command); idempotent.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WhoAmI(self, request, context):
+        """Who the caller is (its token's name, role and tenants).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateTenant(self, request, context):
+        """Tenants (admins create and change them; a tenant's tokens may read their own).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTenant(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenants(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_AccessServiceServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.CreateTokenRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListTokensRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'WhoAmI': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhoAmI,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.WhoAmIRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.WhoAmIResponse.SerializeToString,
+            ),
+            'CreateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateTenant,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.SetTenantRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.TenantResponse.SerializeToString,
+            ),
+            'UpdateTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateTenant,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.SetTenantRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.TenantResponse.SerializeToString,
+            ),
+            'GetTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTenant,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.GetTenantRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.TenantResponse.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListTenantsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListTenantsResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'gnomon.v1.AccessService', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('gnomon.v1.AccessService', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class AccessService:
+    """Bearer tokens (node/AUTH.md). Every call but these needs `authorization: Bearer <secret>`
+    when the cluster runs with --admin-token-file; admins manage every token, a tenant-admin
+    the tenant-writer, tenant-reader and worker tokens of its own tenants.
+    """
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/CreateToken',
+            gnomon_dot_v1_dot_api__pb2.CreateTokenRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/ListTokens',
+            gnomon_dot_v1_dot_api__pb2.ListTokensRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/RevokeToken',
+            gnomon_dot_v1_dot_api__pb2.RevokeTokenRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhoAmI(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/WhoAmI',
+            gnomon_dot_v1_dot_api__pb2.WhoAmIRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.WhoAmIResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/CreateTenant',
+            gnomon_dot_v1_dot_api__pb2.SetTenantRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.TenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/UpdateTenant',
+            gnomon_dot_v1_dot_api__pb2.SetTenantRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.TenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/GetTenant',
+            gnomon_dot_v1_dot_api__pb2.GetTenantRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.TenantResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/ListTenants',
+            gnomon_dot_v1_dot_api__pb2.ListTenantsRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -16,7 +16,7 @@ class CommandBatch(_message.Message):
     def __init__(self, now_ms: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[Command, _Mapping]]] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases")
+    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_token", "revoke_token", "set_tenant")
     CREATE_JOB_FIELD_NUMBER: _ClassVar[int]
     UPDATE_JOB_FIELD_NUMBER: _ClassVar[int]
     DELETE_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,9 @@ class Command(_message.Message):
     BARRIER_FIELD_NUMBER: _ClassVar[int]
     SET_LIMITS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_LEASES_FIELD_NUMBER: _ClassVar[int]
+    CREATE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REVOKE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SET_TENANT_FIELD_NUMBER: _ClassVar[int]
     create_job: CreateJobCmd
     update_job: UpdateJobCmd
     delete_job: DeleteJobCmd
@@ -47,7 +50,10 @@ class Command(_message.Message):
     barrier: BarrierCmd
     set_limits: SetLimitsCmd
     checkpoint_leases: CheckpointLeasesCmd
-    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ...) -> None: ...
+    create_token: CreateTokenCmd
+    revoke_token: RevokeTokenCmd
+    set_tenant: SetTenantCmd
+    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ...) -> None: ...
 
 class CreateJobCmd(_message.Message):
     __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant")
@@ -100,16 +106,18 @@ class SetPausedCmd(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
 
 class FireCmd(_message.Message):
-    __slots__ = ("job_id", "scheduled_for_ms", "next_fire_ms", "skip")
+    __slots__ = ("job_id", "scheduled_for_ms", "next_fire_ms", "skip", "delay_ms")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
     SKIP_FIELD_NUMBER: _ClassVar[int]
+    DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     scheduled_for_ms: int
     next_fire_ms: int
     skip: bool
-    def __init__(self, job_id: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., skip: _Optional[bool] = ...) -> None: ...
+    delay_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., skip: _Optional[bool] = ..., delay_ms: _Optional[int] = ...) -> None: ...
 
 class TriggerJobCmd(_message.Message):
     __slots__ = ("request_id", "job_id", "overlap_policy")
@@ -258,3 +266,39 @@ class CheckpointLeasesCmd(_message.Message):
     CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
     checkpoints: _containers.RepeatedCompositeFieldContainer[LeaseCheckpoint]
     def __init__(self, checkpoints: _Optional[_Iterable[_Union[LeaseCheckpoint, _Mapping]]] = ...) -> None: ...
+
+class CreateTokenCmd(_message.Message):
+    __slots__ = ("request_id", "name", "role", "tenants", "secret_sha256", "expires_ms", "created_by")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    SECRET_SHA256_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    name: str
+    role: str
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    secret_sha256: str
+    expires_ms: int
+    created_by: str
+    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., secret_sha256: _Optional[str] = ..., expires_ms: _Optional[int] = ..., created_by: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenCmd(_message.Message):
+    __slots__ = ("request_id", "token_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    token_id: str
+    def __init__(self, request_id: _Optional[str] = ..., token_id: _Optional[str] = ...) -> None: ...
+
+class SetTenantCmd(_message.Message):
+    __slots__ = ("request_id", "tenant", "create")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CREATE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tenant: _types_pb2.Tenant
+    create: bool
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[_Union[_types_pb2.Tenant, _Mapping]] = ..., create: _Optional[bool] = ...) -> None: ...

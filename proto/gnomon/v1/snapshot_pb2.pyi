@@ -24,7 +24,7 @@ class SnapshotHeader(_message.Message):
     def __init__(self, format_version: _Optional[int] = ..., raft_index: _Optional[int] = ..., state_digest: _Optional[str] = ..., written_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., runs: _Optional[int] = ...) -> None: ...
 
 class StateMeta(_message.Message):
-    __slots__ = ("clock_ms", "last_token", "job_seq", "manual_seq", "limits", "limits_version", "dead_letters_evicted")
+    __slots__ = ("clock_ms", "last_token", "job_seq", "manual_seq", "limits", "limits_version", "dead_letters_evicted", "token_seq")
     CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class StateMeta(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_SEQ_FIELD_NUMBER: _ClassVar[int]
     clock_ms: int
     last_token: int
     job_seq: int
@@ -39,7 +40,8 @@ class StateMeta(_message.Message):
     limits: _types_pb2.ClusterLimits
     limits_version: int
     dead_letters_evicted: int
-    def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ...) -> None: ...
+    token_seq: int
+    def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ..., token_seq: _Optional[int] = ...) -> None: ...
 
 class DedupeRecord(_message.Message):
     __slots__ = ("request_id", "reply", "seq", "at_ms")
@@ -76,3 +78,11 @@ class RunRecord(_message.Message):
     run: _types_pb2.Run
     spec: _types_pb2.JobSpec
     def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ...) -> None: ...
+
+class TokenRecord(_message.Message):
+    __slots__ = ("token", "secret_sha256")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SECRET_SHA256_FIELD_NUMBER: _ClassVar[int]
+    token: _types_pb2.Token
+    secret_sha256: str
+    def __init__(self, token: _Optional[_Union[_types_pb2.Token, _Mapping]] = ..., secret_sha256: _Optional[str] = ...) -> None: ...

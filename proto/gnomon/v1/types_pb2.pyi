@@ -193,7 +193,7 @@ class TaskSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("tenant", "name", "schedule", "tasks", "priority", "misfire_policy", "misfire_grace_ms", "paused", "overlap_policy", "max_active_runs", "max_buffered_runs")
+    __slots__ = ("tenant", "name", "schedule", "tasks", "priority", "misfire_policy", "misfire_grace_ms", "paused", "overlap_policy", "max_active_runs", "max_buffered_runs", "jitter_ms", "start_at_ms", "end_at_ms", "max_runs", "delete_after_success")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +205,11 @@ class JobSpec(_message.Message):
     OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
     MAX_ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
     MAX_BUFFERED_RUNS_FIELD_NUMBER: _ClassVar[int]
+    JITTER_MS_FIELD_NUMBER: _ClassVar[int]
+    START_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    END_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_AFTER_SUCCESS_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     name: str
     schedule: Schedule
@@ -216,10 +221,15 @@ class JobSpec(_message.Message):
     overlap_policy: OverlapPolicy
     max_active_runs: int
     max_buffered_runs: int
-    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., max_active_runs: _Optional[int] = ..., max_buffered_runs: _Optional[int] = ...) -> None: ...
+    jitter_ms: int
+    start_at_ms: int
+    end_at_ms: int
+    max_runs: int
+    delete_after_success: bool
+    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., max_active_runs: _Optional[int] = ..., max_buffered_runs: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., start_at_ms: _Optional[int] = ..., end_at_ms: _Optional[int] = ..., max_runs: _Optional[int] = ..., delete_after_success: _Optional[bool] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms")
+    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms", "runs_started")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -228,6 +238,7 @@ class Job(_message.Message):
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_FIRED_MS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_STARTED_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     version: int
@@ -236,7 +247,8 @@ class Job(_message.Message):
     created_ms: int
     updated_ms: int
     last_fired_ms: int
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ...) -> None: ...
+    runs_started: int
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ..., runs_started: _Optional[int] = ...) -> None: ...
 
 class TaskInstance(_message.Message):
     __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms", "lease_remaining_ms", "lease_checkpoint_ms", "attempts")
@@ -299,7 +311,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ..., output_tail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version", "reason", "cancel_requested")
+    __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version", "reason", "cancel_requested", "fire_delay_ms")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -312,6 +324,7 @@ class Run(_message.Message):
     JOB_VERSION_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
+    FIRE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     tenant: str
@@ -324,7 +337,8 @@ class Run(_message.Message):
     job_version: int
     reason: str
     cancel_requested: bool
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ..., reason: _Optional[str] = ..., cancel_requested: _Optional[bool] = ...) -> None: ...
+    fire_delay_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ..., reason: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., fire_delay_ms: _Optional[int] = ...) -> None: ...
 
 class ClusterLimits(_message.Message):
     __slots__ = ("dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters", "max_attempt_records")
@@ -357,3 +371,45 @@ class DeadLetter(_message.Message):
     last_error: str
     dead_ms: int
     def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_ms: _Optional[int] = ...) -> None: ...
+
+class Token(_message.Message):
+    __slots__ = ("token_id", "name", "role", "tenants", "created_ms", "expires_ms", "revoked_ms", "created_by")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    name: str
+    role: str
+    tenants: _containers.RepeatedScalarFieldContainer[str]
+    created_ms: int
+    expires_ms: int
+    revoked_ms: int
+    created_by: str
+    def __init__(self, token_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., created_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., revoked_ms: _Optional[int] = ..., created_by: _Optional[str] = ...) -> None: ...
+
+class Tenant(_message.Message):
+    __slots__ = ("name", "weight", "max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s", "api_burst", "created_ms", "updated_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOBS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    API_RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    API_BURST_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    weight: int
+    max_concurrency: int
+    max_jobs: int
+    max_queued_tasks: int
+    api_rate_per_s: int
+    api_burst: int
+    created_ms: int
+    updated_ms: int
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., max_jobs: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ..., api_rate_per_s: _Optional[int] = ..., api_burst: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ...) -> None: ...

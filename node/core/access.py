@@ -1,0 +1,200 @@
+"""Who may call and how much: bearer tokens and tenants as replicated state (node/AUTH.md).
+
+A token's secret never enters the log: the leader draws it, the command carries its SHA-256,
+and the caller sees the secret once, in the reply of the RPC that created it. Every node
+authenticates locally against this table (plus the bootstrap admin token of its own file).
+Revocation is a committed command, so a revoked token stops working on every replica at the
+same log index. Expiry is a field; nodes compare it with their wall clock when they
+authenticate (the core never reads a clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gnomon.node.core.errors import Code, Rejected
+
+__all__ = ["ADMIN", "AccessState", "CreateToken", "HANDLER_PAIRS", "ROLES", "RevokeToken",
+           "SetTenant", "TENANT_ROLES", "Tenant", "TenantReply", "Token", "TokenReply", "WORKER"]
+
+ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER = (
+    "admin", "tenant-admin", "tenant-writer", "tenant-reader", "worker")
+ROLES = (ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER)
+TENANT_ROLES = (TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER)
+MAX_NAME_CHARS = 128
+MAX_TENANTS_PER_TOKEN = 100
+MAX_TENANT_WEIGHT = 1000
+MAX_TENANT_NAME_CHARS = 128
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    token_id: str
+    name: str
+    role: str
+    tenants: tuple[str, ...]
+    secret_sha256: str
+    created_ms: int
+    expires_ms: int = 0  # 0: never
+    revoked_ms: int = 0  # 0: not revoked
+    created_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A tenant's share and bounds. A tenant without a record has weight 1 and no bounds
+    beyond the cluster's. 0 means "no bound of its own" for every max_* field."""
+
+    name: str
+    weight: int = 1  # share of a saturated queue: weight / sum of the busy tenants' weights
+    max_concurrency: int = 0  # tasks leased at once (more wait, counted; never fail)
+    max_jobs: int = 0  # jobs (CreateJob beyond it: RESOURCE_EXHAUSTED)
+    max_queued_tasks: int = 0  # ready tasks waiting (fires beyond it wait in the trigger)
+    api_rate_per_s: int = 0  # API calls per second on the leader (beyond: RESOURCE_EXHAUSTED)
+    api_burst: int = 0  # calls allowed at once above the rate (0: one second's worth)
+    created_ms: int = 0
+    updated_ms: int = 0
+
+
+@dataclass
+class AccessState:
+    """Replicated tokens and tenants; `by_hash` is derived (rebuilt on restore)."""
+
+    token_seq: int = 0
+    tokens: dict[str, Token] = field(default_factory=dict)
+    by_hash: dict[str, str] = field(default_factory=dict)
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+
+    def add(self, token: Token) -> None:
+        self.tokens[token.token_id] = token
+        self.by_hash[token.secret_sha256] = token.token_id
+
+
+@dataclass(frozen=True, slots=True)
+class CreateToken:
+    request_id: str
+    name: str
+    role: str
+    tenants: tuple[str, ...]
+    secret_sha256: str
+    expires_ms: int = 0
+    created_by: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeToken:
+    request_id: str
+    token_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetTenant:
+    """Create (`create`) or change a tenant; the record's times are set by apply."""
+
+    request_id: str
+    tenant: Tenant
+    create: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TenantReply:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class TokenReply:
+    """CreateToken / RevokeToken: the token concerned."""
+
+    token_id: str
+
+
+def _invalid(detail: str) -> Rejected:
+    return Rejected(Code.INVALID_ARGUMENT, detail)
+
+
+def check_token_fields(name: str, role: str, tenants: tuple[str, ...],
+                       expires_ms: int) -> Rejected | None:
+    """The rules of a new token (also checked by the servicer before it proposes)."""
+    if not name or len(name) > MAX_NAME_CHARS:
+        return _invalid(f"name: 1 to {MAX_NAME_CHARS} characters required")
+    if role not in ROLES:
+        return _invalid(f"role: {role!r} is not one of {', '.join(ROLES)}")
+    if role == ADMIN and tenants:
+        return _invalid("tenants: an admin token is not scoped to tenants (leave it empty)")
+    if role != ADMIN and not tenants:
+        return _invalid(f"tenants: a {role} token needs at least one tenant")
+    if len(tenants) > MAX_TENANTS_PER_TOKEN:
+        return _invalid(f"tenants: at most {MAX_TENANTS_PER_TOKEN}")
+    if any(not t for t in tenants) or len(set(tenants)) != len(tenants):
+        return _invalid("tenants: names must be non-empty and distinct")
+    if expires_ms < 0:
+        return _invalid("expires_ms: must be 0 (never) or a time in ms since the epoch")
+    return None
+
+
+def _create_token(ctx: Any, cmd: CreateToken) -> TokenReply | Rejected:
+    access: AccessState = ctx.state.access
+    rejected = check_token_fields(cmd.name, cmd.role, cmd.tenants, cmd.expires_ms)
+    if rejected:
+        return rejected
+    if len(cmd.secret_sha256) != 64 or any(ch not in "0123456789abcdef"
+                                           for ch in cmd.secret_sha256):
+        return _invalid("secret_sha256: 64 lowercase hex digits required")
+    if cmd.secret_sha256 in access.by_hash:
+        return Rejected(Code.ALREADY_EXISTS, "secret_sha256: a token with this secret exists")
+    if cmd.expires_ms and cmd.expires_ms <= ctx.now:
+        return _invalid("expires_ms: already in the past")
+    access.token_seq += 1
+    token_id = f"t{access.token_seq}"
+    access.add(Token(token_id, cmd.name, cmd.role, tuple(sorted(cmd.tenants)),
+                     cmd.secret_sha256, ctx.now, cmd.expires_ms, 0, cmd.created_by))
+    return TokenReply(token_id)
+
+
+def _revoke_token(ctx: Any, cmd: RevokeToken) -> TokenReply | Rejected:
+    access: AccessState = ctx.state.access
+    token = access.tokens.get(cmd.token_id)
+    if token is None:
+        return Rejected(Code.NOT_FOUND, f"token_id: no token {cmd.token_id!r}")
+    if not token.revoked_ms:
+        access.tokens[cmd.token_id] = replace(token, revoked_ms=ctx.now)
+    return TokenReply(cmd.token_id)
+
+
+def max_jobs(access: AccessState, tenant: str, cluster_max: int) -> int:
+    """The job quota of `tenant`: its own max_jobs when set, else the cluster's."""
+    record = access.tenants.get(tenant)
+    return record.max_jobs if record is not None and record.max_jobs else cluster_max
+
+
+def check_tenant(t: Tenant) -> Rejected | None:
+    """The rules of a tenant record (also checked by the servicer before it proposes)."""
+    if not t.name or len(t.name) > MAX_TENANT_NAME_CHARS or "/" in t.name:
+        return _invalid(f"name: 1 to {MAX_TENANT_NAME_CHARS} characters, no '/'")
+    if not 1 <= t.weight <= MAX_TENANT_WEIGHT:
+        return _invalid(f"weight: must be 1 to {MAX_TENANT_WEIGHT}")
+    for name in ("max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s",
+                 "api_burst"):
+        if getattr(t, name) < 0:
+            return _invalid(f"{name}: must be >= 0 (0: no bound of its own)")
+    return None
+
+
+def _set_tenant(ctx: Any, cmd: SetTenant) -> TenantReply | Rejected:
+    access: AccessState = ctx.state.access
+    rejected = check_tenant(cmd.tenant)
+    if rejected:
+        return rejected
+    old = access.tenants.get(cmd.tenant.name)
+    if cmd.create and old is not None:
+        return Rejected(Code.ALREADY_EXISTS, f"name: tenant {cmd.tenant.name!r} exists")
+    if not cmd.create and old is None:
+        return Rejected(Code.NOT_FOUND, f"name: no tenant {cmd.tenant.name!r}")
+    created = old.created_ms if old is not None else ctx.now
+    access.tenants[cmd.tenant.name] = replace(cmd.tenant, created_ms=created, updated_ms=ctx.now)
+    return TenantReply(cmd.tenant.name)
+
+
+HANDLER_PAIRS = [(CreateToken, _create_token), (RevokeToken, _revoke_token),
+                 (SetTenant, _set_tenant)]

@@ -1,0 +1,436 @@
+"""The access guard (authentication + authorization of every call) and AccessService.
+
+`AccessGuard` is a server interceptor: it authenticates from the call's metadata and wraps
+the method's behaviour so that the RULES entry for the method checks the decoded request
+before the servicer runs; a refused call ends with UNAUTHENTICATED or PERMISSION_DENIED and
+changes nothing. The principal reaches the servicer through `current_principal()`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from gnomon.node import codec
+from gnomon.node.admission import RETRY_AFTER_KEY, RateLimiter
+from gnomon.node.auth import (
+    DEFAULT_TENANT,
+    Authenticator,
+    AuthError,
+    Principal,
+    denied,
+    secret_hash,
+)
+from gnomon.node.core.access import (
+    ADMIN,
+    TENANT_ADMIN,
+    TENANT_READER,
+    TENANT_WRITER,
+    WORKER,
+    CreateToken,
+    RevokeToken,
+    SetTenant,
+    TenantReply,
+    TokenReply,
+    check_tenant,
+    check_token_fields,
+)
+from gnomon.node.servicers.base import ServicerBase, translated
+from gnomon.node.servicers.errors import ServiceError, check
+from gnomon.node.validate import validate_request_id
+from gnomon.v1 import api_pb2, api_pb2_grpc
+
+__all__ = ["RULES", "AccessGuard", "AccessServicer", "current_principal", "set_principal"]
+
+_PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
+    "gnomon_principal", default=None)
+OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+SECRET_BYTES = 32
+
+
+def set_principal(principal: Principal) -> None:
+    """Run the rest of this context as `principal` (the guard's job; tests that call a
+    servicer directly use it)."""
+    _PRINCIPAL.set(principal)
+
+
+def current_principal() -> Principal:
+    """The principal of the call being served (the guard set it)."""
+    principal = _PRINCIPAL.get()
+    if principal is None:  # pragma: no cover - every gnomon method goes through the guard
+        raise RuntimeError("no principal: the call did not pass the access guard")
+    return principal
+
+
+class Lookup:
+    """Tenants of the jobs and runs a request names (the replicated state, under its lock)."""
+
+    def __init__(self, node) -> None:
+        self._node = node
+
+    def job(self, ref: api_pb2.JobRef) -> str:
+        if not ref.job_id:
+            return ref.tenant or DEFAULT_TENANT
+        with self._node.replica.lock:
+            job = self._node.replica.state.jobs.get(ref.job_id)
+            # Unknown job: the servicer answers NOT_FOUND; only admins learn that.
+            return job.spec.tenant if job is not None else ""
+
+    def run(self, run_id: str) -> str:
+        with self._node.replica.lock:
+            st = self._node.replica.state
+            run = st.runs.get(run_id)
+            if run is not None:
+                return run.spec.tenant
+            job = st.jobs.get(run_id.partition("@")[0])
+            return job.spec.tenant if job is not None else ""
+
+
+def _listing(principal: Principal, request, _lookup: Lookup) -> list[str]:
+    """A list call: its tenant, or the principal's only tenant filled in."""
+    if request.tenant:
+        return [request.tenant]
+    if len(principal.tenants) == 1:
+        request.tenant = principal.tenants[0]
+        return list(principal.tenants)
+    raise denied(f"tenant: required (this token acts for {', '.join(principal.tenants)})")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a method needs: a role, and the tenants of the request (None: cluster-wide)."""
+
+    role: str
+    tenants: Callable[[Principal, object, Lookup], list[str]] | None = None
+
+    def check(self, principal: Principal, request, lookup: Lookup) -> None:
+        if principal.is_admin:
+            return
+        principal.require(self.role)
+        if self.tenants is None:
+            raise denied("role: this call needs admin")
+        principal.require(self.role, self.tenants(principal, request, lookup))
+
+
+def _job(p, r, look):
+    return [look.job(r.job)]
+
+
+def _spec(p, r, look):
+    return [r.spec.tenant or DEFAULT_TENANT]
+
+
+def _update(p, r, look):
+    return [look.job(r.job), r.spec.tenant or DEFAULT_TENANT]
+
+
+def _run(p, r, look):
+    return [look.run(r.run_id)]
+
+
+def _replay(p, r, look):
+    if r.tasks:
+        return sorted({look.run(t.run_id) for t in r.tasks})
+    return _listing(p, r, look)
+
+
+def _preview(p, r, look):
+    return [look.job(r.job)] if r.HasField("job") else [r.tenant or DEFAULT_TENANT]
+
+
+def _any(p, r, look):
+    return []
+
+
+JOBS, CLUSTER, OPS, ACCESS = ("/gnomon.v1.JobService/", "/gnomon.v1.ClusterService/",
+                              "/gnomon.v1.OperationsService/", "/gnomon.v1.AccessService/")
+RULES: dict[str, Rule] = {
+    JOBS + "CreateJob": Rule(TENANT_WRITER, _spec),
+    JOBS + "GetJob": Rule(TENANT_READER, _job),
+    JOBS + "ListJobs": Rule(TENANT_READER, _listing),
+    JOBS + "UpdateJob": Rule(TENANT_WRITER, _update),
+    JOBS + "DeleteJob": Rule(TENANT_ADMIN, _job),
+    JOBS + "PauseJob": Rule(TENANT_WRITER, _job),
+    JOBS + "ResumeJob": Rule(TENANT_WRITER, _job),
+    JOBS + "TriggerJob": Rule(TENANT_WRITER, _job),
+    JOBS + "GetRun": Rule(TENANT_READER, _run),
+    JOBS + "ListRuns": Rule(TENANT_READER, _job),
+    JOBS + "CancelRun": Rule(TENANT_WRITER, _run),
+    JOBS + "ListDeadLetters": Rule(TENANT_READER, _listing),
+    JOBS + "ReplayDeadLetters": Rule(TENANT_WRITER, _replay),
+    JOBS + "PreviewSchedule": Rule(TENANT_READER, _preview),
+    CLUSTER + "GetStatus": Rule(TENANT_READER, _any),
+    CLUSTER + "SetLimits": Rule(ADMIN),
+    CLUSTER + "ExportHistory": Rule(ADMIN),
+    OPS + "ListActiveRuns": Rule(TENANT_READER, _listing),
+    ACCESS + "WhoAmI": Rule(TENANT_READER, _any),
+    ACCESS + "CreateToken": Rule(TENANT_ADMIN, _any),  # AccessServicer checks the scope
+    ACCESS + "ListTokens": Rule(TENANT_ADMIN, _any),
+    ACCESS + "RevokeToken": Rule(TENANT_ADMIN, _any),
+    ACCESS + "CreateTenant": Rule(ADMIN),
+    ACCESS + "UpdateTenant": Rule(ADMIN),
+    ACCESS + "GetTenant": Rule(TENANT_READER, lambda p, r, look: [r.name]),
+    ACCESS + "ListTenants": Rule(TENANT_READER, _any),  # filtered to the caller's tenants
+    "/gnomon.v1.WorkerService/Connect": Rule(WORKER, _any),
+}
+# Any role may ask who it is and read cluster status; workers are no tenant-reader otherwise.
+_ANY_ROLE = {ACCESS + "WhoAmI", CLUSTER + "GetStatus"}
+_ADMIN_ONLY = Rule(ADMIN)
+
+
+def _check(method: str, principal: Principal, request, lookup: Lookup) -> None:
+    if method in _ANY_ROLE:
+        return
+    RULES.get(method, _ADMIN_ONLY).check(principal, request, lookup)
+
+
+def _request_tenants(method: str, principal: Principal, request, lookup: Lookup) -> list[str]:
+    """The tenants a call acts for (for admission control; admins' calls count too)."""
+    rule = RULES.get(method)
+    if rule is None or rule.tenants is None or request is None:
+        return []
+    try:
+        return rule.tenants(principal, request, lookup)
+    except AuthError:  # a list call of an admin without a tenant: every tenant, none charged
+        return []
+
+
+class AccessGuard(grpc.aio.ServerInterceptor):
+    """Authenticates every call to a gnomon service, checks RULES on its request and the
+    rate limits of the tenants it acts for."""
+
+    def __init__(self, node, authenticator: Authenticator):
+        self._authenticator = authenticator
+        self._lookup = Lookup(node)
+        self._node = node
+        self._limiter = RateLimiter()
+
+    async def intercept_service(self, continuation, handler_call_details):
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or method.startswith(OPEN_SERVICES):
+            return handler
+        try:
+            with self._node.replica.lock:
+                principal = self._authenticator.authenticate(
+                    handler_call_details.invocation_metadata)
+        except AuthError as exc:
+            return _refusing(handler, exc)
+        return _wrapped(handler, method, principal, self)
+
+
+def _kind(handler: grpc.RpcMethodHandler) -> str:
+    return ("stream" if handler.request_streaming else "unary") + "_" + \
+           ("stream" if handler.response_streaming else "unary")
+
+
+async def _abort(context, exc: AuthError) -> None:
+    await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
+
+
+def _rebuild(handler: grpc.RpcMethodHandler, behaviour) -> grpc.RpcMethodHandler:
+    factory = getattr(grpc, f"{_kind(handler)}_rpc_method_handler")
+    return factory(behaviour, request_deserializer=handler.request_deserializer,
+                   response_serializer=handler.response_serializer)
+
+
+def _refusing(handler: grpc.RpcMethodHandler, exc: AuthError) -> grpc.RpcMethodHandler:
+    if handler.response_streaming:
+        async def refuse_stream(request_or_iterator, context):
+            await _abort(context, exc)
+            yield  # pragma: no cover - abort raises
+
+        return _rebuild(handler, refuse_stream)
+
+    async def refuse(request_or_iterator, context):
+        await _abort(context, exc)
+
+    return _rebuild(handler, refuse)
+
+
+def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
+    lookup = guard._lookup
+    behaviour = getattr(handler, _kind(handler))
+    if handler.request_streaming:
+        # The worker stream: the role is checked now; its queues by the worker servicer.
+        async def streaming(requests, context):
+            try:
+                _check(method, principal, None, lookup)
+            except AuthError as exc:
+                await _abort(context, exc)
+            _PRINCIPAL.set(principal)
+            if inspect.isasyncgenfunction(behaviour):
+                async for response in behaviour(requests, context):
+                    yield response
+            else:  # pragma: no cover - gnomon's streaming methods are generators
+                yield await behaviour(requests, context)
+
+        return _rebuild(handler, streaming)
+
+    if inspect.isasyncgenfunction(behaviour):
+        async def unary_stream(request, context):
+            await _authorize(method, principal, request, guard, context)
+            async for response in behaviour(request, context):
+                yield response
+
+        return _rebuild(handler, unary_stream)
+
+    async def unary(request, context):
+        await _authorize(method, principal, request, guard, context)
+        return await behaviour(request, context)
+
+    return _rebuild(handler, unary)
+
+
+async def _authorize(method, principal, request, guard: AccessGuard, context) -> None:
+    if _is_malformed(request):  # the decode guard answers for those
+        return
+    try:
+        _check(method, principal, request, guard._lookup)
+    except AuthError as exc:
+        await _abort(context, exc)
+    await _admit(method, principal, request, guard, context)
+    _PRINCIPAL.set(principal)
+
+
+async def _admit(method, principal, request, guard: AccessGuard, context) -> None:
+    if not guard._node.replica.state.access.tenants:  # racy read: no tenant, no limits
+        return
+    tenants = _request_tenants(method, principal, request, guard._lookup)
+    if not tenants:
+        return
+    with guard._node.replica.lock:
+        records = guard._node.replica.state.access.tenants
+        limits = [(t, records[t]) for t in tenants if t in records and records[t].api_rate_per_s]
+    for tenant, record in limits:
+        wait_ms = guard._limiter.take(tenant, record.api_rate_per_s, record.api_burst)
+        if wait_ms:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"tenant: {tenant!r} is over its api_rate_per_s ({record.api_rate_per_s}); "
+                f"retry after {wait_ms} ms",
+                trailing_metadata=((RETRY_AFTER_KEY, str(wait_ms)),))
+
+
+def _is_malformed(request) -> bool:
+    return type(request).__name__ == "Malformed"
+
+
+# -- AccessService ----------------------------------------------------------------------------
+
+_GRANTABLE_BY_TENANT_ADMIN = (TENANT_WRITER, TENANT_READER, WORKER)
+
+
+class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
+    def __init__(self, node, authenticator: Authenticator):
+        super().__init__(node)
+        self._auth = authenticator
+
+    @translated
+    async def WhoAmI(self, request, context):  # noqa: N802
+        p = current_principal()
+        return api_pb2.WhoAmIResponse(name=p.name, role=p.role, tenants=p.tenants,
+                                      token_id=p.token_id,
+                                      authentication_required=self._auth.enabled)
+
+    @translated
+    async def CreateToken(self, request, context):  # noqa: N802
+        p = current_principal()
+        validate_request_id(request.request_id)
+        tenants = tuple(request.tenants)
+        rejected = check_token_fields(request.name, request.role, tenants, request.expires_ms)
+        if rejected:
+            check(rejected)
+        if not p.is_admin:
+            if request.role not in _GRANTABLE_BY_TENANT_ADMIN:
+                raise denied(f"role: a {p.role} may create {', '.join(_GRANTABLE_BY_TENANT_ADMIN)}"
+                             f" tokens, not {request.role}")
+            p.require(TENANT_ADMIN, tenants)
+        self.require_leader()
+        secret = secrets.token_urlsafe(SECRET_BYTES)
+        reply = check(await self.node.proposer.propose(CreateToken(
+            request.request_id, request.name, request.role, tenants, secret_hash(secret),
+            request.expires_ms, p.describe())))
+        assert isinstance(reply, TokenReply)
+        return api_pb2.CreateTokenResponse(token=self._token(reply.token_id), secret=secret)
+
+    @translated
+    async def ListTokens(self, request, context):  # noqa: N802
+        p = current_principal()
+        now_ms = self.node.replica.state.clock_ms
+        out = api_pb2.ListTokensResponse()
+        with self.lock:
+            for token in self.node.replica.state.access.tokens.values():
+                inactive = token.revoked_ms or (token.expires_ms and token.expires_ms <= now_ms)
+                if inactive and not request.include_inactive:
+                    continue
+                if p.is_admin or (token.role != ADMIN and set(token.tenants) <= set(p.tenants)):
+                    codec.token_to_proto(token, out.tokens.add())
+        return out
+
+    @translated
+    async def RevokeToken(self, request, context):  # noqa: N802
+        p = current_principal()
+        validate_request_id(request.request_id)
+        with self.lock:
+            token = self.node.replica.state.access.tokens.get(request.token_id)
+            if token is not None and not p.is_admin:
+                if token.role not in _GRANTABLE_BY_TENANT_ADMIN:
+                    raise denied(f"token_id: {token.token_id} is a {token.role} token")
+                p.require(TENANT_ADMIN, token.tenants)
+        self.require_leader()
+        reply = check(await self.node.proposer.propose(
+            RevokeToken(request.request_id, request.token_id)))
+        assert isinstance(reply, TokenReply)
+        return api_pb2.RevokeTokenResponse(token=self._token(reply.token_id))
+
+    @translated
+    async def CreateTenant(self, request, context):  # noqa: N802
+        return await self._set_tenant(request, create=True)
+
+    @translated
+    async def UpdateTenant(self, request, context):  # noqa: N802
+        return await self._set_tenant(request, create=False)
+
+    async def _set_tenant(self, request, *, create: bool):
+        validate_request_id(request.request_id)
+        tenant = codec.tenant_from_proto(request.tenant)
+        if rejected := check_tenant(tenant):
+            check(rejected)
+        self.require_leader()
+        reply = check(await self.node.proposer.propose(
+            SetTenant(request.request_id, tenant, create)))
+        assert isinstance(reply, TenantReply)
+        return self._tenant(reply.name)
+
+    @translated
+    async def GetTenant(self, request, context):  # noqa: N802
+        with self.lock:
+            if request.name not in self.node.replica.state.access.tenants:
+                raise ServiceError(grpc.StatusCode.NOT_FOUND, f"name: no tenant {request.name!r}")
+        return self._tenant(request.name)
+
+    @translated
+    async def ListTenants(self, request, context):  # noqa: N802
+        p = current_principal()
+        out = api_pb2.ListTenantsResponse()
+        with self.lock:
+            for name in sorted(self.node.replica.state.access.tenants):
+                if p.is_admin or name in p.tenants:
+                    codec.tenant_to_proto(self.node.replica.state.access.tenants[name],
+                                          out.tenants.add())
+        return out
+
+    def _tenant(self, name: str) -> api_pb2.TenantResponse:
+        with self.lock:
+            tenant = self.node.replica.state.access.tenants[name]
+            return api_pb2.TenantResponse(tenant=codec.tenant_to_proto(tenant))
+
+    def _token(self, token_id: str):
+        with self.lock:
+            return codec.token_to_proto(self.node.replica.state.access.tokens[token_id])
