@@ -26,21 +26,6 @@ _SCALARS = {
     _d.FieldDescriptor.TYPE_BYTES: {"type": "string", "contentEncoding": "base64"},
 }
 
-_VIEW_SCHEMAS = {
-    "/v1/queues": {"type": "object", "properties": {
-        "nodeId": {"type": "string"}, "clockMs": {"type": "integer"},
-        "queues": {"type": "array", "items": {"type": "object", "properties": {
-            k: {"type": "integer"} for k in ("pending", "ready", "leased", "retryWait",
-                                             "oldestReadyMs", "oldestReadyAgeMs")} | {
-            "queue": {"type": "string"}}}}}},
-    "/v1/workers": {"type": "object", "properties": {
-        "nodeId": {"type": "string"}, "leader": {"type": "boolean"},
-        "workers": {"type": "array", "items": {"type": "object", "properties": {
-            "workerId": {"type": "string"}, "connected": {"type": "boolean"},
-            "queues": {"type": "array", "items": {"type": "string"}},
-            "credits": {"type": "integer"}, "leasesHeld": {"type": "integer"}}}}}},
-}
-
 PROBLEM_SCHEMA = {"type": "object", "required": ["status", "code", "detail"], "properties": {
     "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
     "detail": {"type": "string", "description": "the gRPC status message, verbatim"},
@@ -134,9 +119,6 @@ def document() -> dict:
         elif route.path == "/v1/openapi.json":
             ok = {"description": "this document",
                   "content": {"application/json": {"schema": {"type": "object"}}}}
-        elif route.path in _VIEW_SCHEMAS:
-            ok = {"description": "an HTTP-only view (no RPC yet)",
-                  "content": {"application/json": {"schema": _VIEW_SCHEMAS[route.path]}}}
         else:
             ok = None
         responses: dict = {}

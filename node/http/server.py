@@ -11,7 +11,6 @@ import grpc
 from aiohttp import web
 
 from gnomon.node.grpc_tls import is_loopback
-from gnomon.node.http import views
 from gnomon.node.http.api import ROUTES, HttpContext, Route, build_request, to_json
 from gnomon.node.http.auth import authenticate
 from gnomon.node.http.events import EventHub
@@ -19,6 +18,7 @@ from gnomon.node.http.openapi import document
 from gnomon.node.http.problems import PROBLEM_TYPE, Problem
 from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.jobs import JobServicer
+from gnomon.node.servicers.operations import OperationsServicer
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,8 @@ def ssl_context(config) -> ssl.SSLContext | None:
 class HttpServer:
     def __init__(self, node):
         self.node = node
-        self.servicers = {"JobService": JobServicer(node), "ClusterService": ClusterServicer(node)}
+        self.servicers = {"JobService": JobServicer(node), "ClusterService": ClusterServicer(node),
+                          "OperationsService": OperationsServicer(node)}
         self.events = EventHub(node, max_streams=node.config.http_max_event_streams)
         self.app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
         for route in ROUTES:
@@ -169,14 +170,6 @@ class HttpServer:
             async def openapi(request: web.Request) -> web.Response:
                 return web.Response(text=self._openapi, content_type="application/json")
             return openapi
-        if route.path in ("/v1/queues", "/v1/workers"):
-            view = getattr(views, route.path.rsplit("/", 1)[1])
-
-            async def show(request: web.Request) -> web.Response:
-                authenticate(request, self.node.config)
-                return web.json_response(view(self.node))
-            return show
-
         async def unimplemented(request: web.Request) -> web.Response:
             raise Problem(grpc.StatusCode.UNIMPLEMENTED,
                           "task_name: cancelling one task is not in the API yet; cancel the "

@@ -183,8 +183,12 @@ def test_trigger_cancel_and_dead_letter_routes(cluster):
     dlq = call(leader.url, "GET", "/v1/dlq")
     assert dlq.status == 200 and "deadLetters" in dlq.json
     assert call(leader.url, "GET", "/v1/tenants/default/dlq").status == 200
-    assert call(leader.url, "GET", "/v1/queues").json["queues"] is not None
-    assert call(leader.url, "GET", "/v1/workers").json["leader"] is True
+    queues = call(leader.url, "GET", "/v1/queues")
+    assert queues.status == 200 and queues.json["fromLeader"] is True, queues.text
+    assert any(q["queue"] == "default" for q in queues.json["queues"])
+    assert call(leader.url, "GET", "/v1/workers").json["fromLeader"] is True
+    active = call(leader.url, "GET", "/v1/active-runs?limit=1000").json["runs"]
+    assert run["runId"] not in [r["runId"] for r in active]  # cancelled above
 
 
 def test_schedule_preview_routes(cluster):
@@ -257,3 +261,14 @@ def test_events_stream_changed_runs_on_a_follower_and_are_bounded(cluster):
             second[0].close()
     finally:
         sock.close()
+
+
+def test_transfer_leadership_from_a_follower_follows_the_redirect(cluster):
+    """Last in the module: the leader changes."""
+    leader, follower = _follower(cluster)
+    r = call(follower.url, "POST", "/v1/cluster/transfer-leadership", {})
+    assert r.status == 307, r.text
+    moved = call(follower.url, "POST", r.headers["location"], {"timeoutMs": "10000"})
+    assert moved.status == 200, moved.text
+    assert moved.json["previousLeaderNodeId"] == leader.node_id
+    assert moved.json["leaderNodeId"] not in ("", leader.node_id)

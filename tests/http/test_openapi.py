@@ -13,11 +13,10 @@ from tests.http.client import call
 pytestmark = pytest.mark.integration
 
 # RPCs with no HTTP route, and why.
-NOT_ROUTED = {"ClusterService.ExportHistory": "node-to-node history backfill stream"} | {
-    # Issue 11's operator RPCs: their servicer is not in the tree yet; /v1/queues and
-    # /v1/workers are HTTP-only views (node/http/views.py) until it is.
-    f"OperationsService.{m.name}": "no servicer yet"
-    for m in api_pb2.DESCRIPTOR.services_by_name["OperationsService"].methods}
+NOT_ROUTED = {
+    "ClusterService.ExportHistory": "node-to-node history backfill stream",
+    "OperationsService.CreateBackup": "a stream of file chunks (gnomon cluster backup)",
+}
 
 
 @pytest.fixture(scope="module")

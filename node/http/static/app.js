@@ -505,17 +505,22 @@ async function queuesPage() {
   const box = h("div");
   main.replaceChildren(h("h1", { text: "Queues & workers" }), box);
   refresh = async () => {
-    const [q, w] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/workers")]);
+    const [q, w, a] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/workers"),
+      api("GET", "/v1/active-runs?limit=50")]);
     box.replaceChildren(
-      h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "leased", "retry wait", "pending"],
+      h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "leased", "workers"],
         q.queues.map((x) => h("tr", { "data-queue": x.queue }, h("td", { text: x.queue }), h("td", { text: x.ready }),
-          h("td", { text: x.oldestReadyAgeMs ? fmtDur(x.oldestReadyAgeMs) : "—" }), h("td", { text: x.leased }),
-          h("td", { text: x.retryWait }), h("td", { text: x.pending })))) : h("p", { class: "muted", text: "No queued or running tasks." })),
+          h("td", { text: num(x.oldestReadyAgeMs) ? fmtDur(x.oldestReadyAgeMs) : "—" }), h("td", { text: x.leased }),
+          h("td", { text: x.workers.join(", ") })))) : h("p", { class: "muted", text: "No queued or running tasks." })),
       h("section", { class: "card" }, h("h2", { text: "Workers" }),
-        w.leader ? null : h("p", { class: "muted", text: `Node ${w.nodeId} is not the leader: connected workers are known to the leader only; leases below are from the replicated state.` }),
-        w.workers.length ? table(["worker", "connected", "queues", "credits", "leases held"],
-          w.workers.map((x) => h("tr", {}, h("td", { text: x.workerId }), h("td", { text: x.connected ? "yes" : "—" }),
-            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld })))) : h("p", { class: "muted", text: "No workers." })),
+        w.workers.length ? table(["worker", "queues", "credits", "leases held"],
+          w.workers.map((x) => h("tr", { "data-worker": x.workerId }, h("td", { text: x.workerId }),
+            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld })))) : h("p", { class: "muted", text: "No workers connected to the leader." })),
+      h("section", { class: "card" }, h("h2", { text: "Active runs (oldest first)" }),
+        a.runs.length ? table(["run", "job", "tenant", "scheduled for", "tasks"],
+          a.runs.map((r) => h("tr", {}, h("td", {}, runLink(r.runId)), h("td", {}, jobLink(r.jobId)), h("td", { text: r.tenant }),
+            h("td", { text: fmtTime(r.scheduledForMs) }),
+            h("td", { text: r.tasks.map((t) => `${t.taskName}: ${STATE_NAMES(t.state)}`).join(", ") })))) : h("p", { class: "muted", text: "No active runs." })),
     );
   };
   await refresh();
