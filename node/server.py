@@ -247,8 +247,10 @@ class Node:
 
     async def _start_grpc(self) -> grpc.aio.Server:
         auth = self._authenticator()
+        # Also used by the HTTP API (node/http/auth.py): one authentication, one RULES table.
+        self.access_guard = AccessGuard(self, auth)
         server = grpc.aio.server(options=GRPC_OPTIONS,
-                                 interceptors=[DecodeGuard(), AccessGuard(self, auth)])
+                                 interceptors=[DecodeGuard(), self.access_guard])
         api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self), server)
