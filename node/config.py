@@ -81,6 +81,8 @@ class Config:
     # Authentication: when set, every call needs a bearer token; this file holds the
     # bootstrap admin token (one word, >= 32 characters; the same file on every node).
     admin_token_file: str = ""
+    # A client connection that has not completed its handshake within this is closed.
+    grpc_handshake_timeout_ms: int = 10_000
     metrics_addr: str = ""  # "host:port"; empty disables the metrics endpoint
     # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
     log_format: str = "text"

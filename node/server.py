@@ -261,7 +261,10 @@ class Node:
         auth = self._authenticator()
         # Also used by the HTTP API (node/http/auth.py): one authentication, one RULES table.
         self.access_guard = AccessGuard(self, auth)
-        server = grpc.aio.server(options=GRPC_OPTIONS,
+        # A connection that has not finished its (TLS) handshake in time is closed.
+        options = [*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms",
+                                   self.config.grpc_handshake_timeout_ms)]
+        server = grpc.aio.server(options=options,
                                  interceptors=[DecodeGuard(), self.access_guard])
         api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
