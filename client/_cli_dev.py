@@ -371,6 +371,11 @@ class _DevSession:
             "  gnomon job create -f examples/shell-hello.yaml",
             f"Logs: {logs}"
             + (f", worker {self._shown(self.data_dir)}/worker.log" if self.examples else ""),
+            *(
+                ["Metrics: http://127.0.0.1:7901/metrics (n1; n2 7902, n3 7903)"]
+                if tuple(self.grpc_ports) == DEV_GRPC_PORTS
+                else []
+            ),
             "Ctrl-C stops everything; the data stays in "
             f"{self._shown(self.data_dir)}/ (delete it to start over).",
             "",
