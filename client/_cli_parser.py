@@ -40,7 +40,6 @@ commands:
   worker shell|http|python|list                            ready-made workers, who is connected
   token create|list|revoke, whoami                         bearer tokens and who you are
   tenant create|set|get|list                               tenants' weights and bounds
-  audit list                                               who did what when (admins)
   dev                                                      a local 3-node cluster with demos
 
 A JOB is a job id (j12) or a job name (in --tenant, default "default"); write name:j12 for a
@@ -209,6 +208,17 @@ def _add_spec_task_flags(g: Any) -> None:
     g.add_argument(
         "--max-buffered-runs", type=int, metavar="N", help="buffer_all: queued runs at most"
     )
+    g.add_argument(
+        "--jitter-ms", type=_duration_arg, metavar="DURATION",
+        help="delay each fire by a random 0..DURATION",
+    )
+    g.add_argument("--start-at-ms", "--start-at", type=_instant_arg, metavar="TIME",
+                   help="no slot before TIME")
+    g.add_argument("--end-at-ms", "--end-at", type=_instant_arg, metavar="TIME",
+                   help="no slot after TIME")
+    g.add_argument("--max-runs", type=int, metavar="N", help="runs the schedule starts at most")
+    g.add_argument("--delete-after-success", action="store_true", default=None,
+                   help="a one-shot (--at): delete it once its run succeeded")
 
 
 def _add_wait(p: argparse.ArgumentParser) -> None:

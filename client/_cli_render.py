@@ -169,6 +169,20 @@ def _payload_text(payload: bytes) -> str:
     return text if key == "payload" else f"base64:{value}"
 
 
+def _bounds_rows(job: Job) -> list[tuple[str, Any]]:
+    spec, rows = job.spec, []
+    if spec.jitter_ms:
+        rows.append(("jitter", fmt_duration(spec.jitter_ms)))
+    if spec.start_at_ms or spec.end_at_ms:
+        rows.append(("between", f"{fmt_time(spec.start_at_ms) if spec.start_at_ms else '-'} and "
+                                f"{fmt_time(spec.end_at_ms) if spec.end_at_ms else '-'}"))
+    if spec.max_runs:
+        rows.append(("runs", f"{job.runs_started} of at most {spec.max_runs}"))
+    if spec.delete_after_success:
+        rows.append(("after success", "deleted"))
+    return rows
+
+
 def _overlap_text(spec: JobSpec) -> str:
     policy = spec.overlap_policy.value
     if policy == "allow_all":
@@ -211,6 +225,7 @@ def render_job(job: Job) -> str:
             ("priority", spec.priority),
             ("misfire", f"{spec.misfire_policy.value} (grace {grace})"),
             ("overlap", _overlap_text(spec)),
+            *_bounds_rows(job),
             ("version", job.version),
             ("created", fmt_time(job.created_ms)),
             ("updated", fmt_time(job.updated_ms)),
@@ -296,6 +311,7 @@ def render_run(run: Run, *, all_output: bool = False) -> str:
             ("job", f"{run.job_id} (version {run.job_version})  tenant {run.tenant}"),
             ("state", run.state.value + (" (cancel requested)" if run.cancel_requested else "")),
             *([("reason", run.reason)] if run.reason else []),
+            *([("fire delay", fmt_duration(run.fire_delay_ms))] if run.fire_delay_ms else []),
             ("trigger", run.trigger.value),
             ("scheduled for", fmt_time(run.scheduled_for_ms)),
             ("created", fmt_time(run.created_ms)),
@@ -429,6 +445,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "job_version": run.job_version,
         "reason": run.reason,
         "cancel_requested": run.cancel_requested,
+        "fire_delay_ms": run.fire_delay_ms,
         "tasks": [task_json(t) for t in run.tasks],
     }
 

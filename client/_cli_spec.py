@@ -24,6 +24,11 @@ for instants (``at_ms``, ``anchor_ms``) an ISO 8601 time with a zone, ``"now"`` 
                                        # cancel_other | terminate_other (default allow_all)
     max_active_runs: 1                 # not with allow_all; default 1
     max_buffered_runs: 100             # buffer_all only
+    jitter_ms: 30s                     # each fire delayed by a random 0..30 s
+    start_at_ms: "2026-12-01T00:00:00Z"  # no slot before (0: none)
+    end_at_ms: 0                       # no slot after (0: none)
+    max_runs: 0                        # runs the schedule starts at most (0: no bound)
+    delete_after_success: false        # a one-shot: deleted once its run succeeded
     paused: false
     defaults:                          # for every task that does not set the key
       queue: etl
@@ -115,6 +120,11 @@ _TOP_KEYS = (
     "overlap_policy",
     "max_active_runs",
     "max_buffered_runs",
+    "jitter_ms",
+    "start_at_ms",
+    "end_at_ms",
+    "max_runs",
+    "delete_after_success",
 )
 _SCHEDULE_KEYS = ("cron", "timezone", "dialect", "dst_nonexistent", "dst_ambiguous",
                   "interval_ms", "anchor_ms", "at_ms")
@@ -316,7 +326,17 @@ def spec_from_data(data: Any, *, path: str = "spec", now_ms: int | None = None) 
         max_active_runs=None if data.get("max_active_runs") is None
         else read_int(data["max_active_runs"], f"{path}.max_active_runs"),
         max_buffered_runs=read_int(data.get("max_buffered_runs", 0), f"{path}.max_buffered_runs"),
+        jitter_ms=parse_duration_ms(data.get("jitter_ms", 0), f"{path}.jitter_ms"),
+        start_at_ms=_instant_or_zero(data.get("start_at_ms", 0), f"{path}.start_at_ms", now_ms),
+        end_at_ms=_instant_or_zero(data.get("end_at_ms", 0), f"{path}.end_at_ms", now_ms),
+        max_runs=read_int(data.get("max_runs", 0), f"{path}.max_runs"),
+        delete_after_success=read_bool(data.get("delete_after_success", False),
+                                       f"{path}.delete_after_success"),
     )
+
+
+def _instant_or_zero(value: Any, path: str, now_ms: int | None) -> int:
+    return 0 if value in (0, "0", None) else parse_instant_ms(value, path, now_ms=now_ms)
 
 
 def load_spec_file(path: str, *, stdin_text: str | None = None) -> JobSpec:
@@ -402,6 +422,11 @@ def spec_to_data(spec: JobSpec) -> dict[str, Any]:
         "overlap_policy": spec.overlap_policy.value,
         **({"max_active_runs": spec.max_active_runs} if spec.max_active_runs is not None else {}),
         "max_buffered_runs": spec.max_buffered_runs,
+        "jitter_ms": spec.jitter_ms,
+        "start_at_ms": spec.start_at_ms,
+        "end_at_ms": spec.end_at_ms,
+        "max_runs": spec.max_runs,
+        "delete_after_success": spec.delete_after_success,
         "tasks": [task_to_data(t) for t in spec.tasks],
     }
 
@@ -496,7 +521,8 @@ _TASK_FLAGS = (
     "max_backoff_ms",
 )
 _JOB_FLAGS = ("priority", "misfire_policy", "misfire_grace_ms", "overlap_policy",
-              "max_active_runs", "max_buffered_runs")
+              "max_active_runs", "max_buffered_runs", "jitter_ms", "start_at_ms", "end_at_ms",
+              "max_runs", "delete_after_success")
 _SCHEDULE_FLAGS = ("cron", "tz", "cron_dialect", "dst_nonexistent", "dst_ambiguous",
                    "interval_ms", "anchor_ms", "at")
 # Flags of a cron schedule beside --cron, and their key in the schedule mapping.

@@ -74,6 +74,9 @@ _DST_AMBIGUOUS: dict[DstAmbiguous | None, int] = {
 }
 _DST_AMBIGUOUS_BACK = {v: k for k, v in _DST_AMBIGUOUS.items() if k is not None}
 
+# Jitter and bounds: the same scalars on both sides.
+_TIMING = ("jitter_ms", "start_at_ms", "end_at_ms", "max_runs", "delete_after_success")
+
 _OVERLAP = {p: types_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{p.name}") for p in OverlapPolicy}
 _OVERLAP_BACK = {v: k for k, v in _OVERLAP.items()}
 
@@ -227,6 +230,7 @@ def job_spec_to_proto(spec: JobSpec) -> types_pb2.JobSpec:
         overlap_policy=_OVERLAP[spec.overlap_policy],
         max_active_runs=spec.max_active_runs,
         max_buffered_runs=spec.max_buffered_runs,
+        **{name: getattr(spec, name) for name in _TIMING},
     )
 
 
@@ -243,6 +247,7 @@ def job_spec_from_proto(msg: types_pb2.JobSpec) -> JobSpec:
         overlap_policy=_OVERLAP_BACK.get(msg.overlap_policy, OverlapPolicy.ALLOW_ALL),
         max_active_runs=msg.max_active_runs if msg.HasField("max_active_runs") else None,
         max_buffered_runs=msg.max_buffered_runs,
+        **{name: getattr(msg, name) for name in _TIMING},
     )
 
 
@@ -258,6 +263,7 @@ def job_to_proto(job: Job) -> types_pb2.Job:
         paused=job.paused,
         created_ms=job.created_ms,
         updated_ms=job.updated_ms,
+        runs_started=job.runs_started,
     )
 
 
@@ -270,6 +276,7 @@ def job_from_proto(msg: types_pb2.Job) -> Job:
         paused=msg.paused,
         created_ms=msg.created_ms,
         updated_ms=msg.updated_ms,
+        runs_started=msg.runs_started,
     )
 
 
@@ -359,6 +366,7 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         job_version=run.job_version,
         reason=run.reason,
         cancel_requested=run.cancel_requested,
+        fire_delay_ms=run.fire_delay_ms,
     )
 
 
@@ -376,6 +384,7 @@ def run_from_proto(msg: types_pb2.Run) -> Run:
         job_version=msg.job_version,
         reason=msg.reason,
         cancel_requested=msg.cancel_requested,
+        fire_delay_ms=msg.fire_delay_ms,
     )
 
 

@@ -171,6 +171,8 @@ class Job:
     paused: bool = False
     created_ms: int = 0
     updated_ms: int = 0
+    # Runs its schedule started or queued (``spec.max_runs``).
+    runs_started: int = 0
 
     @property
     def name(self) -> str:
@@ -282,6 +284,8 @@ class Run:
     reason: str = ""
     # The overlap policy (CANCEL_OTHER) asked it to stop; it ends when its leased tasks have.
     cancel_requested: bool = False
+    # How long after its slot it was due: the job's jitter plus the cluster's spread.
+    fire_delay_ms: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(self.tasks))

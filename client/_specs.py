@@ -282,7 +282,10 @@ class JobSpec:
     """What a user submits: a schedule and a DAG of tasks. ``misfire_grace`` (a timedelta)
     may stand for ``misfire_grace_ms``. ``overlap_policy`` with ``max_active_runs`` (None:
     1, no bound for ALLOW_ALL) and ``max_buffered_runs`` (BUFFER_ALL; 0: the default 100)
-    decide what a fire does while earlier runs are active."""
+    decide what a fire does while earlier runs are active. ``jitter_ms`` delays each fire by
+    a random 0..jitter_ms; ``start_at_ms`` / ``end_at_ms`` bound the slots, ``max_runs`` the
+    runs the schedule starts; ``delete_after_success`` deletes a one-shot once it
+    succeeded."""
 
     name: str
     schedule: Schedule
@@ -295,6 +298,11 @@ class JobSpec:
     overlap_policy: OverlapPolicy = OverlapPolicy.ALLOW_ALL
     max_active_runs: int | None = None
     max_buffered_runs: int = 0
+    jitter_ms: int = 0
+    start_at_ms: int = 0
+    end_at_ms: int = 0
+    max_runs: int = 0
+    delete_after_success: bool = False
 
     def __init__(
         self,
@@ -311,6 +319,11 @@ class JobSpec:
         overlap_policy: OverlapPolicy | str = OverlapPolicy.ALLOW_ALL,
         max_active_runs: int | None = None,
         max_buffered_runs: int = 0,
+        jitter_ms: int = 0,
+        start_at_ms: int = 0,
+        end_at_ms: int = 0,
+        max_runs: int = 0,
+        delete_after_success: bool = False,
     ) -> None:
         grace = ms_or_alias(
             "JobSpec",
@@ -331,6 +344,11 @@ class JobSpec:
         object.__setattr__(self, "overlap_policy", OverlapPolicy(overlap_policy))
         object.__setattr__(self, "max_active_runs", max_active_runs)
         object.__setattr__(self, "max_buffered_runs", max_buffered_runs)
+        object.__setattr__(self, "jitter_ms", jitter_ms)
+        object.__setattr__(self, "start_at_ms", start_at_ms)
+        object.__setattr__(self, "end_at_ms", end_at_ms)
+        object.__setattr__(self, "max_runs", max_runs)
+        object.__setattr__(self, "delete_after_success", delete_after_success)
 
     misfire_grace = DurationField()
 
@@ -355,6 +373,11 @@ class JobSpec:
         overlap_policy: OverlapPolicy | str = OverlapPolicy.ALLOW_ALL,
         max_active_runs: int | None = None,
         max_buffered_runs: int = 0,
+        jitter_ms: int = 0,
+        start_at_ms: int = 0,
+        end_at_ms: int = 0,
+        max_runs: int = 0,
+        delete_after_success: bool = False,
     ) -> JobSpec:
         """A job of one task (named ``task_name``, "main" by default). A mapping payload is
         encoded as JSON; ``timeout`` and ``misfire_grace`` (timedeltas) may stand for the
@@ -380,4 +403,9 @@ class JobSpec:
             overlap_policy=overlap_policy,
             max_active_runs=max_active_runs,
             max_buffered_runs=max_buffered_runs,
+            jitter_ms=jitter_ms,
+            start_at_ms=start_at_ms,
+            end_at_ms=end_at_ms,
+            max_runs=max_runs,
+            delete_after_success=delete_after_success,
         )

@@ -52,7 +52,6 @@ COMMAND_FIELDS: dict[type, str] = {
     access.CreateToken: "create_token",
     access.RevokeToken: "revoke_token",
     access.SetTenant: "set_tenant",
-    access.RecordAudit: "record_audit",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Repeated scalar fields of commands (tuples in the dataclasses).
@@ -194,14 +193,21 @@ def spec_scalars_to_proto(spec: JobSpec, out: types_pb2.JobSpec) -> None:
     if spec.max_active_runs is not None:
         out.max_active_runs = spec.max_active_runs
     out.max_buffered_runs = spec.max_buffered_runs
+    _copy_fields(spec, out, _TIMING_FIELDS)
+
+
+# JobSpec scalars of jitter and bounds (leader side, plus max_runs / delete_after_success).
+_TIMING_FIELDS = ("jitter_ms", "start_at_ms", "end_at_ms", "max_runs", "delete_after_success")
 
 
 def overlap_fields_from_proto(m: types_pb2.JobSpec) -> dict:
-    """The overlap fields of a JobSpec message, as JobSpec keyword arguments."""
+    """The overlap, jitter and bound fields of a JobSpec message, as JobSpec keyword
+    arguments (the spec scalars added after the first ones)."""
     return {
         "overlap_policy": overlap_from_proto(m.overlap_policy),
         "max_active_runs": m.max_active_runs if m.HasField("max_active_runs") else None,
         "max_buffered_runs": m.max_buffered_runs,
+        **{name: getattr(m, name) for name in _TIMING_FIELDS},
     }
 
 
@@ -268,7 +274,7 @@ def job_to_proto(job: Job, out: types_pb2.Job | None = None, *,
                  with_spec: bool = True) -> types_pb2.Job:
     out = types_pb2.Job() if out is None else out
     _copy_fields(job, out, ("job_id", "version", "next_fire_ms", "paused", "created_ms",
-                            "updated_ms", "last_fired_ms"))
+                            "updated_ms", "last_fired_ms", "runs_started"))
     if with_spec:
         spec_to_proto(job.spec, out.spec)
     return out
@@ -284,6 +290,7 @@ def job_from_proto(m: types_pb2.Job) -> Job:
         created_ms=m.created_ms,
         updated_ms=m.updated_ms,
         last_fired_ms=m.last_fired_ms,
+        runs_started=m.runs_started,
     )
 
 
@@ -313,6 +320,7 @@ def run_to_proto(run: Run, out: types_pb2.Run | None = None) -> types_pb2.Run:
     _copy_fields(run, out, ("run_id", "job_id", "tenant", "scheduled_for_ms", "created_ms"))
     out.finished_ms, out.job_version = run.finished_ms, run.job_version
     out.reason, out.cancel_requested = run.reason, run.cancel_requested
+    out.fire_delay_ms = run.fire_delay_ms
     out.state = enum_to_proto(_RUN_STATE, run.state)
     out.trigger = enum_to_proto(_RUN_TRIGGER, run.trigger)
     for inst in run.tasks.values():
@@ -350,6 +358,7 @@ def run_from_proto(m: types_pb2.Run, spec: JobSpec) -> Run:
         finished_ms=m.finished_ms,
         reason=m.reason,
         cancel_requested=m.cancel_requested,
+        fire_delay_ms=m.fire_delay_ms,
     )
 
 

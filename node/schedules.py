@@ -32,6 +32,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+import zlib
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -57,6 +58,7 @@ __all__ = [
     "job_hash_id",
     "next_fire_after",
     "preview",
+    "shortest_gap_ms",
 ]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -397,3 +399,56 @@ def _dst_note(at_ms: int, zone: ZoneInfo, expanded: list) -> str:
         return (f"{local.strftime('%H:%M')} occurs twice on {local.date()} (DST ends): this "
                 f"is the {which} occurrence ({local.tzname()}, UTC{local.strftime('%z')})")
     return ""
+
+
+# --- jitter, spread and bounds (leader side) ---------------------------------------------
+
+_GAP_PROBE_FIRES = 64
+
+
+def shortest_gap_ms(schedule: Schedule, hash_id: str = "") -> int:
+    """The shortest gap between consecutive slots (0: a one-shot): the interval, or for cron
+    the least gap among the next fires from a fixed probe instant (a year's calendar
+    quirks aside, what jitter must stay below)."""
+    if schedule.kind == ScheduleKind.INTERVAL:
+        return schedule.interval_ms
+    if schedule.kind != ScheduleKind.CRON:
+        return 0
+    at, gaps = _EXISTENCE_PROBE_MS, []
+    for _ in range(_GAP_PROBE_FIRES):
+        nxt = next_fire_after(schedule, at, hash_id=hash_id)
+        if not nxt:
+            break
+        if at != _EXISTENCE_PROBE_MS:
+            gaps.append(nxt - at)
+        at = nxt
+    return min(gaps) if gaps else 0
+
+
+def spread_offset_ms(job_id: str, window_ms: int) -> int:
+    """The cluster's spread of a job's fires: a stable offset in [0, window) from a hash of
+    its id, so jobs with the same schedule fire over the window instead of at one instant."""
+    if window_ms <= 0:
+        return 0
+    return zlib.crc32(job_id.encode()) % window_ms
+
+
+def bounded_first(spec: JobSpec, now_ms: int, *, hash_id: str) -> int:
+    """The first slot of a new, updated or resumed job within start_at_ms / end_at_ms."""
+    after = max(now_ms, spec.start_at_ms - 1) if spec.start_at_ms else now_ms
+    if spec.schedule.kind == ScheduleKind.ONCE:
+        slot = spec.schedule.at_ms
+        if spec.start_at_ms and slot < spec.start_at_ms:
+            slot = 0
+    else:
+        slot = next_fire_after(spec.schedule, after, hash_id=hash_id)
+    return _within_end(spec, slot)
+
+
+def bounded_next(spec: JobSpec, slot_ms: int, *, hash_id: str) -> int:
+    """The slot after `slot_ms` within end_at_ms (0: nothing left)."""
+    return _within_end(spec, next_fire_after(spec.schedule, slot_ms, hash_id=hash_id))
+
+
+def _within_end(spec: JobSpec, slot: int) -> int:
+    return 0 if spec.end_at_ms and slot > spec.end_at_ms else slot

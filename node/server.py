@@ -69,6 +69,7 @@ class Node:
             min_interval_ms=config.min_interval_ms,
             max_active_runs=config.max_active_runs,
             max_buffered_runs=config.max_buffered_runs,
+            max_jitter_ms=config.max_jitter_ms,
         )
         os.makedirs(config.data_dir, exist_ok=True)
         history = HistorySink(_open_history(config), crash=crash_process,
@@ -86,25 +87,13 @@ class Node:
         self.supervisor = Supervisor(crash_process)
         self._stopping = asyncio.Event()
         self._entries = observe.EntryCounter()
-        # Written on the tick thread after each entry; the health window starts at the start.
-        self.last_apply_mono = mono_ms()
+        self.last_apply_mono = -(10**12)  # written on the tick thread after each entry
 
     def leader_grpc_addr(self) -> str | None:
         leader = self.raft.leader() if self.raft else None
         if leader is None or leader.node_id == self.config.node_id:
             return None
-        if hasattr(self, "last_apply_mono") and self.fresh_leader() is None:
-            return None  # a leader not heard from: "no leader" (the unit harness has no clock)
         return leader.grpc_addr
-
-    def fresh_leader(self):
-        """The leader this node knows, or None when it knows none or has heard nothing from
-        it within the health window (observe.health_verdict): pysyncobj keeps naming a dead
-        leader for as long as a follower reaches no other node (it never starts an election
-        then), so its belief alone is no answer to "who leads"."""
-        if self.raft is None or not observe.health_verdict(self)[0]:
-            return None
-        return self.raft.leader()
 
     # -- effects from the tick thread -> loop thread ------------------------------------------
 
@@ -189,7 +178,8 @@ class Node:
             TriggerLimits(tick_ms=cfg.trigger_tick_ms,
                           max_fires_per_proposal=cfg.max_fires_per_proposal,
                           max_proposals_inflight=cfg.max_fire_proposals_inflight,
-                          max_slots_per_job=cfg.max_catch_up_slots_per_job),
+                          max_slots_per_job=cfg.max_catch_up_slots_per_job,
+                          spread_window_ms=cfg.fire_spread_window_ms),
             supervisor=self.supervisor, rng=self.rng)
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=cfg.lease_ttl_ms,
@@ -259,13 +249,8 @@ class Node:
 
     async def _start_grpc(self) -> grpc.aio.Server:
         auth = self._authenticator()
-        # Also used by the HTTP API (node/http/auth.py): one authentication, one RULES table.
-        self.access_guard = AccessGuard(self, auth)
-        # A connection that has not finished its (TLS) handshake in time is closed.
-        options = [*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms",
-                                   self.config.grpc_handshake_timeout_ms)]
-        server = grpc.aio.server(options=options,
-                                 interceptors=[DecodeGuard(), self.access_guard])
+        server = grpc.aio.server(options=GRPC_OPTIONS,
+                                 interceptors=[DecodeGuard(), AccessGuard(self, auth)])
         api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self), server)

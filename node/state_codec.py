@@ -82,7 +82,7 @@ def _decode_job(data: bytes, schedules: list[Schedule], task_sets: list[tuple]) 
                    s.priority, codec.misfire_from_proto(s.misfire_policy), s.misfire_grace_ms,
                    s.paused, **codec.overlap_fields_from_proto(s))
     return Job(m.job_id, spec, m.version, m.next_fire_ms, m.paused, m.created_ms,
-               m.updated_ms, m.last_fired_ms)
+               m.updated_ms, m.last_fired_ms, m.runs_started)
 
 
 def encode_tables(st: State) -> dict[str, Table]:

@@ -6,6 +6,13 @@ lazy: one is acted on only if it still equals the job's replicated next_fire_ms.
 command is a compare-and-set on that value, so a slot fires at most once whatever this loop
 does twice.
 
+A slot is due at slot + delay: the cluster's spread offset of the job (a hash of its id in
+[0, `spread_window_ms`), at most half the schedule's shortest gap) plus the job's jitter,
+a draw in [0, jitter_ms] made once per (job, slot) by this leader. The delay goes into the
+Fire command and onto the run, so a replay needs no clock or draw; a new leader may draw
+again for a slot not yet fired, which only moves that fire within its jitter. Misfire
+lateness counts from the due time.
+
 Catch-up of any size (an outage, a long GC pause, a lost quorum): due slots are proposed in
 chunks of at most `max_fires_per_proposal` Fire commands (fixed-size commands, so the count
 also bounds the bytes), at most `max_slots_per_job` chained slots of one job per chunk, at
@@ -18,6 +25,7 @@ same proposal at once, so the API keeps answering while the backlog drains.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import logging
 import random
@@ -26,10 +34,16 @@ from dataclasses import dataclass
 from gnomon.node import metrics
 from gnomon.node.clock import wall_ms
 from gnomon.node.core.commands import Fire
-from gnomon.node.core.model import JobSpec
+from gnomon.node.core.model import JobSpec, Schedule, ScheduleKind
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer
 from gnomon.node.replica import Replica
-from gnomon.node.schedules import decide_fire, job_hash_id, next_fire_after
+from gnomon.node.schedules import (
+    bounded_next,
+    decide_fire,
+    job_hash_id,
+    shortest_gap_ms,
+    spread_offset_ms,
+)
 from gnomon.node.tasks import Backoff, Supervisor
 
 log = logging.getLogger(__name__)
@@ -46,6 +60,13 @@ class TriggerLimits:
     max_fires_per_proposal: int = 1_000
     max_proposals_inflight: int = 2
     max_slots_per_job: int = 100
+    # The cluster's spread of fires over a window by a hash of the job id (0: none).
+    spread_window_ms: int = 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _gap_ms(schedule: Schedule, hash_id: str) -> int:
+    return shortest_gap_ms(schedule, hash_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +83,11 @@ class TriggerLoop:
         self._proposer = proposer
         self._limits = limits
         self._supervisor = supervisor
-        self._heap: list[tuple[int, str]] = []
+        # (due_ms, slot_ms, job_id): due = slot + the job's delay for that slot.
+        self._heap: list[tuple[int, int, str]] = []
+        # (job_id, slot_ms) -> this leader's jitter draw for a slot not fired yet.
+        self._draws: dict[tuple[str, int], int] = {}
+        self._rng = rng
         # Jobs with a chunk waiting for commit: none of their slots is proposed meanwhile.
         self._inflight_jobs: set[str] = set()
         self._proposals: set[asyncio.Task] = set()
@@ -72,6 +97,7 @@ class TriggerLoop:
         self._task: asyncio.Task | None = None
 
     def start(self) -> None:
+        self._draws.clear()
         self._rebuild_heap()
         self._inflight_jobs.clear()
         self._resume_at = 0.0
@@ -97,14 +123,36 @@ class TriggerLoop:
                 for job_id in job_ids:
                     job = jobs.get(job_id)
                     if job and job.next_fire_ms and not job.paused:
-                        heapq.heappush(self._heap, (job.next_fire_ms, job_id))
+                        heapq.heappush(self._heap, self._entry(job_id, job.next_fire_ms,
+                                                               job.spec))
         self._wake.set()
 
     def _rebuild_heap(self) -> None:
         with self._replica.lock:
-            self._heap = [(j.next_fire_ms, j.job_id) for j in self._replica.state.jobs.values()
+            self._heap = [self._entry(j.job_id, j.next_fire_ms, j.spec)
+                          for j in self._replica.state.jobs.values()
                           if j.next_fire_ms and not j.paused]
         heapq.heapify(self._heap)
+        if len(self._draws) > 2 * len(self._heap) + 1024:  # draws of slots long gone
+            pending = {(job_id, slot) for _, slot, job_id in self._heap}
+            self._draws = {k: v for k, v in self._draws.items() if k in pending}
+
+    def _entry(self, job_id: str, slot: int, spec: JobSpec) -> tuple[int, int, str]:
+        return slot + self.delay_ms(job_id, slot, spec), slot, job_id
+
+    def delay_ms(self, job_id: str, slot: int, spec: JobSpec) -> int:
+        """How long after `slot` the job's fire is due: spread offset plus jitter draw."""
+        window = self._limits.spread_window_ms
+        delay = 0
+        if window > 0 and spec.schedule.kind != ScheduleKind.ONCE:
+            gap = _gap_ms(spec.schedule, job_hash_id(spec.tenant, spec.name))
+            delay = spread_offset_ms(job_id, min(window, gap // 2) if gap else window)
+        if spec.jitter_ms > 0:
+            draw = self._draws.get((job_id, slot))
+            if draw is None:
+                draw = self._draws[(job_id, slot)] = self._rng.randint(0, spec.jitter_ms)
+            delay += draw
+        return delay
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -160,7 +208,7 @@ class TriggerLoop:
                 room = budget - len(fires)
                 if room <= 0:  # an earlier job of this pick took the rest: next chunk
                     self._inflight_jobs.discard(due.job_id)
-                    heapq.heappush(self._heap, (due.slot_ms, due.job_id))
+                    heapq.heappush(self._heap, self._entry(due.job_id, due.slot_ms, due.spec))
                     continue
                 fires.extend(self._fires_for(due, now_ms, min(room, self._limits.max_slots_per_job)))
         return fires
@@ -171,7 +219,7 @@ class TriggerLoop:
         with self._replica.lock:
             jobs = self._replica.state.jobs
             while self._heap and self._heap[0][0] <= now_ms and len(picked) < limit:
-                slot, job_id = heapq.heappop(self._heap)
+                _due_ms, slot, job_id = heapq.heappop(self._heap)
                 job = jobs.get(job_id)
                 if (job is None or job.paused or job.next_fire_ms != slot
                         or job_id in self._inflight_jobs):
@@ -180,16 +228,19 @@ class TriggerLoop:
                 self._inflight_jobs.add(job_id)
         return picked
 
-    @staticmethod
-    def _fires_for(due: _Due, now_ms: int, limit: int) -> list[Fire]:
+    def _fires_for(self, due: _Due, now_ms: int, limit: int) -> list[Fire]:
         """The job's due slots from `due.slot_ms`, chained (each Fire's next is the next
         one's slot), at most `limit`. Croniter runs here, outside the lock."""
         spec, fires, slot = due.spec, [], due.slot_ms
         hash_id = job_hash_id(spec.tenant, spec.name)
-        while slot and slot <= now_ms and len(fires) < limit:
-            nxt = next_fire_after(spec.schedule, slot, hash_id=hash_id)
-            fires.append(Fire(due.job_id, slot, nxt, decide_fire(spec, slot, now_ms, nxt)))
+        delay = self.delay_ms(due.job_id, slot, spec)
+        while slot and slot + delay <= now_ms and len(fires) < limit:
+            nxt = bounded_next(spec, slot, hash_id=hash_id)
+            # Lateness counts from the due time: a jittered or spread fire is not late.
+            skip = decide_fire(spec, slot, now_ms - delay, nxt)
+            fires.append(Fire(due.job_id, slot, nxt, skip, delay))
             slot = nxt
+            delay = self.delay_ms(due.job_id, slot, spec) if slot else 0
         return fires
 
     # -- proposing -------------------------------------------------------------------------
@@ -205,6 +256,7 @@ class TriggerLoop:
             self._backoff.succeeded()
             now = wall_ms()
             for fire, reply in zip(fires, replies, strict=True):
+                self._draws.pop((fire.job_id, fire.scheduled_for_ms), None)
                 if getattr(reply, "run_id", ""):
                     metrics.FIRES.labels("skipped" if fire.skip else "run").inc()
                     metrics.FIRE_LATENESS.observe(max(0, now - fire.scheduled_for_ms) / 1000)

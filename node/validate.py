@@ -21,10 +21,10 @@ from gnomon.node.core.model import (
     RetryPolicy,
     TaskSpec,
 )
-from gnomon.node.core.validate import check_dag, check_overlap
+from gnomon.node.core.validate import check_bounds, check_dag, check_overlap
 from gnomon.node.core.validate import show as _show
 from gnomon.node.input_errors import ValidationError
-from gnomon.node.schedules import check_schedule, job_hash_id
+from gnomon.node.schedules import check_schedule, job_hash_id, shortest_gap_ms
 
 __all__ = [
     "InputLimits",
@@ -61,6 +61,7 @@ class InputLimits:
     max_task_name_len: int = 64
     max_active_runs: int = 100
     max_buffered_runs: int = 1_000
+    max_jitter_ms: int = 3_600_000
 
 
 def validate_spec(spec: JobSpec, limits: InputLimits) -> JobSpec:
@@ -89,7 +90,33 @@ def validate_spec(spec: JobSpec, limits: InputLimits) -> JobSpec:
             f"must be >= 0 (0 means the default), got {spec.misfire_grace_ms}",
         )
     _check_overlap(spec, limits)
+    _check_timing(spec, limits, job_hash_id(tenant, spec.name))
     return replace(spec, tenant=tenant, tasks=tasks, misfire_policy=policy)
+
+
+def _check_timing(spec: JobSpec, limits: InputLimits, hash_id: str) -> None:
+    """Jitter and the bounds (start_at_ms, end_at_ms, max_runs, delete_after_success)."""
+    for name in ("jitter_ms", "start_at_ms", "end_at_ms", "max_runs"):
+        value = getattr(spec, name)
+        if value < 0:
+            raise ValidationError(f"spec.{name}", f"must be >= 0 (0 means none), got {value}")
+    if spec.end_at_ms and spec.end_at_ms < spec.start_at_ms:
+        raise ValidationError("spec.end_at_ms", f"{spec.end_at_ms} is before start_at_ms "
+                              f"{spec.start_at_ms}: the job would never fire")
+    rejected = check_bounds(spec)  # the core's rules (apply checks the same)
+    if rejected:
+        field, _, rule = rejected.detail.partition(": ")
+        raise ValidationError(field, rule)
+    if not spec.jitter_ms:
+        return
+    if spec.jitter_ms > limits.max_jitter_ms:
+        raise ValidationError("spec.jitter_ms", f"{spec.jitter_ms} exceeds the node's "
+                              f"max_jitter_ms {limits.max_jitter_ms}")
+    gap = shortest_gap_ms(spec.schedule, hash_id)
+    if gap and spec.jitter_ms >= gap:
+        raise ValidationError("spec.jitter_ms", f"{spec.jitter_ms} is not less than the "
+                              f"schedule's shortest gap between slots ({gap} ms): a delayed "
+                              "fire would run into the next slot")
 
 
 def _check_overlap(spec: JobSpec, limits: InputLimits) -> None:

@@ -234,6 +234,13 @@ def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
     rejected = _check_version(job, cmd.expected_version)
     if rejected:
         return rejected
+    _remove_job(ctx, job, cmd.cancel_running)
+    return Done()
+
+
+def _remove_job(ctx: Ctx, job: Job, cancel_running: bool) -> None:
+    """Delete `job` (DeleteJob, or a one-shot's delete_after_success)."""
+    state = ctx.state
     del state.jobs[job.job_id]
     del state.job_names[(job.spec.tenant, job.spec.name)]
     state.jobs_per_tenant[job.spec.tenant] -= 1
@@ -251,12 +258,11 @@ def _delete_job(ctx: Ctx, cmd: DeleteJob) -> Reply:
         if run.state == RunState.QUEUED:
             _end_queued(ctx, run, "job deleted", retain=False)
         elif run.state == RunState.RUNNING:
-            _cancel_tasks(ctx, run, "job deleted", leased_too=cmd.cancel_running)
+            _cancel_tasks(ctx, run, "job deleted", leased_too=cancel_running)
             _finish_if_done(ctx, run, retain=False)
     for run_id in list(state.pinned.pop(job.job_id, ())):
         _evict(ctx, state.runs[run_id])  # their dead letters left with the job
     _enforce_retention(ctx, job.job_id)
-    return Done()
 
 
 def _set_paused(ctx: Ctx, cmd: SetPaused) -> Reply:
@@ -357,6 +363,13 @@ def _fire(ctx: Ctx, cmd: Fire) -> Reply:
     else:
         _admit(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE,
                job.spec.overlap_policy)
+    run = ctx.state.runs.get(run_id)
+    if run is not None:
+        run.fire_delay_ms = max(0, cmd.delay_ms)
+        if run.state in (RunState.RUNNING, RunState.QUEUED):
+            job.runs_started += 1
+            if job.spec.max_runs and job.runs_started >= job.spec.max_runs:
+                job.next_fire_ms = 0  # max_runs reached: nothing left to fire
     return RunReply(run_id=run_id)
 
 
@@ -873,6 +886,18 @@ def _finish_if_done(ctx: Ctx, run: Run, *, retain: bool = True) -> None:
     if retain:
         _enforce_retention(ctx, run.job_id)
         _start_queued(ctx, run.job_id)
+        _delete_if_done(ctx, run)
+
+
+def _delete_if_done(ctx: Ctx, run: Run) -> None:
+    """delete_after_success: a one-shot job whose scheduled run succeeded, with nothing left
+    to fire, is deleted (its run goes to the history store like any deleted job's)."""
+    job = ctx.state.jobs.get(run.job_id)
+    if (job is not None and job.spec.delete_after_success and job.next_fire_ms == 0
+            and run.state == RunState.SUCCEEDED and run.trigger == RunTrigger.SCHEDULE
+            and not ctx.state.running_by_job.get(job.job_id)
+            and not ctx.state.queued_by_job.get(job.job_id)):
+        _remove_job(ctx, job, cancel_running=False)
 
 
 def _final_run_event(run: Run) -> str:

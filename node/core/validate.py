@@ -15,6 +15,7 @@ from gnomon.node.core.model import (
     JobSpec,
     Limits,
     OverlapPolicy,
+    ScheduleKind,
     TaskSpec,
 )
 
@@ -40,7 +41,20 @@ def validate_limits(limits: Limits) -> Rejected | None:
 def validate_spec(spec: JobSpec) -> Rejected | None:
     """None if the DAG and the overlap fields of `spec` are usable, else INVALID_ARGUMENT
     naming the field and rule."""
-    return check_dag(spec.tasks) or check_overlap(spec)
+    return check_dag(spec.tasks) or check_overlap(spec) or check_bounds(spec)
+
+
+def check_bounds(spec: JobSpec) -> Rejected | None:
+    """The bounds apply() acts on: max_runs >= 0; delete_after_success only for a one-shot."""
+    if spec.max_runs < 0:
+        return _invalid(f"spec.max_runs: must be >= 0 (0 means no bound), got {spec.max_runs}")
+    if spec.delete_after_success and spec.schedule.kind != ScheduleKind.ONCE:
+        return _invalid(
+            f"spec.delete_after_success: applies to a one-shot (once) schedule only, the "
+            f"job's is {spec.schedule.kind or 'unset'} (bound a repeating job with max_runs "
+            "or end_at_ms)"
+        )
+    return None
 
 
 def check_overlap(spec: JobSpec) -> Rejected | None:

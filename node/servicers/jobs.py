@@ -13,10 +13,9 @@ from gnomon.node.core import commands as c
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind
 from gnomon.node.core.results import Done, JobReply, Replayed, RunReply
 from gnomon.node.schedules import (
+    bounded_first,
     check_schedule,
-    first_fire_ms,
     job_hash_id,
-    next_fire_after,
     preview,
 )
 from gnomon.node.servicers.base import ServicerBase, translated
@@ -202,7 +201,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     async def CreateJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         spec = self._spec(request.spec)
-        first = first_fire_ms(spec.schedule, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
+        first = bounded_first(spec, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(c.CreateJob(request.request_id, spec, first,
                                                 self.node.config.max_jobs_per_tenant))
         return api_pb2.CreateJobResponse(job=self._job_as_written(reply, spec))
@@ -241,7 +240,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         spec = self._spec(request.spec)
         job_id = await self._write_job_id(request.job, request.request_id)
         self._check_identity(job_id, spec)
-        nxt = first_fire_ms(spec.schedule, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
+        nxt = bounded_first(spec, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(
             c.UpdateJob(request.request_id, job_id, spec, request.expected_version, nxt))
         return api_pb2.UpdateJobResponse(job=self._job_as_written(reply, spec))
@@ -271,7 +270,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             nxt, spec = (job.next_fire_ms, job.spec) if job else (0, None)
         # Cron evaluation outside the lock: the tick thread applies meanwhile.
         if nxt and spec.schedule.kind != ScheduleKind.ONCE:
-            nxt = next_fire_after(spec.schedule, now, hash_id=job_hash_id(spec.tenant, spec.name))
+            nxt = bounded_first(spec, now, hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt))
         return api_pb2.ResumeJobResponse(job=self._job_as_written(reply))
 

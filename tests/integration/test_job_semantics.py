@@ -24,6 +24,7 @@ from gnomon.client import (
     IntervalSchedule,
     InvalidArgument,
     JobSpec,
+    NotFound,
     OnceSchedule,
     OverlapPolicy,
     RunState,
@@ -237,3 +238,40 @@ def test_dst_policies_decide_which_local_times_fire(servers):
         out = client.preview_schedule(schedule=lord_howe, count=3, after=1_775_311_800_000)
         assert [f.local for f in out.fires] == [
             "2026-04-05T01:15:00+11:00", "2026-04-05T01:30:00+10:30", "2026-04-05T01:45:00+10:30"]
+
+
+async def test_jitter_bounds_and_delete_after_success(servers):
+    name = "bounds"
+
+    @task(name="main", queue=name)
+    async def main(ctx: TaskContext) -> str:
+        return "done"
+
+    async with AsyncClient(servers, timeout_s=30) as client:
+        jittered = (await client.create_job(JobSpec.single(
+            "jittered", IntervalSchedule(interval_ms=1_000), queue="nobody", jitter_ms=400,
+            max_runs=4))).job_id
+
+        async def four_runs() -> bool:
+            return (await client.get_job(jittered)).next_fire_ms == 0
+
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while not await four_runs():
+            assert asyncio.get_running_loop().time() < deadline, "max_runs never reached"
+            await asyncio.sleep(0.2)  # polling interval, not a synchronisation
+        job = await client.get_job(jittered)
+        runs = await client.list_runs(jittered)
+        assert job.runs_started == 4 and len(runs) == 4
+        assert all(0 <= r.fire_delay_ms <= 400 for r in runs)
+        assert all(r.created_ms >= r.scheduled_for_ms + r.fire_delay_ms for r in runs)
+
+        once = OnceSchedule(at_ms=1_000)  # in the past: fires as soon as possible
+        async with Worker(client, tasks=[main], max_concurrency=1):
+            doomed = (await client.create_job(JobSpec.single(
+                "one-shot", once, queue=name, delete_after_success=True))).job_id
+            run_id = f"{doomed}@1000"
+            done = await client.wait_run(run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+            assert done.state is RunState.SUCCEEDED
+        with pytest.raises(NotFound):
+            await client.get_job(doomed)
+        assert (await client.get_run(run_id)).state is RunState.SUCCEEDED  # in the history

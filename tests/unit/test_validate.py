@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable
 
 import pytest
@@ -322,3 +323,30 @@ def test_the_leader_and_apply_state_one_dag_rule_in_one_message(make):
     with pytest.raises(ValidationError) as err:
         validate_spec(spec, LIMITS)
     assert str(err.value) == core_validate(spec).detail
+
+
+# --- jitter and bounds (issue 9) ---------------------------------------------------------------
+
+HOURLY_INTERVAL = Schedule(kind=ScheduleKind.INTERVAL, interval_ms=3_600_000)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"jitter_ms": 60_000}, "spec.jitter_ms: 60000 is not less than the schedule's shortest gap "
+                            "between slots (60000 ms)"),
+    ({"schedule": HOURLY_INTERVAL, "jitter_ms": 3_600_000}, "spec.jitter_ms: 3600000 is not less"),
+    ({"schedule": HOURLY_INTERVAL, "jitter_ms": 3_600_001},
+     "spec.jitter_ms: 3600001 exceeds the node's max_jitter_ms 3600000"),
+    ({"jitter_ms": -1}, "spec.jitter_ms: must be >= 0"),
+    ({"start_at_ms": 2_000, "end_at_ms": 1_000}, "spec.end_at_ms: 1000 is before start_at_ms 2000"),
+    ({"max_runs": -3}, "spec.max_runs: must be >= 0"),
+    ({"delete_after_success": True}, "spec.delete_after_success: applies to a one-shot"),
+])
+def test_timing_rules(changes: dict, message: str) -> None:
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        validate_spec(make_spec(**changes), LIMITS)
+
+
+def test_timing_accepted() -> None:
+    validate_spec(make_spec(jitter_ms=59_999, start_at_ms=1, end_at_ms=2, max_runs=3), LIMITS)
+    once = Schedule(kind=ScheduleKind.ONCE, at_ms=1_800_000_000_000)
+    validate_spec(make_spec(schedule=once, delete_after_success=True, jitter_ms=10), LIMITS)

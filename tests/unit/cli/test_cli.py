@@ -529,6 +529,21 @@ def test_create_with_dst_flags_and_keys(fake, tmp_path):
     assert code == 2 and "spec.schedule.dst_nonexistent" in err
 
 
+def test_create_with_jitter_and_bounds(fake):
+    code, _, _ = run(fake, "job", "create", "--name", "b", "--cron", "0 0 * * *",
+                     "--jitter-ms", "30s", "--start-at", "2026-12-01T00:00:00Z",
+                     "--end-at", "2027-01-01T00:00:00Z", "--max-runs", "10")
+    assert code == 0
+    spec = fake.jobs["j1"].spec
+    assert (spec.jitter_ms, spec.max_runs) == (30_000, 10)
+    assert spec.start_at_ms == 1_796_083_200_000 and spec.end_at_ms == 1_798_761_600_000
+    code, _, _ = run(fake, "job", "create", "--name", "o", "--at", "2026-12-01T00:00:00Z",
+                     "--delete-after-success")
+    assert code == 0 and fake.jobs["j2"].spec.delete_after_success
+    code, out, _ = run(fake, "job", "get", "b")
+    assert "jitter" in out and "of at most 10" in out
+
+
 def test_runs(fake):
     fake.runs["j1@5"] = Run("j1@5", "j1", scheduled_for_ms=T0, state=RunState.RUNNING)
     code, out, _ = run(fake, "run", "list", "j1", "--json", "--before", "2026-11-30T10:41:02Z")

@@ -186,6 +186,7 @@ def test_run_json_shape():
         "job_version",
         "reason",
         "cancel_requested",
+        "fire_delay_ms",
         "tasks",
     }
     assert data["state"] == "failed" and data["trigger"] == "schedule"

@@ -17,7 +17,6 @@ PUBLIC = [
     "AsyncRunHandle",
     "Attempt",
     "AttemptOutcome",
-    "AuditEntry",
     "Cancelled",
     "Client",
     "ClusterLimits",

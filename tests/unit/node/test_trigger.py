@@ -13,7 +13,7 @@ from gnomon.node.core.model import MisfirePolicy, RunState
 from gnomon.node.core.results import Done, RunReply
 from gnomon.node.trigger import TriggerLimits
 
-from .harness import T0, commands_of, has, turns, until
+from .harness import HOUR, T0, commands_of, has, turns, until
 
 SECOND = 1_000
 MINUTE = 60_000
@@ -218,3 +218,77 @@ async def test_stop_returns_while_proposals_are_pending(make, clock):
     await until(lambda: h.raft.waiting() == 0, "the held entry to commit")
     await turns()
     assert len(h.proposer.chunks(Fire)) == 1  # nothing proposed after stop
+
+
+# --- jitter, spread and bounds (issue 9) -----------------------------------------------------
+
+
+async def test_jitter_delays_the_fire_and_the_draw_goes_into_the_command(leader, clock):
+    slot = T0 + MINUTE
+    job = await leader.create_job("jittery", interval_ms=MINUTE, next_fire_ms=slot,
+                                  jitter_ms=20 * SECOND)
+    draw = leader.trigger.delay_ms(job, slot, leader.state.jobs[job].spec)
+    assert 0 <= draw <= 20 * SECOND
+    assert leader.trigger.delay_ms(job, slot, leader.state.jobs[job].spec) == draw  # one draw
+    if draw:
+        clock.wall = slot + draw - 1
+        await turns()
+        assert runs_of(leader, job) == {}  # the slot is past, its due time is not
+    clock.wall = slot + draw
+    await until(lambda: f"{job}@{slot}" in leader.state.runs, "the jittered run")
+    [fire] = fires_for(leader.raft.submitted, job, slot)
+    assert fire.delay_ms == draw
+    run = leader.state.runs[f"{job}@{slot}"]
+    assert (run.scheduled_for_ms, run.fire_delay_ms) == (slot, draw)
+
+
+async def test_jitter_draws_differ_between_slots_and_stay_in_bounds(leader):
+    job = await leader.create_job("spread-draws", interval_ms=MINUTE, jitter_ms=30 * SECOND)
+    spec = leader.state.jobs[job].spec
+    draws = {leader.trigger.delay_ms(job, T0 + k * MINUTE, spec) for k in range(50)}
+    assert len(draws) > 10 and all(0 <= d <= 30 * SECOND for d in draws)
+
+
+async def test_the_spread_window_ramps_a_herd_by_a_hash_of_the_job_id(make, clock):
+    h = await make(trigger_limits=TriggerLimits(tick_ms=5, spread_window_ms=60 * SECOND))
+    await h.lead()
+    slot = T0 + HOUR
+    jobs = [await h.create_job(f"herd-{k}", interval_ms=HOUR, next_fire_ms=slot)
+            for k in range(40)]
+    delays = {j: h.trigger.delay_ms(j, slot, h.state.jobs[j].spec) for j in jobs}
+    assert len(set(delays.values())) > 30 and all(0 <= d < 60 * SECOND for d in delays.values())
+    # The same job gets the same offset on any leader (a hash, not a draw).
+    assert delays[jobs[0]] == h.trigger.delay_ms(jobs[0], slot + HOUR, h.state.jobs[jobs[0]].spec)
+    clock.wall = slot + 30 * SECOND
+    await until(lambda: sum(f"{j}@{slot}" in h.state.runs for j in jobs)
+                == sum(d <= 30 * SECOND for d in delays.values()), "the first half of the ramp")
+    await turns(20)
+    fired = {j for j in jobs if f"{j}@{slot}" in h.state.runs}
+    assert fired == {j for j, d in delays.items() if d <= 30 * SECOND}
+    clock.wall = slot + 60 * SECOND
+    await until(lambda: all(f"{j}@{slot}" in h.state.runs for j in jobs), "the whole herd")
+
+
+async def test_a_delayed_fire_is_not_a_misfire(leader, clock):
+    slot = T0 + MINUTE
+    job = await leader.create_job("late-ok", interval_ms=10 * MINUTE, next_fire_ms=slot,
+                                  jitter_ms=5 * MINUTE, misfire_policy=MisfirePolicy.SKIP,
+                                  misfire_grace_ms=SECOND)
+    draw = leader.trigger.delay_ms(job, slot, leader.state.jobs[job].spec)
+    clock.wall = slot + draw
+    await until(lambda: f"{job}@{slot}" in leader.state.runs, "the run")
+    assert leader.state.runs[f"{job}@{slot}"].state == RunState.RUNNING
+
+
+async def test_end_at_and_max_runs_stop_the_schedule(leader, clock):
+    slot = T0 + MINUTE
+    ending = await leader.create_job("ending", interval_ms=MINUTE, next_fire_ms=slot,
+                                     end_at_ms=slot + MINUTE)
+    bounded = await leader.create_job("bounded", interval_ms=MINUTE, next_fire_ms=slot,
+                                      max_runs=2)
+    clock.wall = slot + 5 * MINUTE
+    await until(lambda: not leader.state.jobs[ending].next_fire_ms
+                and not leader.state.jobs[bounded].next_fire_ms, "both schedules ended")
+    assert sorted(runs_of(leader, ending)) == [slot, slot + MINUTE]
+    assert sorted(runs_of(leader, bounded)) == [slot, slot + MINUTE]
+    assert leader.state.jobs[bounded].runs_started == 2
