@@ -25,6 +25,7 @@ SCENARIOS: dict[str, str] = {
     "scale": "1,000,000 jobs: memory, snapshot, restart, cost of one fire vs job count",
     "workers": "10,000 worker streams: heartbeats per second, leader CPU and memory",
     "transport": "CPU per Raft message: pickle+zlib+Fernet against the codec over TLS",
+    "fairness": "tenant shares by weight, an interactive trigger under a backlog, TLS+auth cost",
     "httpapi": "HTTP/JSON API latency next to gRPC for the same calls (one client)",
 }
 

@@ -21,7 +21,7 @@ Errors are documented in one place: ``help(gnomon.client._errors)`` (all derive 
 protocol as the SDK sees it is in ``client/DESIGN.md``.
 """
 
-from ._access import Identity, NewToken, Tenant, Token
+from ._access import AuditEntry, Identity, NewToken, Tenant, Token
 from ._blocking_client import Client
 from ._client import AsyncClient
 from ._context import TaskContext
@@ -88,6 +88,7 @@ __all__ = [
     # models
     "Attempt",
     "AttemptOutcome",
+    "AuditEntry",
     "ClusterLimits",
     "ClusterStatus",
     "Consistency",

@@ -94,6 +94,20 @@ def _tenant_request(request_id: str | None, tenant: Tenant) -> Any:
     return api_pb2.SetTenantRequest(request_id=request_id or uuid.uuid4().hex, tenant=m)
 
 
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """An administrative action: when (cluster time), who, what, and its request (JSON)."""
+
+    at_ms: int
+    actor: str
+    action: str
+    detail: str
+
+    @property
+    def at(self) -> datetime | None:
+        return _when(self.at_ms)
+
+
 def token_from_proto(m: Any) -> Token:
     return Token(m.token_id, m.name, m.role, tuple(m.tenants), m.created_ms, m.expires_ms,
                  m.revoked_ms, m.created_by)
@@ -154,6 +168,13 @@ class AccessCalls:
                                 timeout_s=timeout_s)
         return [tenant_from_proto(t) for t in resp.tenants]
 
+    async def list_audit(self, *, limit: int = 100, before_ms: int = 0,
+                         timeout_s: float | None = None) -> list[AuditEntry]:
+        """Administrative actions, newest first (admins)."""
+        req = api_pb2.ListAuditRequest(limit=limit, before_ms=before_ms)
+        resp = await self._call(ACCESS_SERVICE, "ListAudit", req, timeout_s=timeout_s)  # type: ignore[attr-defined]
+        return [AuditEntry(e.at_ms, e.actor, e.action, e.detail) for e in resp.entries]
+
     async def whoami(self, *, timeout_s: float | None = None) -> Identity:
         """Who this client's token makes it."""
         resp = await self._call(ACCESS_SERVICE, "WhoAmI", api_pb2.WhoAmIRequest(),  # type: ignore[attr-defined]
@@ -192,6 +213,11 @@ class BlockingAccessCalls:
         return self._run(self._async.revoke_token(  # type: ignore[attr-defined]
             token_id, request_id=request_id, timeout_s=timeout_s))
 
+    def list_audit(self, *, limit: int = 100, before_ms: int = 0,
+                   timeout_s: float | None = None) -> list[AuditEntry]:
+        return self._run(self._async.list_audit(  # type: ignore[attr-defined]
+            limit=limit, before_ms=before_ms, timeout_s=timeout_s))
+
     def whoami(self, *, timeout_s: float | None = None) -> Identity:
         return self._run(self._async.whoami(timeout_s=timeout_s))  # type: ignore[attr-defined]
 
@@ -214,5 +240,5 @@ class BlockingAccessCalls:
 
 # The blocking calls say what the asynchronous ones say.
 for _name in ("create_token", "list_tokens", "revoke_token", "whoami", "create_tenant",
-              "update_tenant", "get_tenant", "list_tenants"):
+              "update_tenant", "get_tenant", "list_tenants", "list_audit"):
     getattr(BlockingAccessCalls, _name).__doc__ = getattr(AccessCalls, _name).__doc__

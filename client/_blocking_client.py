@@ -457,28 +457,30 @@ class Client(BlockingAccessCalls):
         )
 
     def transfer_leadership(
-        self, to_node_id: str | None = None, *, timeout_s: float | None = None
+        self, *, to_node_id: str | None = None, timeout_s: float | None = None
     ) -> LeaderTransfer:
-        """See ``AsyncClient.transfer_leadership``."""
-        return self._run(self._async.transfer_leadership(to_node_id, timeout_s=timeout_s))
+        """Hand leadership to ``to_node_id`` (default: the most caught-up follower); returns
+        once another leader is known. FailedPrecondition when no follower could take over."""
+        return self._run(self._async.transfer_leadership(to_node_id=to_node_id, timeout_s=timeout_s))
 
-    def create_backup(self, path: str, *, timeout_s: float | None = None) -> BackupResult:
-        """See ``AsyncClient.create_backup``."""
-        return self._run(self._async.create_backup(path, timeout_s=timeout_s))
+    def create_backup(self, *, path: str, timeout_s: float | None = None) -> BackupResult:
+        """Write a consistent backup of the cluster's replicated state (at a committed index)
+        to the local file ``path``; its SHA-256 is checked against the leader's."""
+        return self._run(self._async.create_backup(path=path, timeout_s=timeout_s))
 
     def list_queues(self, *, timeout_s: float | None = None) -> list[QueueInfo]:
-        """See ``AsyncClient.list_queues``."""
+        """Queues with ready backlog, oldest ready age, leased tasks and their workers."""
         return self._run(self._async.list_queues(timeout_s=timeout_s))
 
     def list_workers(self, *, timeout_s: float | None = None) -> list[WorkerInfo]:
-        """See ``AsyncClient.list_workers``."""
+        """Workers connected to the leader: queues, credits, leases held."""
         return self._run(self._async.list_workers(timeout_s=timeout_s))
 
     def list_active_runs(
-        self, tenant: str | None = None, *, limit: int = 100, timeout_s: float | None = None
+        self, *, tenant: str | None = None, limit: int = 100, timeout_s: float | None = None
     ) -> list[Run]:
-        """See ``AsyncClient.list_active_runs``."""
-        return self._run(self._async.list_active_runs(tenant, limit=limit, timeout_s=timeout_s))
+        """Runs still running (every tenant unless ``tenant``), oldest first."""
+        return self._run(self._async.list_active_runs(tenant=tenant, limit=limit, timeout_s=timeout_s))
 
     def set_limits(
         self,

@@ -46,6 +46,11 @@ def add_access_groups(groups: Any, leaf: Leaf) -> None:
         for name in TENANT_SETTINGS:
             p.add_argument("--" + name.replace("_", "-"), type=int, metavar="N",
                            help=_TENANT_HELP[name])
+    audit = groups.add_parser("audit", help="administrative actions (admins)") \
+        .add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = leaf(audit, "list", "who did what when: tokens, tenants, limits, leadership, job "
+             "deletions, newest first")
+    p.add_argument("--limit", type=int, default=50, help="default 50")
     p = leaf(tenant, "get", "one tenant's settings")
     p.add_argument("name", metavar="TENANT")
     leaf(tenant, "list", "tenants with settings of their own")
@@ -102,6 +107,15 @@ def _cmd_tenant_get(ctx: Any) -> int:
 def _cmd_tenant_list(ctx: Any) -> int:
     tenants = ctx.client.list_tenants()
     ctx.emit(_render_tenants(tenants), [tenant_json(t) for t in tenants])
+    return EXIT_OK
+
+
+def _cmd_audit_list(ctx: Any) -> int:
+    entries = ctx.client.list_audit(limit=ctx.args.limit)
+    rows = [(fmt_time(e.at_ms), e.actor, e.action, e.detail) for e in entries]
+    ctx.emit(table(["WHEN", "WHO", "WHAT", "REQUEST"], rows) if rows else "no entries",
+             [{"at_ms": e.at_ms, "actor": e.actor, "action": e.action, "detail": e.detail}
+              for e in entries])
     return EXIT_OK
 
 
@@ -187,4 +201,5 @@ ACCESS_COMMANDS = {
     ("tenant", "set"): _cmd_tenant_set,
     ("tenant", "get"): _cmd_tenant_get,
     ("tenant", "list"): _cmd_tenant_list,
+    ("audit", "list"): _cmd_audit_list,
 }

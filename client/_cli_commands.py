@@ -14,8 +14,14 @@ from typing import Any, TextIO
 
 from ._cli_access import ACCESS_COMMANDS
 from ._cli_dev import DEFAULT_SERVERS
-from ._cli_errors import EXIT_OK, EXIT_RUN_NOT_SUCCEEDED
-from ._cli_ops import OPS_COMMANDS
+from ._cli_errors import EXIT_OK, EXIT_RUN_NOT_SUCCEEDED, EXIT_UNAVAILABLE
+from ._cli_ops import (
+    OPS_COMMANDS,
+    check_servers,
+    job_document_spec,
+    queues_without_workers,
+    status_from_leader,
+)
 from ._cli_render import (
     cluster_json,
     dead_letter_json,
@@ -66,6 +72,7 @@ class CommandContext:
     def __init__(self, args: argparse.Namespace, factory: ClientFactory, out: TextIO) -> None:
         self.args = args
         self.out = out
+        self.err: TextIO = sys.stderr  # main() sets the stream it was given
         self.json: bool = getattr(args, "json", False)
         self.servers: str = (
             getattr(args, "server", None) or os.environ.get("GNOMON_SERVERS") or DEFAULT_SERVERS
@@ -77,7 +84,7 @@ class CommandContext:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = self._factory(self.servers, self.timeout_s)
+            self._client = self._factory(check_servers(self.servers), self.timeout_s)
         return self._client
 
     def close(self) -> None:
@@ -117,7 +124,8 @@ def _next_fire(job: Job) -> str:
 
 def _read_spec(ctx: CommandContext) -> JobSpec:
     path = ctx.args.file
-    return load_spec_file(path, stdin_text=sys.stdin.read() if path == "-" else None)
+    text = sys.stdin.read() if path == "-" else None
+    return job_document_spec(path, text) or load_spec_file(path, stdin_text=text)
 
 
 def _cmd_job_create(ctx: CommandContext) -> int:
@@ -140,6 +148,8 @@ def _cmd_job_create(ctx: CommandContext) -> int:
     if not ctx.json and not job.paused and job.next_fire_ms:
         text += _next_three(ctx, job)
     ctx.emit(text, job_json(job))
+    for line in queues_without_workers(ctx.client, [t.queue for t in job.spec.tasks]):
+        print(line, file=ctx.err)
     return EXIT_OK
 
 
@@ -379,8 +389,12 @@ def _cmd_dlq_replay(ctx: CommandContext) -> int:
 
 
 def _cmd_cluster_status(ctx: CommandContext) -> int:
-    status = ctx.client.cluster_status(server=ctx.args.node, include_digest=ctx.args.digest)
+    status = status_from_leader(ctx.client, ctx.args.node, ctx.args.digest)
     ctx.emit(render_cluster(status), cluster_json(status))
+    if not status.leader_node_id:
+        print(f"gnomon: no leader: node {status.node_id} knows no leader (quorum lost, or an "
+              "election is under way)", file=ctx.err)
+        return EXIT_UNAVAILABLE
     return EXIT_OK
 
 
@@ -454,7 +468,7 @@ def _cmd_worker(ctx: CommandContext) -> int:
     return serve(
         a.action,
         tasks,
-        servers=ctx.servers,
+        servers=check_servers(ctx.servers),
         queues=a.queue,
         concurrency=a.concurrency,
         worker_id=a.worker_id,

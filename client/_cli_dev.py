@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -94,12 +95,24 @@ EXAMPLE_JOBS: list[dict[str, Any]] = [
 _TRIGGER_ON_CREATE = ("etl-every-30s", "flaky-export")
 
 
+_LINE_LOCK = threading.Lock()
+
+
+def write_line(out: TextIO, text: str) -> None:
+    """One record, one line: a single write under a lock (the demo tasks print from the
+    worker's thread pool; print() writes the text and the newline separately, so two records
+    could share a line)."""
+    with _LINE_LOCK:
+        out.write(text.replace("\n", " ") + "\n")
+        out.flush()
+
+
 def demo_tasks(out: TextIO) -> list[TaskDefinition]:
     """The demo worker's tasks (queue "demo"); each prints one line to ``out``."""
 
     def say(ctx: TaskContext, text: str) -> None:
         now = fmt_time(int(time.time() * 1000))
-        print(f"{now}  {ctx.run_id:<26} {ctx.task_name:<17} {text}", file=out, flush=True)
+        write_line(out, f"{now}  {ctx.run_id:<26} {ctx.task_name:<17} {text}")
 
     @task(name="hello", queue=DEMO_QUEUE)
     def hello(ctx: TaskContext) -> dict[str, Any]:
@@ -183,7 +196,8 @@ class _DevSession:
         self.example_ids: dict[str, str] = {}
 
     def say(self, text: str) -> None:
-        print(text, file=self.chatter, flush=True)
+        with _LINE_LOCK:
+            print(text, file=self.chatter, flush=True)
 
     async def run(self) -> int:
         http_ports = tuple(p + DEV_HTTP_PORT_OFFSET for p in self.grpc_ports)
@@ -357,6 +371,11 @@ class _DevSession:
             "  gnomon job create -f examples/shell-hello.yaml",
             f"Logs: {logs}"
             + (f", worker {self._shown(self.data_dir)}/worker.log" if self.examples else ""),
+            *(
+                ["Metrics: http://127.0.0.1:7901/metrics (n1; n2 7902, n3 7903)"]
+                if tuple(self.grpc_ports) == DEV_GRPC_PORTS
+                else []
+            ),
             "Ctrl-C stops everything; the data stays in "
             f"{self._shown(self.data_dir)}/ (delete it to start over).",
             "",

@@ -18,7 +18,9 @@ from ._cli_values import UsageError
 from ._errors import NotFound
 
 __all__ = ["OPS_COMMANDS", "add_job_ops", "add_ops_groups", "add_run_active", "add_transfer_leader",
-           "add_worker_list", "idle_queue_warnings", "read_spec_documents"]
+           "add_worker_list", "check_servers", "idle_queue_warnings", "job_document_spec",
+           "queues_without_workers",
+           "read_spec_documents", "status_from_leader"]
 
 Leaf = Callable[..., argparse.ArgumentParser]
 
@@ -69,7 +71,7 @@ def add_ops_groups(groups: Any, leaf: Leaf) -> None:
 
 
 def _cmd_transfer_leader(ctx: Any) -> int:
-    moved = ctx.client.transfer_leadership(ctx.args.to)
+    moved = ctx.client.transfer_leadership(to_node_id=ctx.args.to)
     ctx.emit(f"leader is now {moved.leader_node_id} ({moved.leader_grpc_address}), was "
              f"{moved.previous_leader_node_id}", {
                  "previous_leader_node_id": moved.previous_leader_node_id,
@@ -82,7 +84,7 @@ def _cmd_backup_create(ctx: Any) -> int:
     path = Path(ctx.args.file)
     if path.is_dir():
         raise UsageError(f"{path}: is a directory; name the backup file")
-    b = ctx.client.create_backup(str(path))
+    b = ctx.client.create_backup(path=str(path))
     ctx.emit(f"backup {b.path}: raft index {b.raft_index} (term {b.raft_term}), {b.jobs} jobs, "
              f"{b.runs} runs, {b.size_bytes} bytes\nsha256 {b.sha256}\nrestore: gnomon-node "
              f"restore {b.path} --data-dir DIR --sha256 {b.sha256}", {
@@ -97,7 +99,7 @@ def _cmd_job_export(ctx: Any) -> int:
     text = yaml.safe_dump_all(specs, sort_keys=False, allow_unicode=True) if specs else ""
     if ctx.args.output:
         Path(ctx.args.output).write_text(text)
-        print(f"exported {len(specs)} job(s) to {ctx.args.output}", file=sys.stderr)
+        print(f"exported {len(specs)} job(s) to {ctx.args.output}", file=ctx.err)
     else:
         ctx.out.write(text)
     return EXIT_OK
@@ -166,7 +168,7 @@ def _digest(spec: Any) -> str:
 
 
 def _cmd_run_active(ctx: Any) -> int:
-    runs = ctx.client.list_active_runs(ctx.args.tenant, limit=ctx.args.limit)
+    runs = ctx.client.list_active_runs(tenant=ctx.args.tenant, limit=ctx.args.limit)
     rows = [[r.run_id, r.tenant, fmt_time(r.scheduled_for_ms),
              " ".join(f"{t.task_name}:{t.state.value}" for t in r.tasks)] for r in runs]
     ctx.emit(table(["RUN", "TENANT", "SCHEDULED FOR", "TASKS"], rows) if rows
@@ -192,7 +194,7 @@ def _cmd_queue_list(ctx: Any) -> int:
                "oldest_ready_age_ms": q.oldest_ready_age_ms, "workers": list(q.workers)}
               for q in queues])
     for line in idle_queue_warnings(queues):
-        print(line, file=sys.stderr)
+        print(line, file=ctx.err)
     return EXIT_OK
 
 
@@ -215,3 +217,60 @@ OPS_COMMANDS: dict[tuple[str, str | None], Callable[[Any], int]] = {
     ("queue", "list"): _cmd_queue_list,
     ("worker", "list"): _cmd_worker_list,
 }
+
+
+# --- helpers the other commands call ---------------------------------------------------------
+
+
+def check_servers(servers: str) -> str:
+    """``-s``/GNOMON_SERVERS as host:port[,host:port...]; UsageError for a URL or no port."""
+    for part in servers.split(","):
+        item = part.strip()
+        if "://" in item:
+            raise UsageError(f"-s {item}: give host:port (the gRPC port), not a URL")
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"-s {item}: expected host:port, e.g. 127.0.0.1:7701")
+    return servers
+
+
+def status_from_leader(client: Any, node: str | None, include_digest: bool) -> Any:
+    """The cluster status as the leader sees it (its match indexes are the meaningful ones),
+    whichever node answered first; `node` pins one node (no following)."""
+    status = client.cluster_status(server=node, include_digest=include_digest)
+    if node or not status.leader_grpc_address or status.leader_node_id == status.node_id:
+        return status
+    try:
+        return client.cluster_status(server=status.leader_grpc_address,
+                                     include_digest=include_digest)
+    except Exception:  # noqa: BLE001 - the leader moved or is unreachable: show what answered
+        return status
+
+
+def queues_without_workers(client: Any, queues: list[str]) -> list[str]:
+    """Warnings for those of `queues` that no connected worker serves (empty if the leader
+    cannot be asked, e.g. the caller may not list workers)."""
+    try:
+        workers = client.list_workers()
+    except Exception:  # noqa: BLE001 - a warning is best effort
+        return []
+    served = {q for w in workers for q in w.queues}
+    return [f"warning: no worker serves queue {q!r} yet; its tasks wait until one connects "
+            f"(e.g. gnomon worker shell -q {q})" for q in sorted(set(queues)) if q not in served]
+
+
+def job_document_spec(path: str, text: str | None) -> Any:
+    """The spec of a `gnomon job get --json` document in `path` (so that its output reads back
+    through `gnomon job create -f`), or None when the file is a plain spec."""
+    label = "<stdin>" if path == "-" else path
+    try:
+        raw = text if text is not None else Path(path).read_text()
+        docs = [d for d in yaml.safe_load_all(raw) if d is not None]
+    except (OSError, yaml.YAMLError):
+        return None  # load_spec_file reports it
+    if len(docs) != 1 or not isinstance(docs[0], dict) or not {"job_id", "spec"} <= set(docs[0]):
+        return None
+    try:
+        return spec_from_data(docs[0]["spec"], path="spec")
+    except UsageError as e:
+        raise UsageError(f"{label}: {e}") from None

@@ -40,6 +40,7 @@ commands:
   worker shell|http|python|list                            ready-made workers, who is connected
   token create|list|revoke, whoami                         bearer tokens and who you are
   tenant create|set|get|list                               tenants' weights and bounds
+  audit list                                               who did what when (admins)
   dev                                                      a local 3-node cluster with demos
 
 A JOB is a job id (j12) or a job name (in --tenant, default "default"); write name:j12 for a

@@ -533,7 +533,7 @@ class AsyncClient(AccessCalls):
     # --- operations ---------------------------------------------------------------------------
 
     async def transfer_leadership(
-        self, to_node_id: str | None = None, *, timeout_s: float | None = None
+        self, *, to_node_id: str | None = None, timeout_s: float | None = None
     ) -> LeaderTransfer:
         """Hand leadership to ``to_node_id`` (default: the most caught-up follower); returns
         once another leader is known. FailedPrecondition when no follower could take over."""
@@ -544,7 +544,7 @@ class AsyncClient(AccessCalls):
         resp = await self._call(_OPS, "TransferLeadership", req, timeout_s=timeout_s)
         return transfer_from_proto(resp)
 
-    async def create_backup(self, path: str, *, timeout_s: float | None = None) -> BackupResult:
+    async def create_backup(self, *, path: str, timeout_s: float | None = None) -> BackupResult:
         """Write a consistent backup of the cluster's replicated state (at a committed index)
         to the local file ``path``; its SHA-256 is checked against the leader's."""
         status = await self.cluster_status(timeout_s=timeout_s)
@@ -567,7 +567,7 @@ class AsyncClient(AccessCalls):
         return workers_from_proto(resp)
 
     async def list_active_runs(
-        self, tenant: str | None = None, *, limit: int = 100, timeout_s: float | None = None
+        self, *, tenant: str | None = None, limit: int = 100, timeout_s: float | None = None
     ) -> list[Run]:
         """Runs still running (every tenant unless ``tenant``), oldest first."""
         req = api_pb2.ListActiveRunsRequest(tenant=tenant or "", limit=limit)

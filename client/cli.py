@@ -16,7 +16,7 @@ from ._cli_commands import COMMANDS, ClientFactory, CommandContext
 from ._cli_errors import (
     EXIT_CODES,
     EXIT_INTERRUPTED,
-    EXIT_REFUSED,
+    EXIT_OK,
     EXIT_USAGE,
     error_line,
     exit_code_for,
@@ -99,6 +99,7 @@ def main(
         print(f"gnomon: {e}", file=err)
         return EXIT_USAGE
     ctx = CommandContext(args, factory, out)
+    ctx.err = err
     handler = COMMANDS[(args.group, getattr(args, "action", None))]
     try:
         return handler(ctx)
@@ -113,7 +114,7 @@ def main(
         if out is sys.stdout:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-        return EXIT_REFUSED
+        return EXIT_OK  # what was printed was read as far as wanted: not a failure
     finally:
         try:
             ctx.close()

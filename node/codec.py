@@ -52,6 +52,7 @@ COMMAND_FIELDS: dict[type, str] = {
     access.CreateToken: "create_token",
     access.RevokeToken: "revoke_token",
     access.SetTenant: "set_tenant",
+    access.RecordAudit: "record_audit",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Repeated scalar fields of commands (tuples in the dataclasses).

@@ -81,6 +81,8 @@ class Config:
     # Authentication: when set, every call needs a bearer token; this file holds the
     # bootstrap admin token (one word, >= 32 characters; the same file on every node).
     admin_token_file: str = ""
+    # A client connection that has not completed its handshake within this is closed.
+    grpc_handshake_timeout_ms: int = 10_000
     metrics_addr: str = ""  # "host:port"; empty disables the metrics endpoint
     # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
     log_format: str = "text"
@@ -269,16 +271,65 @@ def _member(item: object) -> Member:
     return Member.parse(str(item))
 
 
+_FIELD_TEXT = {
+    "node_id": "this node's id, one of the members",
+    "members": "a member as id=raft_host:port,grpc_host:port[,http_host:port]; repeat for "
+               "each (env: ';'-separated)",
+    "data_dir": "directory of the Raft journal, snapshots and the run history",
+    "canaries": "test-only fault switches (comma-separated); never in production",
+}
+
+
+def field_help() -> dict[str, str]:
+    """`--help` text of every Config field: the comment beside or above it in this file, its
+    default and its variable."""
+    import inspect
+    import re
+
+    comments: dict[str, str] = {}
+    block: list[str] = []
+    group = ""
+    for line in inspect.getsource(Config).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            block.append(stripped.lstrip("# ").strip())
+            continue
+        m = re.match(r"\s+(\w+): [^=]+=(.*?)(?:#\s*(.*))?$", line)
+        if m:
+            if block:
+                group, block = " ".join(block), []
+            comments[m.group(1)] = (m.group(3) or "").strip() or group
+            continue
+        if not stripped:
+            block, group = [], ""
+    out = {}
+    for name, f in _FIELDS.items():
+        text = _FIELD_TEXT.get(name) or comments.get(name) or name.replace("_", " ")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        shown = "none" if default in ("", ()) else default
+        out[name] = f"{text} (default: {shown}; env GNOMON_{name.upper()})".replace("%", "%%")
+    return out
+
+
 def load(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Config:
     """Build the config from flags (argv), GNOMON_* variables and an optional TOML file."""
     env = dict(os.environ) if env is None else env
-    parser = argparse.ArgumentParser(prog="gnomon-node", description="Run a gnomon scheduler node.")
-    parser.add_argument("--config", help="TOML file (keys as below, [[members]] tables)")
+    parser = argparse.ArgumentParser(
+        prog="gnomon-node", description="Run a gnomon scheduler node. Each option is also a "
+        "GNOMON_<NAME> variable and a key of the --config file; flags win over variables, "
+        "variables over the file. `gnomon-node restore FILE --data-dir DIR` prepares a data "
+        "directory from a backup.")
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML file (keys as below, [[members]] tables; env GNOMON_CONFIG)")
+    helps = field_help()
     for name in _FIELDS:
         parser.add_argument(
             "--" + name.replace("_", "-").removesuffix("s" if name == "members" else ""),
             dest=name,
             action="append" if name == "members" else "store",
+            metavar=_FIELDS[name].type.upper().replace("TUPLE[MEMBER, ...]", "MEMBER")
+            .replace("TUPLE[STR, ...]", "LIST"),
+            help=helps[name],
         )
     args = parser.parse_args(argv)
     values: dict[str, object] = {}

@@ -18,7 +18,7 @@ import logging
 from collections import deque
 from dataclasses import dataclass, field
 
-from gnomon.node import metrics
+from gnomon.node import logs, metrics
 from gnomon.node.clock import wall_ms
 from gnomon.node.core.commands import GrantLeases, LeaseGrant
 from gnomon.node.core.errors import Rejected
@@ -312,6 +312,9 @@ class Dispatcher:
                 self.dispatchable([key])  # re-index if it is still ready
                 continue
             metrics.LEASES_GRANTED.inc()
+            log.debug("lease of %s granted", grant.task_name,
+                      extra=logs.fields(job=grant.run_id.rsplit("@", 1)[0], run=grant.run_id,
+                                        token=token, worker=grant.worker_id))
             if session.closed:
                 self._leases.expire_now(token)
                 continue

@@ -4,6 +4,8 @@ Databases in one directory environment:
 - `runs`:   run_id -> job_id length (u16 BE) + job_id + scheduled_for_ms (u64 BE) + encoded run
 - `by_job`: job_id length (u16 BE) + job_id + scheduled_for_ms (u64 BE) + run_id -> run_id
 - `counts`: job_id -> number of runs kept for it (u64 BE), to enforce the per-job cap cheaply
+- `audit`:  at_ms (u64 BE) + 8 bytes of SHA-256 of the entry -> JSON {at_ms, actor, action,
+            detail}: administrative actions as the log recorded them (node/AUTH.md)
 - `meta`:   `backfill` -> JSON {"needs_index": N, "after": run_id} while the store lacks runs
             evicted at or before Raft index N (a snapshot was installed, or the store is new
             beside an existing snapshot); absent when the history is complete
@@ -17,11 +19,13 @@ other threads stopped using the store; one HistoryStore per path per process.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import lmdb
 
@@ -31,6 +35,15 @@ _MAX_JOB_ID = 0xFFFF
 _BACKFILL = b"backfill"
 
 Record = tuple[str, int, str, bytes]
+
+
+class AuditEntry(NamedTuple):
+    """One administrative action: when (cluster time), who, what (the RPC) and its request."""
+
+    at_ms: int
+    actor: str
+    action: str
+    detail: str
 
 
 class HistoryError(Exception):
@@ -60,24 +73,44 @@ class HistoryStore:
         self.created = not os.path.exists(os.path.join(path, "data.mdb"))
         try:
             self._env = lmdb.open(
-                path, map_size=map_size, max_dbs=4, sync=True, writemap=False, subdir=True
+                path, map_size=map_size, max_dbs=5, sync=True, writemap=False, subdir=True
             )
             self._runs = self._env.open_db(b"runs")
             self._by_job = self._env.open_db(b"by_job")
             self._counts = self._env.open_db(b"counts")
             self._meta = self._env.open_db(b"meta")
+            self._audit = self._env.open_db(b"audit")
         except lmdb.Error as exc:
             raise HistoryError(f"{path}: cannot open the history store: {exc}") from exc
 
-    def put_runs(self, records: Iterable[Record]) -> None:
-        """Store (job_id, scheduled_for_ms, run_id, encoded_run) records in one synced txn.
+    def put_runs(self, records: Iterable[Record], audit: Iterable[AuditEntry] = ()) -> None:
+        """Store (job_id, scheduled_for_ms, run_id, encoded_run) records, and audit entries,
+        in one synced txn.
 
-        Idempotent: re-putting a run replaces it. Beyond `max_runs_per_job` runs of a job, the
-        oldest (by scheduled_for_ms, then run_id) are dropped.
+        Idempotent: re-putting a run (or an entry) replaces it. Beyond `max_runs_per_job` runs
+        of a job, the oldest (by scheduled_for_ms, then run_id) are dropped.
         """
         with self._env.begin(write=True) as txn:
             for job_id, scheduled_for_ms, run_id, data in records:
                 self._put(txn, job_id, scheduled_for_ms, run_id, data)
+            for entry in audit:
+                value = json.dumps(entry._asdict(), sort_keys=True).encode()
+                key = _U64.pack(entry.at_ms) + hashlib.sha256(value).digest()[:8]
+                txn.put(key, value, db=self._audit)
+
+    def list_audit(self, *, before_ms: int = 0, limit: int = 100) -> list[AuditEntry]:
+        """Audit entries, newest first (before `before_ms` when given)."""
+        out: list[AuditEntry] = []
+        with self._env.begin() as txn, txn.cursor(db=self._audit) as cur:
+            if before_ms:
+                found = cur.set_range(_U64.pack(before_ms))
+                found = cur.prev() if found else cur.last()
+            else:
+                found = cur.last()
+            while found and len(out) < limit:
+                out.append(AuditEntry(**json.loads(cur.value())))
+                found = cur.prev()
+        return out
 
     # -- completeness and backfill ---------------------------------------------------------------
 

@@ -23,7 +23,7 @@ import logging
 import random
 from dataclasses import dataclass
 
-from gnomon.node import metrics
+from gnomon.node import logs, metrics
 from gnomon.node.clock import mono_ms, wall_ms
 from gnomon.node.core.commands import (
     CheckpointLeases,
@@ -241,6 +241,9 @@ class LeaseTable:
             await self._proposer.propose(ExpireLeases(tuple(expired)))
             for e in expired:
                 metrics.LEASES_EXPIRED.labels(e.reason).inc()
+                log.info("lease of %s expired (%s)", e.task_name, e.reason,
+                         extra=logs.fields(job=e.run_id.rsplit("@", 1)[0], run=e.run_id,
+                                           token=e.fencing_token))
         except (NotCommitted, Overloaded) as exc:
             log.warning("lease expiry not committed (%s); will retry", exc)
             for e in expired:

@@ -28,7 +28,7 @@ from gnomon.node.core.commands import Batch
 from gnomon.node.core.errors import UnknownCommand
 from gnomon.node.core.model import Run, State
 from gnomon.node.core.results import Effects
-from gnomon.node.history import HistoryStore, Record
+from gnomon.node.history import AuditEntry, HistoryStore, Record
 from gnomon.node.snapshot import (
     FORMAT_VERSION,
     SnapshotError,
@@ -76,8 +76,9 @@ class HistorySink:
         self._thread = threading.Thread(target=self._drain, name="history", daemon=True)
         self._thread.start()
 
-    def put(self, runs: list[Run]) -> None:
-        """Hand evicted runs over (tick thread); readable at once, written soon."""
+    def put(self, runs: list[Run], audit: list[AuditEntry] | None = None) -> None:
+        """Hand evicted runs (and audit entries) over (tick thread); runs are readable at
+        once, everything is written soon."""
         records = [(r.job_id, r.scheduled_for_ms, r.run_id, state_codec.encode_run(r))
                    for r in runs]
         with self._lock:
@@ -85,7 +86,7 @@ class HistorySink:
                 self._pending[rec[2]] = rec
             self._enqueued += 1
             seq = self._enqueued
-        self._queue.put((seq, records))
+        self._queue.put((seq, records, audit or []))
 
     def mark(self) -> int:
         """A position after every run handed over so far (for `written`)."""
@@ -130,8 +131,8 @@ class HistorySink:
             item = self._queue.get()
             if item is None:
                 return
-            seq, records = item
-            if not self._write(records):
+            seq, records, audit = item
+            if not self._write(records, audit):
                 return  # the node is stopping (crash returned: only in tests)
             with self._lock:
                 self._written = seq
@@ -140,12 +141,15 @@ class HistorySink:
                         del self._pending[rec[2]]
                 self._lock.notify_all()
 
-    def _write(self, records: list[Record]) -> bool:
+    def _write(self, records: list[Record], audit: list[AuditEntry]) -> bool:
         """Store one batch, retrying; False once the node was told to stop."""
         delay = self._backoff_s
         for attempt in range(1, self._attempts + 1):
             try:
-                self.store.put_runs(records)
+                if audit:
+                    self.store.put_runs(records, audit)
+                else:
+                    self.store.put_runs(records)
                 return True
             except Exception as exc:  # noqa: BLE001 - any failure: retry, then stop
                 if attempt == self._attempts:
@@ -223,8 +227,9 @@ class Replica:
                 replies, effects = apply_batch(self.state, batch)
                 self.applied_entries += 1
             stage = "handing evicted runs to the history store"
-            if effects.evicted_runs:
-                self.history.put(list(effects.evicted_runs))
+            if effects.evicted_runs or effects.audit:
+                self.history.put(list(effects.evicted_runs),
+                                 [AuditEntry(*a) for a in effects.audit])
             stage = "notifying listeners after apply"
             for listener in self._listeners:
                 listener(batch, replies, effects)

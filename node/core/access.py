@@ -14,8 +14,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gnomon.node.core.errors import Code, Rejected
+from gnomon.node.core.results import Done
 
-__all__ = ["ADMIN", "AccessState", "CreateToken", "HANDLER_PAIRS", "ROLES", "RevokeToken",
+__all__ = ["ADMIN", "AccessState", "CreateToken", "HANDLER_PAIRS", "ROLES", "RecordAudit",
+           "RevokeToken",
            "SetTenant", "TENANT_ROLES", "Tenant", "TenantReply", "Token", "TokenReply", "WORKER"]
 
 ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER = (
@@ -95,6 +97,16 @@ class SetTenant:
     request_id: str
     tenant: Tenant
     create: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RecordAudit:
+    """An administrative action, for the audit log: changes no state; every replica writes
+    it to its history store (effects.audit) at the command's cluster time."""
+
+    actor: str
+    action: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,5 +208,10 @@ def _set_tenant(ctx: Any, cmd: SetTenant) -> TenantReply | Rejected:
     return TenantReply(cmd.tenant.name)
 
 
+def _record_audit(ctx: Any, cmd: RecordAudit) -> Done:
+    ctx.effects.audit.append((ctx.now, cmd.actor, cmd.action, cmd.detail))
+    return Done()
+
+
 HANDLER_PAIRS = [(CreateToken, _create_token), (RevokeToken, _revoke_token),
-                 (SetTenant, _set_tenant)]
+                 (SetTenant, _set_tenant), (RecordAudit, _record_audit)]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gnomon.node.core.access import CreateToken, RevokeToken, SetTenant
+from gnomon.node.core.access import CreateToken, RecordAudit, RevokeToken, SetTenant
 from gnomon.node.core.model import JobSpec, Limits
 
 
@@ -184,6 +184,7 @@ Command = (
     | CreateToken
     | RevokeToken
     | SetTenant
+    | RecordAudit
 )
 
 

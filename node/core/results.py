@@ -67,3 +67,5 @@ class Effects:
     cancelled: list[tuple[str, str, int, str, str]] = field(default_factory=list)
     # Terminal runs that left memory: write them to the history store (run object, detached).
     evicted_runs: list[object] = field(default_factory=list)
+    # (at_ms, actor, action, detail) administrative actions to keep in the history store.
+    audit: list[tuple[int, str, str, str]] = field(default_factory=list)

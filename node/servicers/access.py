@@ -8,13 +8,16 @@ changes nothing. The principal reaches the servicer through `current_principal()
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import inspect
+import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import grpc
+from google.protobuf import json_format
 
 from gnomon.node import codec
 from gnomon.node.admission import RETRY_AFTER_KEY, RateLimiter
@@ -33,6 +36,7 @@ from gnomon.node.core.access import (
     TENANT_WRITER,
     WORKER,
     CreateToken,
+    RecordAudit,
     RevokeToken,
     SetTenant,
     TenantReply,
@@ -40,12 +44,15 @@ from gnomon.node.core.access import (
     check_tenant,
     check_token_fields,
 )
+from gnomon.node.raft import NotCommitted, Overloaded
 from gnomon.node.servicers.base import ServicerBase, translated
 from gnomon.node.servicers.errors import ServiceError, check
 from gnomon.node.validate import validate_request_id
-from gnomon.v1 import api_pb2, api_pb2_grpc
+from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 __all__ = ["RULES", "AccessGuard", "AccessServicer", "current_principal", "set_principal"]
+
+log = logging.getLogger(__name__)
 
 _PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
     "gnomon_principal", default=None)
@@ -176,8 +183,17 @@ RULES: dict[str, Rule] = {
     ACCESS + "UpdateTenant": Rule(ADMIN),
     ACCESS + "GetTenant": Rule(TENANT_READER, lambda p, r, look: [r.name]),
     ACCESS + "ListTenants": Rule(TENANT_READER, _any),  # filtered to the caller's tenants
+    ACCESS + "ListAudit": Rule(ADMIN),
     "/gnomon.v1.WorkerService/Connect": Rule(WORKER, _any),
 }
+# Administrative calls: recorded in the audit log when they succeed.
+AUDITED = frozenset({
+    ACCESS + "CreateToken", ACCESS + "RevokeToken", ACCESS + "CreateTenant",
+    ACCESS + "UpdateTenant", CLUSTER + "SetLimits", OPS + "TransferLeadership",
+    JOBS + "DeleteJob",
+})
+MAX_AUDIT_DETAIL_CHARS = 2000
+MAX_AUDIT_LIST = 1000
 # Any role may ask who it is and read cluster status; workers are no tenant-reader otherwise.
 _ANY_ROLE = {ACCESS + "WhoAmI", CLUSTER + "GetStatus"}
 _ADMIN_ONLY = Rule(ADMIN)
@@ -209,6 +225,35 @@ class AccessGuard(grpc.aio.ServerInterceptor):
         self._lookup = Lookup(node)
         self._node = node
         self._limiter = RateLimiter()
+
+    def audit(self, principal: Principal, method: str, request) -> None:
+        """Record a successful administrative call in the audit log (a committed command;
+        best effort: a call that succeeded is not failed for its audit entry)."""
+        detail = json_format.MessageToJson(request, indent=None, sort_keys=True)
+        if len(detail) > MAX_AUDIT_DETAIL_CHARS:
+            detail = detail[:MAX_AUDIT_DETAIL_CHARS] + "..."
+        cmd = RecordAudit(principal.describe(), method.strip("/").replace("gnomon.v1.", "")
+                          .replace("/", "."), detail)
+        self._node.supervisor.spawn(self._record(cmd), name="audit")
+
+    async def _record(self, cmd: RecordAudit) -> None:
+        try:
+            await self._node.proposer.propose(cmd)
+        except (NotCommitted, Overloaded) as exc:
+            log.warning("audit entry not recorded (%s): %s %s", exc, cmd.actor, cmd.action)
+
+    async def check_call(self, method: str, metadata, request, context) -> Principal:
+        """What the interceptor does, for a call that does not come through gRPC (the HTTP
+        API): authenticate, authorize `request` for `method` ("/gnomon.v1.JobService/GetJob"),
+        admit it, and run the rest of the context as the principal. Refusals go through
+        `context.abort`."""
+        try:
+            with self._node.replica.lock:
+                principal = self._authenticator.authenticate(metadata)
+        except AuthError as exc:
+            await _abort(context, exc)
+        await _authorize(method, principal, request, self, context)
+        return principal
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -282,7 +327,10 @@ def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
 
     async def unary(request, context):
         await _authorize(method, principal, request, guard, context)
-        return await behaviour(request, context)
+        response = await behaviour(request, context)
+        if method in AUDITED:
+            guard.audit(principal, method, request)
+        return response
 
     return _rebuild(handler, unary)
 
@@ -425,6 +473,19 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
                     codec.tenant_to_proto(self.node.replica.state.access.tenants[name],
                                           out.tenants.add())
         return out
+
+    @translated
+    async def ListAudit(self, request, context):  # noqa: N802
+        limit = request.limit or 100
+        if not 1 <= limit <= MAX_AUDIT_LIST:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"limit: must be 1 to {MAX_AUDIT_LIST}")
+        store = self.node.replica.history.store
+        entries = await asyncio.to_thread(store.list_audit, before_ms=request.before_ms,
+                                          limit=limit)
+        return api_pb2.ListAuditResponse(entries=[
+            types_pb2.AuditEntry(at_ms=e.at_ms, actor=e.actor, action=e.action,
+                                 detail=e.detail) for e in entries])
 
     def _tenant(self, name: str) -> api_pb2.TenantResponse:
         with self.lock:

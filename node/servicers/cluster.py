@@ -31,7 +31,8 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
         node = self.node
         raw = node.raft.status()
         me = node.config.self_member
-        leader = node.raft.leader()
+        # None when the leader's proof is stale here (no quorum): "no leader" (server.py).
+        leader = node.fresh_leader() if hasattr(node, "fresh_leader") else node.raft.leader()
         out = api_pb2.GetStatusResponse(
             node_id=me.node_id,
             leader_node_id=leader.node_id if leader else "",

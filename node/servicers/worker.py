@@ -13,6 +13,7 @@ import logging
 
 import grpc
 
+from gnomon.node import logs
 from gnomon.node.auth import Principal
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Rejected
@@ -105,7 +106,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                     self.node.supervisor.spawn(self._report(session, kind, getattr(msg, kind)),
                                                name=f"report-{session.worker_id}")
         except Exception as exc:  # noqa: BLE001 - the stream broke: end the session
-            log.info("worker %s stream ended: %r", session.worker_id, exc)
+            log.info("worker %s stream ended: %r", session.worker_id, exc,
+                     extra=logs.fields(worker=session.worker_id))
         finally:
             session.closed = True
             session.outbox.put_nowait(None)

@@ -187,6 +187,12 @@ def test_json_logs_one_event_per_line_with_fields(cluster):
         assert {"ts", "level", "logger", "msg", "node"} <= set(event), event
     assert any("term" in e for e in events)
     assert all(e["node"] == "n1" for e in events)
+    # The lease that expired in test_every_metric_moves was logged by the leader with its
+    # job, run and token.
+    everywhere = [json.loads(line) for n in cluster.nodes
+                  for line in n.log_path.read_text().splitlines() if line.strip()]
+    expired = [e for e in everywhere if "expired" in e["msg"] and "token" in e]
+    assert expired and {"job", "run", "token"} <= set(expired[0]), expired[:1]
 
 
 def test_health_not_serving_without_a_leader(tmp_path):

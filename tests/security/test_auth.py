@@ -342,3 +342,31 @@ def test_nodes_reach_each_other_with_their_certificate_and_the_admin_token(clust
     with pytest.raises(grpc.aio.AioRpcError) as refused:
         asyncio.run(export(grpc_tls.peer_channel(without_token)))
     assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_audit_log_records_administrative_actions_on_every_node(cluster, world):
+    """Who did what when, as committed commands: every node's history store has them."""
+    admin = world["admin"]
+    admin.call(admin.access, "CreateTenant", api_pb2.SetTenantRequest(
+        request_id="audit-tenant", tenant=types_pb2.Tenant(name="audited", weight=2)))
+    ta = Caller(cluster, world["tokens"][("tenant-admin", "acme")])
+    assert ta.code(ta.access, "ListAudit", api_pb2.ListAuditRequest()) == \
+        grpc.StatusCode.PERMISSION_DENIED
+    files = cluster.client_tls()
+    creds = grpc.ssl_channel_credentials(*(open(files[k], "rb").read()
+                                           for k in ("ca_file", "key_file", "cert_file")))
+    for node in cluster.nodes:
+        stub = api_pb2_grpc.AccessServiceStub(grpc.secure_channel(node.grpc_addr, creds))
+
+        def recorded(stub=stub):
+            entries = stub.ListAudit(api_pb2.ListAuditRequest(limit=1000),
+                                     metadata=admin.metadata, timeout=5).entries
+            return [e for e in entries if e.action == "AccessService.CreateTenant"
+                    and '"audited"' in e.detail]
+
+        found = wait_for(recorded, timeout_s=15, what=f"the audit entry on {node.node_id}")
+        assert found[0].actor.startswith("admin (admin")
+        tokens = stub.ListAudit(api_pb2.ListAuditRequest(limit=1000), metadata=admin.metadata,
+                                timeout=5).entries
+        created = [e for e in tokens if e.action == "AccessService.CreateToken"]
+        assert created and all("secret" not in e.detail for e in created)

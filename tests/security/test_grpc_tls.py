@@ -27,7 +27,8 @@ def cluster(tmp_path_factory, request):
     from gnomon.node.localcluster import LocalCluster
 
     root = tmp_path_factory.mktemp("grpctls")
-    cluster = LocalCluster(root, secure=True).start()
+    cluster = LocalCluster(root, overrides={"grpc_handshake_timeout_ms": "1500"},
+                           secure=True).start()
     try:
         cluster.leader()
         yield cluster
@@ -109,3 +110,47 @@ def test_a_plaintext_port_beyond_loopback_is_announced_loudly(caplog):
         assert not caplog.records
         grpc_tls.warn_if_exposed(_config("0.0.0.0:7701"))
     assert any("WITHOUT TLS" in r.getMessage() for r in caplog.records)
+
+
+def test_idle_and_slow_connections_are_closed_and_service_goes_on(cluster):
+    import socket
+
+    leader = cluster.leader()
+    host, port = leader.grpc_addr.rsplit(":", 1)
+    socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(300)]
+    socks[0].sendall(b"\x16\x03")  # a ClientHello that never finishes
+    try:
+        assert "idle" not in _jobs(cluster)  # served meanwhile
+        for sock in socks:
+            sock.settimeout(10)
+            try:
+                assert sock.recv(1024) == b"", "expected the server to close"
+            except ConnectionResetError:
+                pass
+    finally:
+        for sock in socks:
+            sock.close()
+    assert isinstance(_jobs(cluster), list)
+
+
+def test_an_oversized_message_is_refused_and_changes_nothing(cluster):
+    import grpc
+
+    from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
+
+    before = _jobs(cluster)
+    files = cluster.client_tls()
+    creds = grpc.composite_channel_credentials(
+        grpc.ssl_channel_credentials(*(open(files[k], "rb").read()
+                                       for k in ("ca_file", "key_file", "cert_file"))),
+        grpc.access_token_call_credentials(cluster.admin_token()))
+    big = types_pb2.JobSpec(name="huge", schedule=types_pb2.Schedule(
+        interval=types_pb2.IntervalSchedule(interval_ms=60_000)),
+        tasks=[types_pb2.TaskSpec(name="main", payload=b"x" * (17 << 20))])
+    with grpc.secure_channel(cluster.leader().grpc_addr, creds, options=[
+            ("grpc.max_send_message_length", 64 << 20)]) as channel:
+        with pytest.raises(grpc.RpcError) as refused:
+            api_pb2_grpc.JobServiceStub(channel).CreateJob(
+                api_pb2.CreateJobRequest(request_id="huge", spec=big), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert _jobs(cluster) == before

@@ -459,6 +459,20 @@ class ListActiveRunsResponse(_message.Message):
     runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
     def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ...) -> None: ...
 
+class ListAuditRequest(_message.Message):
+    __slots__ = ("before_ms", "limit")
+    BEFORE_MS_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    before_ms: int
+    limit: int
+    def __init__(self, before_ms: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListAuditResponse(_message.Message):
+    __slots__ = ("entries",)
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[_types_pb2.AuditEntry]
+    def __init__(self, entries: _Optional[_Iterable[_Union[_types_pb2.AuditEntry, _Mapping]]] = ...) -> None: ...
+
 class SetTenantRequest(_message.Message):
     __slots__ = ("request_id", "tenant")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]

@@ -1140,6 +1140,11 @@ class AccessServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ListTenantsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ListTenantsResponse.FromString,
                 _registered_method=True)
+        self.ListAudit = channel.unary_unary(
+                '/gnomon.v1.AccessService/ListAudit',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListAuditRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListAuditResponse.FromString,
+                _registered_method=True)
 
 
 class AccessServiceServicer:
@@ -1200,6 +1205,14 @@ class AccessServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListAudit(self, request, context):
+        """Administrative actions (tokens, tenants, limits, leadership, job deletions), newest
+        first, from the answering node's history store (admins).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AccessServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1242,6 +1255,11 @@ def add_AccessServiceServicer_to_server(servicer, server):
                     servicer.ListTenants,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ListTenantsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'ListAudit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAudit,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListAuditRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListAuditResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1463,6 +1481,33 @@ class AccessService:
             '/gnomon.v1.AccessService/ListTenants',
             gnomon_dot_v1_dot_api__pb2.ListTenantsRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAudit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.AccessService/ListAudit',
+            gnomon_dot_v1_dot_api__pb2.ListAuditRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListAuditResponse.FromString,
             options,
             channel_credentials,
             insecure,

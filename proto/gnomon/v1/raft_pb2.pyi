@@ -16,7 +16,7 @@ class CommandBatch(_message.Message):
     def __init__(self, now_ms: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[Command, _Mapping]]] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_token", "revoke_token", "set_tenant")
+    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_token", "revoke_token", "set_tenant", "record_audit")
     CREATE_JOB_FIELD_NUMBER: _ClassVar[int]
     UPDATE_JOB_FIELD_NUMBER: _ClassVar[int]
     DELETE_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class Command(_message.Message):
     CREATE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REVOKE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SET_TENANT_FIELD_NUMBER: _ClassVar[int]
+    RECORD_AUDIT_FIELD_NUMBER: _ClassVar[int]
     create_job: CreateJobCmd
     update_job: UpdateJobCmd
     delete_job: DeleteJobCmd
@@ -53,7 +54,8 @@ class Command(_message.Message):
     create_token: CreateTokenCmd
     revoke_token: RevokeTokenCmd
     set_tenant: SetTenantCmd
-    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ...) -> None: ...
+    record_audit: RecordAuditCmd
+    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ...) -> None: ...
 
 class CreateJobCmd(_message.Message):
     __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant")
@@ -302,3 +304,13 @@ class SetTenantCmd(_message.Message):
     tenant: _types_pb2.Tenant
     create: bool
     def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[_Union[_types_pb2.Tenant, _Mapping]] = ..., create: _Optional[bool] = ...) -> None: ...
+
+class RecordAuditCmd(_message.Message):
+    __slots__ = ("actor", "action", "detail")
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    actor: str
+    action: str
+    detail: str
+    def __init__(self, actor: _Optional[str] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...

@@ -413,3 +413,15 @@ class Tenant(_message.Message):
     created_ms: int
     updated_ms: int
     def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., max_jobs: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ..., api_rate_per_s: _Optional[int] = ..., api_burst: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ...) -> None: ...
+
+class AuditEntry(_message.Message):
+    __slots__ = ("at_ms", "actor", "action", "detail")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTOR_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    actor: str
+    action: str
+    detail: str
+    def __init__(self, at_ms: _Optional[int] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...

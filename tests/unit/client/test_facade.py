@@ -17,6 +17,7 @@ PUBLIC = [
     "AsyncRunHandle",
     "Attempt",
     "AttemptOutcome",
+    "AuditEntry",
     "Cancelled",
     "Client",
     "ClusterLimits",

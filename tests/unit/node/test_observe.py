@@ -91,3 +91,25 @@ def test_text_and_json_records_are_one_line_with_their_fields():
     assert event["node"] == "n1" and event["term"] == 3 and event["job"] == "j1"
     assert event["run"] == "j1@5" and event["token"] == 7 and "line two" in event["exc"]
     assert event["level"] == "warning" and event["msg"] == "first\nsecond"
+
+
+def test_dev_screen_lines_from_many_threads_never_share_a_line():
+    import io
+    import threading
+
+    from gnomon.client._cli_dev import write_line
+
+    out = io.StringIO()
+
+    def writer(i: int) -> None:
+        for j in range(300):
+            write_line(out, f"record {i}-{j} " + "x" * 50)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 8 * 300
+    assert all(line.startswith("record ") and line.count("record") == 1 for line in lines)
