@@ -199,6 +199,9 @@ class Node:
                                      supervisor=self.supervisor)
         self.proposer.start()
         self.leadership.start()
+        # One authenticator and guard for both ports (the same tokens, rules and rate limits).
+        self.authenticator = self._authenticator()
+        self.access_guard = AccessGuard(self, self.authenticator)
         self.http = None
         if cfg.http_addr:  # before gRPC: a node that answers gRPC serves HTTP too
             from gnomon.node.http.server import HttpServer  # aiohttp only where it is served
@@ -260,9 +263,7 @@ class Node:
                 pass
 
     async def _start_grpc(self) -> grpc.aio.Server:
-        auth = self._authenticator()
-        # Also used by the HTTP API (node/http/auth.py): one authentication, one RULES table.
-        self.access_guard = AccessGuard(self, auth)
+        auth = self.authenticator  # made in run(): the HTTP API shares it (node/http/auth.py)
         # A connection that has not finished its (TLS) handshake in time is closed.
         options = [*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms",
                                    self.config.grpc_handshake_timeout_ms)]

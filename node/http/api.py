@@ -18,6 +18,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from gnomon.node.admission import RETRY_AFTER_KEY
 from gnomon.node.http.problems import Problem
 from gnomon.node.servicers.errors import LEADER_METADATA_KEY, REASON_METADATA_KEY
 from gnomon.v1 import api_pb2
@@ -106,6 +107,20 @@ ROUTES: tuple[Route, ...] = (
           "A tenant's dead letters", {"tenant": "tenant"}),
     Route("POST", "/v1/dlq/replay", "JobService.ReplayDeadLetters",
           "Replay dead letters (tasks, a tenant's, or all)", body=True),
+    Route("GET", "/v1/whoami", "AccessService.WhoAmI", "The principal of this request's token"),
+    Route("GET", "/v1/tokens", "AccessService.ListTokens", "API tokens (never their secrets)"),
+    Route("POST", "/v1/tokens", "AccessService.CreateToken",
+          "Create a token; the answer carries its secret, once", body=True),
+    Route("POST", "/v1/tokens/{token_id}/revoke", "AccessService.RevokeToken",
+          "Revoke a token", {"token_id": "token_id"}, body=True),
+    Route("GET", "/v1/tenants", "AccessService.ListTenants", "Tenants and their limits"),
+    Route("POST", "/v1/tenants", "AccessService.CreateTenant", "Create a tenant", body=True),
+    Route("GET", "/v1/tenants/{tenant}", "AccessService.GetTenant", "Get a tenant",
+          {"tenant": "name"}),
+    Route("PUT", "/v1/tenants/{tenant}", "AccessService.UpdateTenant",
+          "Change a tenant's weight and limits", {"tenant": "tenant.name"}, body=True),
+    Route("GET", "/v1/audit", "AccessService.ListAudit",
+          "The audit log of administrative calls, newest first"),
     Route("GET", "/v1/queues", "OperationsService.ListQueues",
           "Queues: ready backlog, oldest ready age, leased tasks, the workers serving them"),
     Route("GET", "/v1/workers", "OperationsService.ListWorkers",
@@ -125,11 +140,11 @@ class HttpContext:
     `abort` raises a Problem carrying the status and the trailing metadata."""
 
     def __init__(self, metadata: tuple[tuple[str, str], ...] = ()):
-        self._metadata = metadata
+        self.metadata = metadata
         self._trailing: tuple = ()
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        return self._metadata
+        return self.metadata
 
     def set_trailing_metadata(self, metadata) -> None:
         self._trailing = tuple(metadata)
@@ -139,8 +154,11 @@ class HttpContext:
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()):
         md = dict(tuple(trailing_metadata or ()) + self._trailing)
+        headers = {}
+        if md.get(RETRY_AFTER_KEY, "").isdigit():  # admission control: "retry-after-ms"
+            headers["Retry-After"] = str(max(1, -(-int(md[RETRY_AFTER_KEY]) // 1000)))
         raise Problem(code, details, reason=md.get(REASON_METADATA_KEY, ""),
-                      leader=md.get(LEADER_METADATA_KEY, ""))
+                      leader=md.get(LEADER_METADATA_KEY, ""), headers=headers)
 
 
 def _bad(detail: str) -> Problem:

@@ -12,10 +12,11 @@ from aiohttp import web
 
 from gnomon.node.grpc_tls import is_loopback
 from gnomon.node.http.api import ROUTES, HttpContext, Route, build_request, to_json
-from gnomon.node.http.auth import authenticate
+from gnomon.node.http.auth import authorize, authorize_events
 from gnomon.node.http.events import EventHub
 from gnomon.node.http.openapi import document
 from gnomon.node.http.problems import PROBLEM_TYPE, Problem
+from gnomon.node.servicers.access import AccessServicer
 from gnomon.node.servicers.cluster import ClusterServicer
 from gnomon.node.servicers.jobs import JobServicer
 from gnomon.node.servicers.operations import OperationsServicer
@@ -57,7 +58,8 @@ class HttpServer:
     def __init__(self, node):
         self.node = node
         self.servicers = {"JobService": JobServicer(node), "ClusterService": ClusterServicer(node),
-                          "OperationsService": OperationsServicer(node)}
+                          "OperationsService": OperationsServicer(node),
+                          "AccessService": AccessServicer(node, node.authenticator)}
         self.events = EventHub(node, max_streams=node.config.http_max_event_streams)
         self.app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
         for route in ROUTES:
@@ -152,9 +154,13 @@ class HttpServer:
             method = getattr(servicer, route.method_name)
 
             async def call(request: web.Request) -> web.Response:
-                metadata = authenticate(request, self.node.config)
                 msg = await build_request(route, request)
-                reply = await method(msg, HttpContext(metadata))
+                context = HttpContext()
+                access = await authorize(self.node, route.service, route.method_name, request,
+                                         msg, context)
+                context.metadata = access.metadata
+                reply = await method(msg, context)
+                access.succeeded(msg)
                 resp = web.json_response(to_json(reply), status=route.status)
                 if route.rpc == "JobService.CreateJob":
                     resp.headers["Location"] = f"/v1/jobs/{reply.job.job_id}"
@@ -163,7 +169,7 @@ class HttpServer:
             return call
         if route.path == "/v1/events":
             async def events(request: web.Request) -> web.StreamResponse:
-                authenticate(request, self.node.config)
+                authorize_events(self.node, request)
                 return await self.events.stream(request)
             return events
         if route.path == "/v1/openapi.json":

@@ -24,8 +24,11 @@ OUTPUT = Path(os.environ.get("GNOMON_TEST_OUTPUT",
               ) / "browser"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser():
+    # Module scope, not session: Playwright's sync API runs an event loop on this thread while
+    # it is open, and a later test's asyncio.run() would fail ("cannot be called from a
+    # running event loop").
     if not shutil.which(CHROMIUM):
         pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium; .ci/run does)")
     sync_api = pytest.importorskip("playwright.sync_api")

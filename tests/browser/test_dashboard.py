@@ -97,6 +97,12 @@ def test_create_a_job_from_the_form_and_see_its_runs_appear_live(cluster, page):
     expect(pg.locator("main")).to_contain_text("every 2.0 s")
     page.shot("job-edited")
 
+    # Trigger with parameters: SKIP while runs are active gives a SKIPPED run, reason overlap.
+    trigger = pg.get_by_role("form", name="Trigger with parameters")
+    trigger.get_by_label("Overlap policy for this run").select_option("OVERLAP_POLICY_SKIP")
+    trigger.get_by_role("button", name="Trigger with policy").click()
+    expect(pg.get_by_role("status").filter(has_text="manual")).to_contain_text("skipped (overlap")
+
     pg.get_by_role("button", name="Pause").first.click()
     expect(pg.get_by_role("button", name="Resume").first).to_be_visible()
     job = call(follower.url, "GET", f"/v1/jobs/{job_id}?consistency=STALE").json["job"]

@@ -1,5 +1,6 @@
-"""The HTTP port speaks the gRPC port's TLS: the same certificate, and with tls_client_ca the
-same mutual TLS; a follower's redirect names the leader's https address."""
+"""A secure cluster (mutual TLS and bearer tokens on the gRPC port): the HTTP port speaks the
+same TLS and asks the same AccessGuard, so the same token gets the same answer on both ports;
+a follower's redirect names the leader's https address."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import http.client
 import json
 import ssl
 
+import grpc
 import pytest
 
-from gnomon.node.localcluster import LocalCluster
+from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 pytestmark = pytest.mark.integration
 
@@ -26,7 +29,7 @@ def cluster(tmp_path_factory, request):
             print(c.logs())
 
 
-def _context(cluster, *, client_cert: bool) -> ssl.SSLContext:
+def _context(cluster, *, client_cert: bool = True) -> ssl.SSLContext:
     files = cluster.client_tls()
     ctx = ssl.create_default_context(cafile=files["ca_file"])
     if client_cert:
@@ -34,39 +37,80 @@ def _context(cluster, *, client_cert: bool) -> ssl.SSLContext:
     return ctx
 
 
-def _get(node, ctx, path: str, method: str = "GET", body: bytes | None = None):
+def _call(cluster, node, method: str, path: str, body: dict | None = None, *,
+          token: str | None = None, ctx: ssl.SSLContext | None = None):
     host, port = node.http_addr.split(":")
-    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=10)
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx or _context(cluster),
+                                       timeout=10)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        conn.request(method, path, body=body)
+        conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                     headers=headers)
         r = conn.getresponse()
-        return r.status, dict(r.getheaders()), r.read()
+        return r.status, dict(r.getheaders()), json.loads(r.read() or b"{}")
     finally:
         conn.close()
 
 
-def test_https_with_a_client_certificate_of_the_cluster_ca(cluster):
+def _spec(name: str) -> dict:
+    return {"spec": {"name": name, "schedule": {"once": {"atMs": "1"}},
+                     "tasks": [{"name": "main"}]}}
+
+
+def test_the_admin_token_over_https_and_the_redirect_names_https(cluster):
     leader = cluster.leader()
+    admin = cluster.admin_token()
     assert leader.url.startswith("https://")
-    status, _, body = _get(leader, _context(cluster, client_cert=True), "/v1/cluster")
-    if hasattr(cluster, "admin_token"):
-        # A secure cluster authenticates its gRPC port (issue 10): the HTTP port fails closed
-        # until node/http/auth.py checks the same tokens.
-        assert status == 401 and json.loads(body)["code"] == "UNAUTHENTICATED", body
-        return
-    assert status == 200 and json.loads(body)["leaderNodeId"] == leader.node_id
+    status, _, body = _call(cluster, leader, "GET", "/v1/cluster", token=admin)
+    assert status == 200 and body["leaderNodeId"] == leader.node_id
+    who = _call(cluster, leader, "GET", "/v1/whoami", token=admin)[2]
+    assert who["role"] == "admin" and who["authenticationRequired"] is True
     follower = next(n for n in cluster.nodes if n is not leader)
-    spec = json.dumps({"spec": {"name": "tls", "schedule": {"once": {"atMs": "1"}},
-                                "tasks": [{"name": "main"}]}}).encode()
-    status, headers, _ = _get(follower, _context(cluster, client_cert=True), "/v1/jobs",
-                              "POST", spec)
+    status, headers, _ = _call(cluster, follower, "POST", "/v1/jobs", _spec("tls"), token=admin)
     assert status == 307 and headers["Location"] == f"{leader.url}/v1/jobs"
+
+
+def test_no_token_and_a_reader_token_get_the_grpc_answers(cluster):
+    leader = cluster.leader()
+    status, _, body = _call(cluster, leader, "GET", "/v1/jobs")
+    assert status == 401 and body["code"] == "UNAUTHENTICATED", body
+    creds = grpc.ssl_channel_credentials(*(open(cluster.client_tls()[k], "rb").read()
+                                           for k in ("ca_file", "key_file", "cert_file")))
+    with grpc.secure_channel(leader.grpc_addr, creds) as channel:
+        with pytest.raises(grpc.RpcError) as err:
+            api_pb2_grpc.JobServiceStub(channel).ListJobs(api_pb2.ListJobsRequest(), timeout=5)
+    assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    assert body["detail"] == err.value.details()
+
+    status, _, made = _call(cluster, leader, "POST", "/v1/tokens", {
+        "name": "reader", "role": "tenant-reader", "tenants": ["default"]},
+        token=cluster.admin_token())
+    assert status == 200, made
+    reader = made["secret"]
+    # The administrative call made over HTTP is in the audit log (written after the answer).
+    wait_for(lambda: any("CreateToken" in json.dumps(e) for e in _call(
+        cluster, leader, "GET", "/v1/audit", token=cluster.admin_token())[2]["entries"]),
+        timeout_s=20, what="the CreateToken audit entry")
+    assert _call(cluster, leader, "GET", "/v1/tenants/default/jobs", token=reader)[0] == 200
+    status, _, denied = _call(cluster, leader, "POST", "/v1/jobs", _spec("nope"), token=reader)
+    assert status == 403 and denied["code"] == "PERMISSION_DENIED", denied
+    stub = api_pb2_grpc.JobServiceStub(grpc.secure_channel(leader.grpc_addr, creds))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.CreateJob(api_pb2.CreateJobRequest(spec=types_pb2.JobSpec(
+            name="nope", schedule=types_pb2.Schedule(once=types_pb2.OnceSchedule(at_ms=1)),
+            tasks=[types_pb2.TaskSpec(name="main")])), timeout=5,
+            metadata=(("authorization", f"Bearer {reader}"),))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert denied["detail"] == err.value.details()
+    # The event stream names every tenant's runs: admin only.
+    status, _, body = _call(cluster, leader, "GET", f"/v1/events?access_token={reader}")
+    assert status == 403 and body["code"] == "PERMISSION_DENIED"
 
 
 def test_no_client_certificate_or_plaintext_is_refused(cluster):
     leader = cluster.leader()
     with pytest.raises((ssl.SSLError, ConnectionError)):
-        _get(leader, _context(cluster, client_cert=False), "/v1/cluster")
+        _call(cluster, leader, "GET", "/v1/cluster", ctx=_context(cluster, client_cert=False))
     host, port = leader.http_addr.split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=10)
     try:

@@ -185,7 +185,7 @@ async function jobsPage() {
     h("section", { class: "card" },
       h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
         h("div", { class: "row" }, h("label", {}, "Tenant", tenant), h("label", {}, "Name contains", name),
-          h("label", {}, " ", h("button", { type: "submit", text: "Search" }))))),
+          h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Search" }))))),
     h("section", { class: "card" }, out, list),
     h("section", { class: "card" }, h("h2", { text: "New job" }), jobForm(null)),
   );
@@ -203,6 +203,24 @@ async function jobsPage() {
         h("td", {}, jobActions(j, out))))) : h("p", { class: "muted", text: "No jobs." }));
   };
   await refresh();
+}
+
+// Trigger with parameters: the request's overlap policy for this one run.
+function triggerForm(jobId, out) {
+  const policy = h("select", { id: "trigger-overlap", name: "overlapPolicy" },
+    ["OVERLAP_POLICY_UNSPECIFIED", "OVERLAP_POLICY_ALLOW_ALL", "OVERLAP_POLICY_SKIP", "OVERLAP_POLICY_BUFFER_ONE", "OVERLAP_POLICY_BUFFER_ALL"].map((k) =>
+      h("option", { value: k, text: k === "OVERLAP_POLICY_UNSPECIFIED" ? "the job's" : k.replace("OVERLAP_POLICY_", "").toLowerCase() })));
+  const form = h("form", { "aria-label": "Trigger with parameters", class: "row" },
+    h("label", { for: "trigger-overlap" }, "Overlap policy for this run", policy),
+    h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Trigger with policy" })));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    try {
+      const r = await api("POST", `/v1/jobs/${encodeURIComponent(jobId)}/trigger`, { overlapPolicy: policy.value });
+      message(out, `Run ${r.run.runId}: ${STATE_NAMES(r.run.state)}${r.run.reason ? ` (${r.run.reason})` : ""}`, true);
+    } catch (err) { message(out, err.message); }
+  });
+  return form;
 }
 
 function jobActions(job, out) {
@@ -226,6 +244,8 @@ function jobForm(job) {
     name: h("input", { name: "name", value: spec.name || "", required: true, disabled: !!job }),
     kind: h("select", { name: "kind" }, ["interval", "cron", "once"].map((k) => h("option", { value: k, selected: k === kind, text: k }))),
     expression: h("input", { name: "expression", value: sch.cron?.expression || "*/5 * * * *" }),
+    dialect: h("select", { name: "dialect" }, [["CRON_DIALECT_SECONDS_LAST", "5 fields, or 6 with seconds last"], ["CRON_DIALECT_SECONDS_FIRST", "6 fields, seconds first"]].map(([k, t]) =>
+      h("option", { value: k, selected: k === (sch.cron?.dialect || "CRON_DIALECT_SECONDS_LAST"), text: t }))),
     timezone: h("input", { name: "timezone", value: sch.cron?.timezone || "UTC" }),
     interval: h("input", { name: "interval", type: "number", min: "1", value: sch.interval?.intervalMs || "60000" }),
     at: h("input", { name: "at", type: "datetime-local", step: "1", value: sch.once ? new Date(num(sch.once.atMs)).toISOString().slice(0, 19) : "" }),
@@ -254,7 +274,7 @@ function jobForm(job) {
   const schedRow = h("div", { class: "row" });
   const showSched = () => {
     const k = f.kind.value;
-    schedRow.replaceChildren(...(k === "cron" ? [field("Cron expression", "expression", f.expression), field("Timezone", "timezone", f.timezone)]
+    schedRow.replaceChildren(...(k === "cron" ? [field("Cron expression", "expression", f.expression), field("Dialect", "dialect", f.dialect), field("Timezone", "timezone", f.timezone)]
       : k === "interval" ? [field("Interval (ms)", "interval", f.interval)] : [field("At (UTC)", "at", f.at)]));
   };
   f.kind.addEventListener("change", showSched);
@@ -272,7 +292,7 @@ function jobForm(job) {
     out, h("div", { class: "actions" }, submit, previewBtn), previewOut);
   const scheduleOf = () => {
     const k = f.kind.value;
-    return k === "cron" ? { cron: { expression: f.expression.value, timezone: f.timezone.value } }
+    return k === "cron" ? { cron: { expression: f.expression.value, timezone: f.timezone.value, dialect: f.dialect.value } }
       : k === "interval" ? { interval: { intervalMs: f.interval.value || "0" } }
         : { once: { atMs: String(f.at.value ? Date.parse(f.at.value + "Z") : 0) } };
   };
@@ -325,6 +345,7 @@ function jobForm(job) {
 function fieldKey(path) {
   const p = path.replace(/^spec\./, "");
   if (p.startsWith("schedule.cron.timezone")) return "timezone";
+  if (p.startsWith("schedule.cron.dialect")) return "dialect";
   if (p.startsWith("schedule.cron")) return "expression";
   if (p.startsWith("schedule.interval")) return "interval";
   if (p.startsWith("schedule.once")) return "at";
@@ -342,6 +363,7 @@ async function jobPage(jobId) {
   const runs = h("div");
   const edit = h("section", { class: "card" });
   main.replaceChildren(h("h1", {}, "Job ", h("span", { text: jobId })), out, head,
+    h("section", { class: "card" }, h("h2", { text: "Trigger with parameters" }), triggerForm(jobId, out)),
     h("section", { class: "card" }, h("h2", { text: "Runs over time" }), strip,
       h("div", { class: "legend" }, [["succeeded", "var(--ok)"], ["failed", "var(--bad)"], ["running", "var(--run)"], ["skipped", "var(--skip)"], ["late (bar)", "var(--late)"]].map(([t, c]) =>
         h("span", {}, h("i", { style: `background:${c}` }), t)))),
@@ -447,7 +469,8 @@ async function runPage(runId) {
         [["state", badge(run.state)], ["job", jobLink(run.jobId)], ["tenant", run.tenant],
           ["trigger", (run.trigger || "").replace("RUN_TRIGGER_", "").toLowerCase()],
           ["scheduled for", fmtTime(run.scheduledForMs)], ["created", fmtTime(run.createdMs)],
-          ["finished", fmtTime(run.finishedMs)], ["job version", run.jobVersion]].map(([k, v]) =>
+          ["finished", fmtTime(run.finishedMs)], ["job version", run.jobVersion],
+          ...(run.reason ? [["reason", run.reason]] : [])].map(([k, v]) =>
           h("div", { "data-testid": `run-${k.replace(/ /g, "-")}` }, h("b", { text: k }), v))),
         h("p", { class: "actions" }, running ? action("Cancel run", async () => {
           await api("POST", `/v1/runs/${id}/cancel`, { reason: "cancelled from the dashboard" }); await refresh();
@@ -479,8 +502,8 @@ async function dlqPage() {
   main.replaceChildren(h("h1", { text: "Dead letters" }),
     h("section", { class: "card" }, h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
       h("div", { class: "row" }, h("label", { for: "dlq-tenant" }, "Tenant", tenant),
-        h("label", {}, " ", h("button", { type: "submit", text: "Filter" })),
-        h("label", {}, " ", action("Replay all shown", async () => {
+        h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Filter" })),
+        h("div", { class: "btn-cell" }, action("Replay all shown", async () => {
           const t = tenant.value.trim();
           const r = await api("POST", "/v1/dlq/replay", t ? { tenant: t } : { all: true });
           message(out, `Replayed ${r.replayed.length} tasks`, true); await refresh();
