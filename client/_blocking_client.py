@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -326,14 +326,16 @@ class Client(BlockingAccessCalls):
         request_id: str | None = None,
         timeout_s: float | None = None,
         overlap_policy: OverlapPolicy | str | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> RunHandle:
         """Start a run now, outside the schedule. Returns the run as created (a ``Run``) with
         ``handle.wait()`` for its end and ``handle.result()`` for its tasks' results. The
-        job's overlap policy applies unless ``overlap_policy`` overrides it for this call."""
+        job's overlap policy applies unless ``overlap_policy`` overrides it for this call;
+        ``params`` is merged into every task's JSON payload for this run."""
         run = self._run(
             self._async.trigger_job(
                 job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s,
-                overlap_policy=overlap_policy,
+                overlap_policy=overlap_policy, params=params,
             )
         )
         return RunHandle(**run_fields(run), _client=self)

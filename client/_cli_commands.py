@@ -309,8 +309,16 @@ def _render_run(ctx: CommandContext, run: Run) -> str:
 
 def _cmd_job_trigger(ctx: CommandContext) -> int:
     job_id, kw = _ref_kwargs(_job_ref(ctx.args.job, ctx.args.tenant))
+    params = None
+    if ctx.args.params is not None:
+        try:
+            params = json.loads(ctx.args.params)
+        except ValueError as exc:
+            raise UsageError(f"--params: not valid JSON: {exc}") from None
+        if not isinstance(params, dict):
+            raise UsageError("--params: must be a JSON object")
     run = ctx.client.trigger_job(job_id, **kw, request_id=ctx.args.request_id,
-                                 overlap_policy=ctx.args.overlap_policy)
+                                 overlap_policy=ctx.args.overlap_policy, params=params)
     if run.state == RunState.SKIPPED:  # by the overlap policy: nothing to wait for
         ctx.emit(f"skipped run {run.run_id}: {run.reason}", run_json(run))
         return EXIT_OK

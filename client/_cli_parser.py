@@ -317,6 +317,10 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
         choices=[o.value for o in OverlapPolicy],
         help="override the job's overlap policy for this trigger",
     )
+    p.add_argument(
+        "--params", "--conf", metavar="JSON",
+        help="run parameters: a JSON object merged into every task's payload of this run",
+    )
     _add_wait(p)
     p = leaf(job, "preview", "the next fire instants of a job's schedule, or of --cron/...")
     p.add_argument("job", metavar="JOB", nargs="?", help="job id (j12) or name")

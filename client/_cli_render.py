@@ -312,6 +312,7 @@ def render_run(run: Run, *, all_output: bool = False) -> str:
             ("state", run.state.value + (" (cancel requested)" if run.cancel_requested else "")),
             *([("reason", run.reason)] if run.reason else []),
             *([("fire delay", fmt_duration(run.fire_delay_ms))] if run.fire_delay_ms else []),
+            *([("params", run.params.decode(errors="replace"))] if run.params else []),
             ("trigger", run.trigger.value),
             ("scheduled for", fmt_time(run.scheduled_for_ms)),
             ("created", fmt_time(run.created_ms)),
@@ -446,6 +447,7 @@ def run_json(run: Run) -> dict[str, Any]:
         "reason": run.reason,
         "cancel_requested": run.cancel_requested,
         "fire_delay_ms": run.fire_delay_ms,
+        **({"params": json.loads(run.params)} if run.params else {}),
         "tasks": [task_json(t) for t in run.tasks],
     }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +32,7 @@ from ._models import (
     Schedule,
     SchedulePreview,
     TaskRef,
+    json_payload,
 )
 from ._operations import (
     BackupResult,
@@ -352,14 +353,17 @@ class AsyncClient(AccessCalls):
         request_id: str | None = None,
         timeout_s: float | None = None,
         overlap_policy: OverlapPolicy | str | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> AsyncRunHandle:
         """Start a run now, outside the schedule. Returns the run as created (a ``Run``) with
         ``await handle.wait()`` for its end and ``await handle.result()`` for its tasks'
         results. The job's overlap policy applies (the run may be skipped or queued, see
-        ``run.reason``) unless ``overlap_policy`` overrides it for this trigger."""
+        ``run.reason``) unless ``overlap_policy`` overrides it for this trigger. ``params``
+        (JSON-serialisable) is merged into every task's JSON payload for this run only."""
         req = api_pb2.TriggerJobRequest(
             request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name),
             overlap_policy=cv.overlap_to_proto(overlap_policy),
+            params_json=json_payload(dict(params)).decode() if params is not None else "",
         )
         resp = await self._call(_JOBS, "TriggerJob", req, timeout_s=timeout_s)
         return AsyncRunHandle(**run_fields(cv.run_from_proto(resp.run)), _client=self)

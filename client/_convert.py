@@ -367,6 +367,7 @@ def run_to_proto(run: Run) -> types_pb2.Run:
         reason=run.reason,
         cancel_requested=run.cancel_requested,
         fire_delay_ms=run.fire_delay_ms,
+        params=run.params,
     )
 
 
@@ -385,6 +386,7 @@ def run_from_proto(msg: types_pb2.Run) -> Run:
         reason=msg.reason,
         cancel_requested=msg.cancel_requested,
         fire_delay_ms=msg.fire_delay_ms,
+        params=bytes(msg.params),
     )
 
 

@@ -286,6 +286,8 @@ class Run:
     cancel_requested: bool = False
     # How long after its slot it was due: the job's jitter plus the cluster's spread.
     fire_delay_ms: int = 0
+    # A manual trigger's parameters (JSON bytes), merged into its tasks' payloads.
+    params: bytes = b""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(self.tasks))

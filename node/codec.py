@@ -63,6 +63,7 @@ _NESTED: dict[str, type] = {
     "leases": c.ExpiredLease,
     "tasks": c.TaskKey,
     "checkpoints": c.LeaseCheckpoint,
+    "payloads": c.TaskPayload,
 }
 
 
@@ -322,6 +323,7 @@ def run_to_proto(run: Run, out: types_pb2.Run | None = None) -> types_pb2.Run:
     out.finished_ms, out.job_version = run.finished_ms, run.job_version
     out.reason, out.cancel_requested = run.reason, run.cancel_requested
     out.fire_delay_ms = run.fire_delay_ms
+    out.params = run.params
     out.state = enum_to_proto(_RUN_STATE, run.state)
     out.trigger = enum_to_proto(_RUN_TRIGGER, run.trigger)
     for inst in run.tasks.values():
@@ -360,6 +362,7 @@ def run_from_proto(m: types_pb2.Run, spec: JobSpec) -> Run:
         reason=m.reason,
         cancel_requested=m.cancel_requested,
         fire_delay_ms=m.fire_delay_ms,
+        params=bytes(m.params),
     )
 
 

@@ -6,10 +6,12 @@ such as `spec.tasks[1].depends_on`, so the servicer can return it as INVALID_ARG
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, replace
 
+from gnomon.node.core.commands import TaskPayload
 from gnomon.node.core.model import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_MULTIPLIER,
@@ -135,6 +137,45 @@ def _check_overlap(spec: JobSpec, limits: InputLimits) -> None:
             f"{spec.max_buffered_runs} exceeds the node's max_buffered_runs "
             f"{limits.max_buffered_runs}",
         )
+
+
+def merge_params(spec: JobSpec, params_json: str,
+                 limits: InputLimits) -> tuple[bytes, tuple[TaskPayload, ...]]:
+    """A manual run's parameters (a JSON object) merged into each task's payload (empty, or a
+    JSON object whose keys the parameters override): (params, payloads) for TriggerJob."""
+    if not params_json:
+        return b"", ()
+    size = len(params_json.encode())
+    if size > limits.max_payload_bytes:
+        raise ValidationError("params_json", f"{size} bytes exceeds max_payload_bytes "
+                              f"{limits.max_payload_bytes}")
+    try:
+        params = json.loads(params_json)
+    except ValueError as exc:
+        raise ValidationError("params_json", f"not valid JSON: {exc}") from None
+    if not isinstance(params, dict):
+        raise ValidationError("params_json", f"must be a JSON object, got {type(params).__name__}")
+    payloads = []
+    for index, task in enumerate(spec.tasks):
+        base: object = {}
+        if task.payload:
+            try:
+                base = json.loads(task.payload)
+            except ValueError:
+                base = None
+        if not isinstance(base, dict):
+            raise ValidationError(
+                "params_json", f"task {task.name!r} (spec.tasks[{index}]) has a payload that "
+                "is not a JSON object: parameters cannot be merged into it")
+        merged = json.dumps({**base, **params}, separators=(",", ":"), sort_keys=True,
+                            ensure_ascii=False).encode()
+        if len(merged) > limits.max_payload_bytes:
+            raise ValidationError("params_json", f"task {task.name!r}: the merged payload, "
+                                  f"{len(merged)} bytes, exceeds max_payload_bytes "
+                                  f"{limits.max_payload_bytes}")
+        payloads.append(TaskPayload(task.name, merged))
+    canonical = json.dumps(params, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return canonical.encode(), tuple(payloads)
 
 
 def validate_overlap_override(value: str) -> None:

@@ -8,7 +8,7 @@ Rejected values and change nothing. One handler per command type, registered in 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from gnomon.node.core import access
@@ -29,6 +29,7 @@ from gnomon.node.core.commands import (
     ReplayDeadLetters,
     SetLimits,
     SetPaused,
+    TaskPayload,
     TriggerJob,
     UpdateJob,
 )
@@ -383,10 +384,30 @@ def _trigger_job(ctx: Ctx, cmd: TriggerJob) -> Reply:
         return Rejected(Code.INVALID_ARGUMENT,
                         f"overlap_policy: must be one of {', '.join(OVERLAP_POLICIES)}, "
                         f"got {policy!r}")
+    spec = _with_payloads(job.spec, cmd.payloads)
+    if isinstance(spec, Rejected):
+        return spec
     state.manual_seq += 1
     run_id = f"{job.job_id}@manual-{state.manual_seq}"
     _admit(ctx, job, run_id, ctx.now, RunTrigger.MANUAL, policy)
+    run = state.runs[run_id]
+    run.spec, run.params = spec, cmd.params  # the run's own payloads (its parameters)
     return RunReply(run_id=run_id)
+
+
+def _with_payloads(spec: JobSpec, payloads: tuple[TaskPayload, ...]) -> JobSpec | Rejected:
+    """`spec` with the listed tasks' payloads replaced (a manual run's parameters merged in
+    by the leader); every name must be a task of the job."""
+    if not payloads:
+        return spec
+    given = {p.task_name: p.payload for p in payloads}
+    names = {t.name for t in spec.tasks}
+    for index, name in enumerate(given):
+        if name not in names:
+            return Rejected(Code.INVALID_ARGUMENT,
+                            f"payloads[{index}].task_name: the job has no task {name!r}")
+    return replace(spec, tasks=tuple(
+        replace(t, payload=given[t.name]) if t.name in given else t for t in spec.tasks))
 
 
 # --- overlap -------------------------------------------------------------------------------

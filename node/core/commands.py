@@ -58,11 +58,21 @@ class Fire:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskPayload:
+    task_name: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class TriggerJob:
     request_id: str
     job_id: str
     # "" means the job's overlap policy; else one of model.OVERLAP_POLICIES.
     overlap_policy: str = ""
+    # Run parameters (JSON, as given) and the tasks' payloads with them merged in (by the
+    # leader: the core parses no JSON). A task not listed keeps its spec's payload.
+    params: bytes = b""
+    payloads: tuple[TaskPayload, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ _LATER_FIELDS: dict[str, dict[str, object]] = {
                 "jitter_ms": 0, "start_at_ms": 0, "end_at_ms": 0, "max_runs": 0,
                 "delete_after_success": False},
     "Job": {"runs_started": 0},
-    "Run": {"reason": "", "cancel_requested": False, "fire_delay_ms": 0},
+    "Run": {"reason": "", "cancel_requested": False, "fire_delay_ms": 0, "params": b""},
     "Schedule": {"dialect": "", "dst_nonexistent": "", "dst_ambiguous": ""},
 }
 

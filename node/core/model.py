@@ -269,6 +269,8 @@ class Run:
     cancel_requested: bool = False
     # How long after its slot the leader fired it (jitter + spread; from the Fire command).
     fire_delay_ms: int = 0
+    # A manual trigger's parameters (JSON), already merged into run.spec's task payloads.
+    params: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,12 @@ from gnomon.node.schedules import (
 from gnomon.node.servicers.base import ServicerBase, translated
 from gnomon.node.servicers.errors import ServiceError, check
 from gnomon.node.state_codec import decode_run
-from gnomon.node.validate import validate_id, validate_request_id, validate_spec
+from gnomon.node.validate import (
+    merge_params,
+    validate_id,
+    validate_request_id,
+    validate_spec,
+)
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 MAX_PAGE = 1000
@@ -280,7 +285,16 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         _check_overlap_number("overlap_policy", request.overlap_policy)
         job_id = await self._write_job_id(request.job, request.request_id)
         overlap = codec.overlap_from_proto(request.overlap_policy, "")
-        reply = await self._propose(c.TriggerJob(request.request_id, job_id, overlap))
+        params, payloads = b"", ()
+        if request.params_json:
+            with self.lock:
+                job = self.node.replica.state.jobs.get(job_id)
+                spec = job.spec if job else None
+            if spec is not None:  # None: a retry answered by dedupe
+                params, payloads = merge_params(spec, request.params_json,
+                                                self.node.input_limits)
+        reply = await self._propose(c.TriggerJob(request.request_id, job_id, overlap, params,
+                                                 payloads))
         return api_pb2.TriggerJobResponse(run=await self._run_proto(reply.run_id))
 
     @translated

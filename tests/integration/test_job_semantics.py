@@ -275,3 +275,28 @@ async def test_jitter_bounds_and_delete_after_success(servers):
         with pytest.raises(NotFound):
             await client.get_job(doomed)
         assert (await client.get_run(run_id)).state is RunState.SUCCEEDED  # in the history
+
+
+async def test_trigger_with_parameters_reaches_the_task(servers):
+    name = "params"
+    seen: list[dict] = []
+
+    @task(name="main", queue=name)
+    async def main(ctx: TaskContext) -> str:
+        seen.append(ctx.json())
+        return "ok"
+
+    async with AsyncClient(servers, timeout_s=30) as client:
+        spec = JobSpec.single(name, OnceSchedule(FAR_FUTURE_MS), queue=name,
+                              payload={"table": "users", "day": "sun"})
+        job_id = (await client.create_job(spec)).job_id
+        async with Worker(client, tasks=[main], max_concurrency=1):
+            handle = await client.trigger_job(job_id, params={"day": "mon", "limit": 3})
+            done = await handle.wait(timeout_s=WAIT_S)
+        assert done.state is RunState.SUCCEEDED
+        assert seen == [{"table": "users", "day": "mon", "limit": 3}]
+        assert done.params == b'{"day":"mon","limit":3}'
+        raw = (await client.create_job(JobSpec.single(
+            "params-raw", OnceSchedule(FAR_FUTURE_MS), queue=name, payload=b"echo hi"))).job_id
+        with pytest.raises(InvalidArgument, match="params_json: task 'main'"):
+            await client.trigger_job(raw, params={"day": "mon"})

@@ -350,3 +350,23 @@ def test_timing_accepted() -> None:
     validate_spec(make_spec(jitter_ms=59_999, start_at_ms=1, end_at_ms=2, max_runs=3), LIMITS)
     once = Schedule(kind=ScheduleKind.ONCE, at_ms=1_800_000_000_000)
     validate_spec(make_spec(schedule=once, delete_after_success=True, jitter_ms=10), LIMITS)
+
+
+def test_run_parameters_are_merged_into_json_payloads() -> None:
+    from gnomon.node.validate import merge_params
+
+    spec = make_spec(tasks=(TaskSpec(name="a", payload=b'{"table":"users","day":"sun"}'),
+                            TaskSpec(name="b")))
+    params, payloads = merge_params(spec, '{"day": "mon"}', LIMITS)
+    assert params == b'{"day":"mon"}'
+    assert [(p.task_name, p.payload) for p in payloads] == [
+        ("a", b'{"day":"mon","table":"users"}'), ("b", b'{"day":"mon"}')]
+    assert merge_params(spec, "", LIMITS) == (b"", ())
+    for bad, rule in (("[1]", "must be a JSON object"), ("{", "not valid JSON"),
+                      ('{"x": "' + "y" * 70_000 + '"}', "exceeds max_payload_bytes")):
+        with pytest.raises(ValidationError, match=re.escape(rule)):
+            merge_params(spec, bad, LIMITS)
+    raw = make_spec(tasks=(TaskSpec(name="a", payload=b"echo hi"),))
+    with pytest.raises(ValidationError, match=r"params_json: task 'a' \(spec.tasks\[0\]\) has a "
+                                              "payload that is not a JSON object"):
+        merge_params(raw, '{"d": 1}', LIMITS)

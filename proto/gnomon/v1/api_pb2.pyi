@@ -138,14 +138,16 @@ class ResumeJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class TriggerJobRequest(_message.Message):
-    __slots__ = ("request_id", "job", "overlap_policy")
+    __slots__ = ("request_id", "job", "overlap_policy", "params_json")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_JSON_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job: JobRef
     overlap_policy: _types_pb2.OverlapPolicy
-    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ...) -> None: ...
+    params_json: str
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ..., params_json: _Optional[str] = ...) -> None: ...
 
 class TriggerJobResponse(_message.Message):
     __slots__ = ("run",)

@@ -122,14 +122,18 @@ class FireCmd(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., skip: _Optional[bool] = ..., delay_ms: _Optional[int] = ...) -> None: ...
 
 class TriggerJobCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "overlap_policy")
+    __slots__ = ("request_id", "job_id", "overlap_policy", "params", "payloads")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOADS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     overlap_policy: _types_pb2.OverlapPolicy
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ...) -> None: ...
+    params: bytes
+    payloads: _containers.RepeatedCompositeFieldContainer[TaskPayload]
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ..., params: _Optional[bytes] = ..., payloads: _Optional[_Iterable[_Union[TaskPayload, _Mapping]]] = ...) -> None: ...
 
 class CancelRunCmd(_message.Message):
     __slots__ = ("request_id", "run_id", "reason")
@@ -314,3 +318,11 @@ class RecordAuditCmd(_message.Message):
     action: str
     detail: str
     def __init__(self, actor: _Optional[str] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class TaskPayload(_message.Message):
+    __slots__ = ("task_name", "payload")
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    task_name: str
+    payload: bytes
+    def __init__(self, task_name: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...

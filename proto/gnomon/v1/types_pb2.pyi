@@ -311,7 +311,7 @@ class Attempt(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., fencing_token: _Optional[int] = ..., worker_id: _Optional[str] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., outcome: _Optional[_Union[AttemptOutcome, str]] = ..., error: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ..., output_tail: _Optional[str] = ...) -> None: ...
 
 class Run(_message.Message):
-    __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version", "reason", "cancel_requested", "fire_delay_ms")
+    __slots__ = ("run_id", "job_id", "tenant", "scheduled_for_ms", "state", "trigger", "created_ms", "finished_ms", "tasks", "job_version", "reason", "cancel_requested", "fire_delay_ms", "params")
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -325,6 +325,7 @@ class Run(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     CANCEL_REQUESTED_FIELD_NUMBER: _ClassVar[int]
     FIRE_DELAY_MS_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
     run_id: str
     job_id: str
     tenant: str
@@ -338,7 +339,8 @@ class Run(_message.Message):
     reason: str
     cancel_requested: bool
     fire_delay_ms: int
-    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ..., reason: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., fire_delay_ms: _Optional[int] = ...) -> None: ...
+    params: bytes
+    def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ..., reason: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., fire_delay_ms: _Optional[int] = ..., params: _Optional[bytes] = ...) -> None: ...
 
 class ClusterLimits(_message.Message):
     __slots__ = ("dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters", "max_attempt_records")

@@ -117,7 +117,7 @@ class FakeClient:
         return job
 
     def _trigger_job(self, job_id=None, *, tenant=None, name=None, request_id=None,
-                     overlap_policy=None):
+                     overlap_policy=None, params=None):
         job = self._find(job_id, tenant, name)
         state = RunState.SKIPPED if overlap_policy == "skip" else RunState.RUNNING
         run = Run(f"{job.job_id}@manual-1", job.job_id, state=state,
@@ -542,6 +542,15 @@ def test_create_with_jitter_and_bounds(fake):
     assert code == 0 and fake.jobs["j2"].spec.delete_after_success
     code, out, _ = run(fake, "job", "get", "b")
     assert "jitter" in out and "of at most 10" in out
+
+
+def test_trigger_with_params(fake):
+    fake.jobs["j1"] = Job("j1", JobSpec.single("x", CronSchedule("@daily")))
+    code, _, _ = run(fake, "job", "trigger", "x", "--params", '{"date": "2026-12-01"}')
+    assert code == 0
+    assert fake.method_calls("trigger_job")[0][1]["params"] == {"date": "2026-12-01"}
+    assert run(fake, "job", "trigger", "x", "--conf", "[1]")[0] == 2
+    assert run(fake, "job", "trigger", "x", "--params", "{nope")[0] == 2
 
 
 def test_runs(fake):

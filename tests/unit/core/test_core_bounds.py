@@ -79,3 +79,18 @@ def test_a_manual_run_does_not_delete_it(h):
 def test_bad_bounds_are_rejected(h, fields, fragment):
     spec = dataclasses.replace(h.spec(), **fields)
     h.rejects(CreateJob("", spec, h.T0), Code.INVALID_ARGUMENT, fragment)
+
+
+def test_a_trigger_with_parameters_runs_on_its_own_payloads(h):
+    from gnomon.node.core.commands import TaskPayload
+
+    job_id = h.create(h.spec({"a": [], "b": ["a"]}), next_fire_ms=h.T0)
+    cmd = TriggerJob("", job_id, "", b'{"day":"mon"}',
+                     (TaskPayload("a", b'{"day":"mon","x":1}'), TaskPayload("b", b'{"day":"mon"}')))
+    reply, _ = h.one(cmd)
+    run = h.run(reply.run_id)
+    assert run.params == b'{"day":"mon"}'
+    assert [t.payload for t in run.spec.tasks] == [b'{"day":"mon","x":1}', b'{"day":"mon"}']
+    assert h.state.jobs[job_id].spec.tasks[0].payload == b""  # the job's own spec unchanged
+    h.rejects(TriggerJob("", job_id, "", b"{}", (TaskPayload("zz", b"{}"),)),
+              Code.INVALID_ARGUMENT, "payloads[0].task_name: the job has no task 'zz'")
