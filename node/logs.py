@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 
@@ -85,9 +87,15 @@ class TextFormatter(logging.Formatter):
         return line.replace("\r", "").replace("\n", " | ")
 
 
-def configure(node_id: str, log_format: str = "text", level: str = "info") -> None:
-    """Route every record of the process to stderr in `log_format` at `level`."""
-    handler = logging.StreamHandler(sys.stderr)
+def configure(node_id: str, log_format: str = "text", level: str = "info", *,
+              capture_native: bool = True) -> None:
+    """Route every record of the process to stderr in `log_format` at `level`.
+
+    `capture_native`: whatever else writes to file descriptor 2 (gRPC's C core, a traceback
+    printed by the interpreter) goes through a pipe and comes out as records of the logger
+    "native", one per line, so that the stream stays one event per line in either format."""
+    stream = _native_capture() if capture_native else sys.stderr
+    handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
     handler.addFilter(_Context(node_id))
     root = logging.getLogger()
@@ -96,3 +104,37 @@ def configure(node_id: str, log_format: str = "text", level: str = "info") -> No
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("pysyncobj").setLevel(logging.ERROR)
+
+
+def _native_capture():
+    """Make fd 2 a pipe read by a daemon thread; return a stream on the original stderr."""
+    sys.stderr.flush()
+    original = os.dup(2)
+    read_fd, write_fd = os.pipe()
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    out = os.fdopen(original, "w", buffering=1, encoding="utf-8", errors="replace")
+    native = logging.getLogger("native")
+
+    def pump() -> None:
+        with os.fdopen(read_fd, "rb") as pipe:
+            for raw in pipe:
+                text = raw.decode("utf-8", "replace").rstrip()
+                if text:
+                    native.warning("%s", text)
+
+    thread = threading.Thread(target=pump, name="native-stderr", daemon=True)
+    thread.start()
+
+    def drain() -> None:  # at exit: point fd 2 back, let the pump read the rest, then stop
+        try:
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        os.dup2(original, 2)
+        thread.join(timeout=2)
+
+    import atexit
+
+    atexit.register(drain)
+    return out

@@ -113,3 +113,21 @@ def test_dev_screen_lines_from_many_threads_never_share_a_line():
     lines = out.getvalue().splitlines()
     assert len(lines) == 8 * 300
     assert all(line.startswith("record ") and line.count("record") == 1 for line in lines)
+
+
+def test_native_stderr_writes_become_records_one_json_event_per_line():
+    import subprocess
+    import sys
+
+    code = ("from gnomon.node import logs; logs.configure('n1', 'json')\n"
+            "import logging, os, sys\n"
+            "os.write(2, b'core: a line from C\\n')\n"
+            "print('Traceback (most recent call last):\\n  File x', file=sys.stderr)\n"
+            "sys.stderr.flush()\n"
+            "logging.getLogger('gnomon.test').info('after')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=30)
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    native = [e["msg"] for e in events if e["logger"] == "native"]
+    assert "core: a line from C" in native and "  File x" in native
+    assert all(e["node"] == "n1" for e in events)
