@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ._cli_spec import spec_from_data, spec_to_data
 from ._cli_values import UsageError
 from ._errors import NotFound
 
-__all__ = ["OPS_COMMANDS", "add_job_ops", "add_ops_groups", "add_run_active", "add_transfer_leader",
+__all__ = ["OPS_COMMANDS", "QueueInfoLike", "add_job_ops", "add_ops_groups", "add_run_active", "add_transfer_leader",
            "add_worker_list", "check_servers", "idle_queue_warnings", "job_document_spec",
            "queues_without_workers",
            "read_spec_documents", "status_from_leader"]
@@ -174,6 +175,15 @@ def _cmd_run_active(ctx: Any) -> int:
     ctx.emit(table(["RUN", "TENANT", "SCHEDULED FOR", "TASKS"], rows) if rows
              else "no active runs", [run_json(r) for r in runs])
     return EXIT_OK
+
+
+@dataclass(frozen=True)
+class QueueInfoLike:
+    """What `idle_queue_warnings` reads of a queue (``QueueInfo`` has these fields)."""
+
+    queue: str
+    ready: int = 0
+    workers: tuple[str, ...] = ()
 
 
 def idle_queue_warnings(queues: list[Any]) -> list[str]:
