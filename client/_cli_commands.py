@@ -500,6 +500,7 @@ def _cmd_dev(ctx: CommandContext) -> int:
         headless_s=a.headless_seconds,
         json_out=ctx.json,
         examples=not a.no_examples,
+        secure=not a.insecure,
     )
 
 

@@ -29,6 +29,7 @@ from ._context import TaskContext
 from ._errors import AlreadyExists, GnomonError, NotFound
 from ._models import RunState
 from ._task import TaskDefinition, task
+from ._transport import TLSConfig
 from ._worker import Worker
 
 __all__ = [
@@ -48,6 +49,7 @@ DEV_RAFT_PORTS = (7801, 7802, 7803)
 # gnomon.node.dev.HTTP_PORT_OFFSET: each node's HTTP API and dashboard is at its gRPC port - 100.
 DEV_HTTP_PORT_OFFSET = -100
 DEFAULT_SERVERS = ",".join(f"127.0.0.1:{p}" for p in DEV_GRPC_PORTS)
+DEV_DATA_DIR = ".gnomon"  # `gnomon dev --data-dir`'s default, beside which the CLI finds keys
 DEMO_QUEUE = "demo"
 
 _READY_TIMEOUT_S = 60.0
@@ -167,6 +169,11 @@ def busy_ports(ports: tuple[int, ...]) -> list[int]:
     return busy
 
 
+def dev_credentials(data_dir: Path) -> tuple[Path, Path]:
+    """Where a secure dev cluster keeps its CA certificate and admin token."""
+    return data_dir / "tls" / "ca.crt", data_dir / "tls" / "admin.token"
+
+
 class _DevSession:
     def __init__(
         self,
@@ -179,7 +186,9 @@ class _DevSession:
         examples: bool,
         out: TextIO,
         err: TextIO,
+        secure: bool = True,
     ) -> None:
+        self.secure = secure
         self.data_dir = data_dir
         self.grpc_ports = grpc_ports
         self.raft_ports = raft_ports
@@ -214,7 +223,7 @@ class _DevSession:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stop.set)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        client = AsyncClient(self.servers, timeout_s=5.0, attempt_timeout_s=2.0)
+        client: AsyncClient | None = None
         worker: Worker | None = None
         worker_task: asyncio.Task[None] | None = None
         code = 0
@@ -232,15 +241,17 @@ class _DevSession:
                 ",".join(map(str, self.raft_ports)),
                 "--parent-pid",
                 str(os.getpid()),
+                *([] if self.secure else ["--insecure"]),
                 stdout=self.chatter,
                 # Its own session: Ctrl-C reaches only us, and we stop the nodes in order.
                 start_new_session=True,
             )
-            if not await self._wait_ready(client):
+            client = await self._client()
+            if client is None or not await self._wait_ready(client):
                 return 130 if self.stop.is_set() else 3
             if self.examples:
                 await self._ensure_examples(client)
-                worker = self._demo_worker()
+                worker = self._demo_worker(client)
                 worker_task = asyncio.create_task(worker.run())
             self._print_next_steps()
             await self._wait_stop(worker_task)
@@ -257,11 +268,27 @@ class _DevSession:
             if worker is not None and worker_task is not None:
                 await worker.shutdown()
                 await asyncio.gather(worker_task, return_exceptions=True)
-            await client.close()
+            if client is not None:
+                await client.close()
             await self._stop_cluster()
         if summary is not None:
             self._print_summary(summary)
         return code
+
+    async def _client(self) -> AsyncClient | None:
+        """The session's client: TLS with the dev CA and the admin token once the cluster
+        wrote them (secure, the default), else plaintext."""
+        if not self.secure:
+            return AsyncClient(self.servers, timeout_s=5.0, attempt_timeout_s=2.0)
+        ca, token = dev_credentials(self.data_dir)
+        deadline = time.monotonic() + _READY_TIMEOUT_S
+        while not (ca.exists() and token.exists()):
+            if self.stop.is_set() or self.proc is None or self.proc.returncode is not None \
+                    or time.monotonic() > deadline:
+                return None
+            await asyncio.sleep(0.05)
+        return AsyncClient(self.servers, timeout_s=5.0, attempt_timeout_s=2.0,
+                           tls=TLSConfig(ca_file=str(ca)), token=token.read_text().strip())
 
     async def _wait_ready(self, client: AsyncClient) -> bool:
         assert self.proc is not None
@@ -331,7 +358,7 @@ class _DevSession:
                 self.say(f"gnomon dev: could not pause example {job_id}: {e}")
         self._marker().write_text(json.dumps(paused))
 
-    def _demo_worker(self) -> Worker:
+    def _demo_worker(self, client: AsyncClient) -> Worker:
         handler = logging.FileHandler(self.data_dir / "worker.log")
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         sdk_log = logging.getLogger("gnomon.client")
@@ -339,7 +366,7 @@ class _DevSession:
         sdk_log.setLevel(logging.INFO)
         sdk_log.propagate = False
         return Worker(
-            self.servers,
+            client,
             tasks=demo_tasks(self.chatter),
             worker_id="gnomon-dev-demo",
             max_concurrency=4,
@@ -352,8 +379,7 @@ class _DevSession:
             "",
             "gnomon dev is running: 3 nodes"
             + (", a demo worker (queue demo) and example jobs" if self.examples else ""),
-            f"Dashboard: http://127.0.0.1:{self.grpc_ports[0] + DEV_HTTP_PORT_OFFSET}/ (every node"
-            " serves one; API at /v1/, /v1/openapi.json)",
+            *self._security_lines(),
             "Try:",
             *(
                 [f"  export GNOMON_SERVERS={self.servers}"]
@@ -383,6 +409,23 @@ class _DevSession:
         if self.headless_s is not None:
             lines[-2] = f"Stopping by itself after {self.headless_s:g}s (--headless-seconds)."
         self.say("\n".join(lines))
+
+    def _security_lines(self) -> list[str]:
+        port = self.grpc_ports[0] + DEV_HTTP_PORT_OFFSET
+        if not self.secure:
+            return [f"Dashboard: http://127.0.0.1:{port}/ (every node serves one; API at /v1/, "
+                    "/v1/openapi.json). Plaintext, no authentication (--insecure)."]
+        ca, token_file = dev_credentials(self.data_dir)
+        token = token_file.read_text().strip()
+        default_dir = self.data_dir == (Path.cwd() / ".gnomon").resolve()
+        return [
+            f"TLS with a throwaway CA ({self._shown(ca)}) and authentication on; admin token:",
+            f"  {token}",
+            f"Dashboard: https://127.0.0.1:{port}/#token={token}",
+            "  (every node serves one, API at /v1/; the browser warns until it trusts the CA)",
+            *([] if default_dir and tuple(self.grpc_ports) == DEV_GRPC_PORTS else [
+                f"  export GNOMON_CA={ca} GNOMON_TOKEN_FILE={token_file}"]),
+        ]
 
     @staticmethod
     def _shown(path: Path) -> str:
@@ -476,11 +519,13 @@ def run_dev(
     headless_s: float | None = None,
     json_out: bool = False,
     examples: bool = True,
+    secure: bool = True,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
     """Run ``gnomon dev``; returns the exit code."""
     dev = _DevSession(
+        secure=secure,
         data_dir=Path(data_dir).resolve(),
         grpc_ports=grpc_ports,
         raft_ports=raft_ports,

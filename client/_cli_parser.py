@@ -504,6 +504,9 @@ def _add_dev_command(groups: Any, leaf: Leaf) -> None:
         help="stop by itself after N seconds and print a summary",
     )
     p.add_argument("--no-examples", action="store_true", help="no example jobs, no demo worker")
+    p.add_argument("--insecure", action="store_true",
+                   help="plaintext ports, no authentication (default: TLS with a throwaway CA "
+                   "and an admin token under --data-dir/tls)")
 
 
 def _ports(text: str) -> tuple[int, ...]:

@@ -10,9 +10,11 @@ import functools
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 from ._cli_commands import COMMANDS, ClientFactory, CommandContext
+from ._cli_dev import DEFAULT_SERVERS, DEV_DATA_DIR, dev_credentials
 from ._cli_errors import (
     EXIT_CODES,
     EXIT_INTERRUPTED,
@@ -36,6 +38,15 @@ def _default_client(servers: str, timeout_s: float, *, tls: Any = None,
                   tls=tls, token=token)
 
 
+def _talks_to_dev(args: Any, env: Mapping[str, str]) -> bool:
+    """A command for the default servers, run beside a secure `gnomon dev` cluster's data
+    (./.gnomon/tls): it uses that cluster's CA and admin token, so the tour just works."""
+    servers = getattr(args, "server", None) or env.get("GNOMON_SERVERS") or DEFAULT_SERVERS
+    ca, token = dev_credentials(Path(DEV_DATA_DIR))
+    return servers == DEFAULT_SERVERS and ca.is_file() and token.is_file() \
+        and getattr(args, "group", "") != "dev"
+
+
 def _security(args: Any, env: Mapping[str, str]) -> dict[str, Any]:
     """TLS and token options from --ca/--cert/--key/--token-file and GNOMON_* variables."""
     from ._transport import TLSConfig
@@ -44,9 +55,11 @@ def _security(args: Any, env: Mapping[str, str]) -> dict[str, Any]:
         return getattr(args, flag, None) or env.get(var) or None
 
     ca, cert, key = pick("ca", "GNOMON_CA"), pick("cert", "GNOMON_CERT"), pick("key", "GNOMON_KEY")
-    tls = TLSConfig(ca_file=ca, cert_file=cert, key_file=key) if (ca or cert) else None
     token = env.get("GNOMON_TOKEN") or None
     token_file = pick("token_file", "GNOMON_TOKEN_FILE")
+    if not (ca or cert or token or token_file) and _talks_to_dev(args, env):
+        ca, token_file = (str(p) for p in dev_credentials(Path(DEV_DATA_DIR)))
+    tls = TLSConfig(ca_file=ca, cert_file=cert, key_file=key) if (ca or cert) else None
     if token_file:
         try:
             with open(token_file, encoding="utf-8") as fh:

@@ -93,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
         help="three Raft ports on 127.0.0.1 (default 7801,7802,7803)",
     )
     p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext gRPC and HTTP ports without authentication (default: TLS with a "
+        "throwaway CA under ROOT/tls and a bootstrap admin token in ROOT/tls/admin.token)",
+    )
+    p.add_argument(
         "--parent-pid",
         type=int,
         default=0,
@@ -137,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(sig, lambda *_: stop.set())
     metrics_ports = DEFAULT_METRICS_PORTS if args.grpc_ports == DEFAULT_GRPC_PORTS else ()
     cluster = DevCluster(root, grpc_ports=args.grpc_ports, raft_ports=args.raft_ports,
-                         metrics_ports=metrics_ports)
+                         metrics_ports=metrics_ports, secure=not args.insecure,
+                         mutual_tls=False)
     resumed = any(n.data_dir.exists() for n in cluster.nodes)
     cluster.start()
     try:

@@ -127,6 +127,8 @@ class LocalCluster:
     # Mutual TLS and authentication on the gRPC port too (clients need `client_tls()` and
     # `admin_token()`, or a token made with it).
     secure: bool = False
+    # With `secure`: clients must present a certificate of the cluster CA (mutual TLS).
+    mutual_tls: bool = True
     _tls: dict[str, NodeFiles] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -145,9 +147,10 @@ class LocalCluster:
                 node.http_addr = f"127.0.0.1:{port}"
         if self.secure:
             client = self.client_tls()
+            files = [Path(client[k]).read_bytes() if k in client else None
+                     for k in ("ca_file", "key_file", "cert_file")]
             creds = grpc.composite_channel_credentials(
-                grpc.ssl_channel_credentials(*(Path(client[k]).read_bytes()
-                                               for k in ("ca_file", "key_file", "cert_file"))),
+                grpc.ssl_channel_credentials(*files),
                 grpc.access_token_call_credentials(self.admin_token()))
             for node in self.nodes:
                 node.credentials = creds
@@ -166,6 +169,8 @@ class LocalCluster:
         """TLSConfig fields for a client of a secure cluster: the CA and a client certificate
         (the first node's: it carries clientAuth)."""
         files = self.tls_files()[self.nodes[0].node_id]
+        if not self.mutual_tls:
+            return {"ca_file": str(files.ca)}
         return {"ca_file": str(files.ca), "cert_file": str(files.cert),
                 "key_file": str(files.key)}
 
@@ -204,8 +209,9 @@ class LocalCluster:
             files = self.tls_files()[node.node_id]
             self.admin_token()
             args += ["--tls-cert", str(files.cert), "--tls-key", str(files.key),
-                     "--tls-client-ca", str(files.ca),
                      "--admin-token-file", str(self.root / "tls" / "admin.token")]
+            if self.mutual_tls:
+                args += ["--tls-client-ca", str(files.ca)]
         for key, value in self.overrides.items():
             args += ["--" + key.replace("_", "-"), str(value)]
         env = {k: v for k, v in os.environ.items() if not k.startswith("GNOMON_")}

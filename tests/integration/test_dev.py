@@ -68,6 +68,10 @@ def test_dev_runs_examples_stops_and_resumes(tmp_path):
         assert f"{created:<16} created" in first.stderr
     assert "gnomon cluster status" in first.stderr  # what to try next
     data = tmp_path / ".gnomon"
+    # Secure by default: a throwaway CA and an admin token (0600), printed with the dashboard.
+    token = (data / "tls" / "admin.token").read_text().strip()
+    assert (data / "tls" / "admin.token").stat().st_mode & 0o777 == 0o600
+    assert (data / "tls" / "ca.crt").exists() and f"#token={token}" in first.stderr
     for name in ("n1.log", "n2.log", "n3.log", "worker.log", "n1", "n2", "n3"):
         assert (data / name).exists(), name
     # Everything stopped: nothing listens on the cluster's ports any more.

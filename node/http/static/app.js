@@ -24,6 +24,17 @@ function h(tag, attrs, ...children) {
 }
 const s = (tag, attrs, ...children) => h(tag, { ...attrs, svg: true }, ...children);
 
+// A bearer token for clusters that authenticate (`gnomon dev` prints the URL with #token=...):
+// kept for this tab only, and taken out of the address bar.
+const TOKEN = (() => {
+  const m = location.hash.match(/(?:^#|&)token=([^&]+)/);
+  if (m) {
+    sessionStorage.setItem("gnomon-token", decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  return sessionStorage.getItem("gnomon-token") || "";
+})();
+
 function randomKey() {
   const b = new Uint8Array(16);
   crypto.getRandomValues(b);
@@ -48,10 +59,14 @@ async function api(method, path, body, write = method !== "GET") {
     opts.body = JSON.stringify(body || {});
   }
   if (write) opts.headers["Idempotency-Key"] = randomKey();
+  if (TOKEN) opts.headers.Authorization = `Bearer ${TOKEN}`;
   for (let attempt = 1; ; attempt++) {
     let r;
     try {
       r = await fetch(path, opts);
+      // A follower redirects writes to the leader, another origin: browsers drop the
+      // Authorization header on such a redirect, so ask the leader again, with it.
+      if (r.redirected && r.status === 401 && TOKEN) r = await fetch(r.url, opts);
     } catch (e) {
       if (attempt < 4) { await delay(500 * attempt); continue; }
       throw new ApiError({ detail: `network: ${e.message}` }, 0);
@@ -128,7 +143,8 @@ function scheduleRefresh() {
   }, 250);
 }
 function connect() {
-  const es = new EventSource("/v1/events");
+  const es = new EventSource(TOKEN ? `/v1/events?access_token=${encodeURIComponent(TOKEN)}`
+    : "/v1/events");
   es.addEventListener("open", () => { live.textContent = "live"; live.className = "live on"; });
   es.addEventListener("error", () => { live.textContent = "reconnecting…"; live.className = "live off"; });
   es.addEventListener("cluster", (e) => {

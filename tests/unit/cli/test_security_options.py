@@ -1,0 +1,51 @@
+"""Where the CLI's TLS and token options come from: flags, GNOMON_* variables, or the secure
+`gnomon dev` cluster's files beside it (./.gnomon/tls) for the default servers."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from gnomon.client._cli_values import UsageError
+from gnomon.client.cli import _security
+
+
+def _args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(group="job", **kw)
+
+
+def _dev_files(root):
+    tls = root / ".gnomon" / "tls"
+    tls.mkdir(parents=True)
+    (tls / "ca.crt").write_text("CA")
+    (tls / "admin.token").write_text("dev-admin-token\n")
+
+
+def test_nothing_given_and_no_dev_cluster_means_plaintext(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert _security(_args(), {}) == {"tls": None, "token": None}
+
+
+def test_the_dev_cluster_beside_is_found_for_the_default_servers(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    _dev_files(tmp_path)
+    got = _security(_args(), {})
+    assert got["token"] == "dev-admin-token"
+    assert got["tls"].ca_file.endswith(".gnomon/tls/ca.crt")
+    # Other servers, or anything given explicitly, win.
+    assert _security(_args(), {"GNOMON_SERVERS": "10.0.0.1:7701"}) == {"tls": None,
+                                                                       "token": None}
+    assert _security(_args(), {"GNOMON_TOKEN": "mine"})["token"] == "mine"
+
+
+def test_flags_and_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    token = tmp_path / "t"
+    token.write_text("  secret-1 \n")
+    got = _security(_args(ca="ca.pem", cert="c.pem", key="k.pem", token_file=str(token)), {})
+    assert (got["tls"].ca_file, got["tls"].cert_file, got["tls"].key_file) == \
+        ("ca.pem", "c.pem", "k.pem")
+    assert got["token"] == "secret-1"
+    with pytest.raises(UsageError, match="--token-file"):
+        _security(_args(token_file=str(tmp_path / "missing")), {})
