@@ -171,6 +171,9 @@ def test_rolling_restart_under_load_loses_nothing(cluster):
                          what=f"{node.node_id} caught up")
                 wait_for(lambda a=acked: len(writer.acked) > a + 5, timeout_s=60,
                          what=f"writes go on after restarting {node.node_id}")
+                fired = len(client.list_runs(tick.job_id, limit=1000))
+                wait_for(lambda f=fired: len(client.list_runs(tick.job_id, limit=1000)) >= f + 2,
+                         timeout_s=60, what=f"fires go on after restarting {node.node_id}")
         finally:
             writer.stop()
         client.pause_job(tick.job_id)
@@ -182,6 +185,13 @@ def test_rolling_restart_under_load_loses_nothing(cluster):
 
         runs = wait_for(settled, timeout_s=60, what="every tick run ended")
         worker.stop()
+
+        def replicas_agree():
+            seen = {(st.applied_index, st.state_digest) for st in
+                    (cluster.status(n) for n in cluster.nodes)}
+            return len(seen) == 1
+
+        wait_for(replicas_agree, timeout_s=60, what="every replica at one index and digest")
         names = {j.spec.name for j in client.iter_jobs("default")}
 
     lost_writes = [n for n in writer.acked if n not in names]
