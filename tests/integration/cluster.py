@@ -18,16 +18,30 @@ def module_cluster(root, overrides: dict[str, str] | None = None, *, request=Non
                    size: int = 3, http: bool = False) -> Iterator[LocalCluster]:
     """A cluster for a module-scoped fixture: started, a leader waited for, stopped at the
     end; its logs printed when a test of the session failed meanwhile (pass `request`).
-    `http`: every node serves the HTTP API and dashboard too (NodeProc.url)."""
+    `http`: every node serves the HTTP API and dashboard too (NodeProc.url), waited for."""
     cluster = LocalCluster(root, size, dict(overrides or {}), http=http).start()
     failed_before = request.session.testsfailed if request is not None else 0
     try:
         cluster.leader()
+        if http:
+            wait_for(lambda: all(_http_up(n.http_addr) for n in cluster.nodes), timeout_s=30,
+                     what="every node's HTTP port")
         yield cluster
     finally:
         cluster.stop()
         if request is not None and request.session.testsfailed > failed_before:
             print(cluster.logs())
+
+
+def _http_up(addr: str) -> bool:
+    import socket
+
+    host, port = addr.rsplit(":", 1)
+    try:
+        socket.create_connection((host, int(port)), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 class RawWorker:

@@ -73,6 +73,9 @@ async function api(method, path, body, write = method !== "GET") {
     }
     const data = await r.json().catch(() => ({}));
     if (r.ok) return data;
+    if (r.status === 401) {
+      data.detail = `${data.detail || "unauthenticated"} (enter an API token at the top)`;
+    }
     if (r.status === 503 && attempt < 4) {
       await delay(1000 * Number(r.headers.get("Retry-After") || 1));
       continue;
@@ -588,5 +591,14 @@ async function route() {
   }
 }
 window.addEventListener("hashchange", route);
+// The token field: kept for this tab (sessionStorage), like a #token= in the URL.
+const tokenInput = document.getElementById("token");
+tokenInput.value = TOKEN;
+document.getElementById("token-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  const value = tokenInput.value.trim();
+  if (value) sessionStorage.setItem("gnomon-token", value); else sessionStorage.removeItem("gnomon-token");
+  location.reload();
+});
 connect();
 route();
