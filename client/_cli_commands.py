@@ -17,6 +17,7 @@ from ._cli_dev import DEFAULT_SERVERS
 from ._cli_errors import EXIT_OK, EXIT_RUN_NOT_SUCCEEDED, EXIT_UNAVAILABLE
 from ._cli_ops import (
     OPS_COMMANDS,
+    DeadlineClient,
     check_servers,
     job_document_spec,
     queues_without_workers,
@@ -84,7 +85,8 @@ class CommandContext:
     @property
     def client(self) -> Any:
         if self._client is None:
-            self._client = self._factory(check_servers(self.servers), self.timeout_s)
+            self._client = DeadlineClient(
+                self._factory(check_servers(self.servers), self.timeout_s), self.timeout_s)
         return self._client
 
     def close(self) -> None:

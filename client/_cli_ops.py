@@ -18,7 +18,7 @@ from ._cli_spec import spec_from_data, spec_to_data
 from ._cli_values import UsageError
 from ._errors import NotFound
 
-__all__ = ["OPS_COMMANDS", "QueueInfoLike", "add_job_ops", "add_ops_groups", "add_run_active", "add_transfer_leader",
+__all__ = ["DeadlineClient", "OPS_COMMANDS", "QueueInfoLike", "add_job_ops", "add_ops_groups", "add_run_active", "add_transfer_leader",
            "add_worker_list", "check_servers", "idle_queue_warnings", "job_document_spec",
            "queues_without_workers",
            "read_spec_documents", "status_from_leader"]
@@ -284,3 +284,50 @@ def job_document_spec(path: str, text: str | None) -> Any:
         return spec_from_data(docs[0]["spec"], path="spec")
     except UsageError as e:
         raise UsageError(f"{label}: {e}") from None
+
+
+class DeadlineClient:
+    """The client of one command, bounded as a whole by --timeout: each call is given the
+    time that is left of it (a command of several calls, e.g. a read then a write, or status
+    from one node then from the leader, ends within --timeout too). Waits for a run
+    (``wait_*``, bounded by --wait-timeout) and calls without a ``timeout_s`` are passed as
+    they are."""
+
+    def __init__(self, client: Any, timeout_s: float) -> None:
+        import time
+
+        self._client = client
+        self._timeout_s = timeout_s
+        self._deadline = time.monotonic() + timeout_s
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._client, name)
+        if name.startswith("wait_") or not callable(attr) or not _takes_timeout(attr):
+            return attr
+
+        def bounded(*args: Any, **kwargs: Any) -> Any:
+            import time
+
+            if "timeout_s" not in kwargs:
+                remaining = self._deadline - time.monotonic()
+                if remaining <= 0:
+                    import grpc
+
+                    from ._errors import DeadlineExceeded
+
+                    raise DeadlineExceeded(
+                        f"--timeout {self._timeout_s:g}s passed before the command's next call",
+                        code=grpc.StatusCode.DEADLINE_EXCEEDED)
+                kwargs["timeout_s"] = remaining
+            return attr(*args, **kwargs)
+
+        return bounded
+
+
+def _takes_timeout(fn: Any) -> bool:
+    import inspect
+
+    try:
+        return "timeout_s" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False

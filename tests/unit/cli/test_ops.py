@@ -59,3 +59,34 @@ def test_spec_documents_take_a_job_get_json_document_by_its_spec(tmp_path):
 def test_operator_commands_parse(argv):
     args = build_parser().parse_args(argv)
     assert args.group == argv[0]
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.seen: list[float | None] = []
+
+    def list_jobs(self, *, timeout_s: float | None = None) -> str:
+        self.seen.append(timeout_s)
+        return "jobs"
+
+    def wait_run(self, run_id: str, *, timeout_s: float = 300.0) -> float:
+        return timeout_s
+
+    def close(self) -> None:
+        self.seen.append(-1)
+
+
+def test_the_whole_command_is_bounded_by_timeout():
+    from gnomon.client import DeadlineExceeded
+    from gnomon.client._cli_ops import DeadlineClient
+
+    rec = _Recorder()
+    client = DeadlineClient(rec, 30.0)
+    assert client.list_jobs() == "jobs" and 0 < rec.seen[0] <= 30.0
+    assert client.list_jobs(timeout_s=1.0) == "jobs" and rec.seen[1] == 1.0
+    assert client.wait_run("r") == 300.0  # --wait-timeout bounds waits, not --timeout
+    client.close()
+    assert rec.seen[-1] == -1
+    spent = DeadlineClient(_Recorder(), 0.0)
+    with pytest.raises(DeadlineExceeded, match="--timeout"):
+        spent.list_jobs()
