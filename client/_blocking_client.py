@@ -389,6 +389,41 @@ class Client(BlockingAccessCalls):
             self._async.wait_run(run_id, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
         )
 
+    def rerun_run(
+        self, run_id: str, *, request_id: str | None = None, timeout_s: float | None = None
+    ) -> RunHandle:
+        """Run a failed or cancelled run again (its dead, cancelled and upstream-failed tasks;
+        succeeded ones kept); a handle to wait on."""
+        run = self._run(self._async.rerun_run(run_id, request_id=request_id,
+                                              timeout_s=timeout_s))
+        return RunHandle(**run_fields(run), _client=self)
+
+    def cancel_task(
+        self,
+        run_id: str,
+        task_name: str,
+        *,
+        reason: str = "",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Run:
+        """Cancel one task of a run (its worker is told); tasks waiting for it cannot run."""
+        return self._run(self._async.cancel_task(run_id, task_name, reason=reason,
+                                                 request_id=request_id, timeout_s=timeout_s))
+
+    def retry_task(
+        self,
+        run_id: str,
+        task_name: str,
+        *,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> RunHandle:
+        """Retry one dead, cancelled or upstream-failed task (and those it blocks)."""
+        run = self._run(self._async.retry_task(run_id, task_name, request_id=request_id,
+                                               timeout_s=timeout_s))
+        return RunHandle(**run_fields(run), _client=self)
+
     def cancel_run(
         self,
         run_id: str,

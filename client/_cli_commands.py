@@ -369,6 +369,25 @@ def _cmd_run_cancel(ctx: CommandContext) -> int:
     return EXIT_OK
 
 
+def _cmd_run_rerun(ctx: CommandContext) -> int:
+    run = ctx.client.rerun_run(ctx.args.run_id, request_id=ctx.args.request_id)
+    return _finish_run(ctx, run, f"re-running run {run.run_id}")
+
+
+def _cmd_run_cancel_task(ctx: CommandContext) -> int:
+    run = ctx.client.cancel_task(ctx.args.run_id, ctx.args.task_name, reason=ctx.args.reason,
+                                 request_id=ctx.args.request_id)
+    ctx.emit(f"task {ctx.args.task_name} of run {run.run_id} cancelled; the run is "
+             f"{run.state.value}", run_json(run))
+    return EXIT_OK
+
+
+def _cmd_run_retry_task(ctx: CommandContext) -> int:
+    run = ctx.client.retry_task(ctx.args.run_id, ctx.args.task_name,
+                                request_id=ctx.args.request_id)
+    return _finish_run(ctx, run, f"retrying task {ctx.args.task_name} of run {run.run_id}")
+
+
 def _cmd_dlq_list(ctx: CommandContext) -> int:
     items = ctx.client.list_dead_letters(ctx.args.tenant, limit=ctx.args.limit)
     ctx.emit(render_dead_letters(items), [dead_letter_json(d) for d in items])
@@ -516,6 +535,9 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("job", "resume"): _cmd_job_resume,
     ("job", "trigger"): _cmd_job_trigger,
     ("job", "preview"): _cmd_job_preview,
+    ("run", "rerun"): _cmd_run_rerun,
+    ("run", "cancel-task"): _cmd_run_cancel_task,
+    ("run", "retry-task"): _cmd_run_retry_task,
     ("run", "list"): _cmd_run_list,
     ("run", "get"): _cmd_run_get,
     ("run", "cancel"): _cmd_run_cancel,

@@ -32,7 +32,7 @@ _COMMANDS = """\
 commands:
   job create|get|list|update|delete|pause|resume|trigger|preview   manage jobs
   job export|import                                        job specs as YAML (GitOps)
-  run list|get|cancel|active                               inspect and cancel runs
+  run list|get|cancel|active|rerun|cancel-task|retry-task   inspect, cancel and re-run runs
   dlq list|replay                                          the dead-letter queue
   cluster status|limits|transfer-leader                    nodes, leader, replicated limits
   backup create                                            online backup of the state
@@ -368,6 +368,20 @@ def _add_run_commands(groups: Any, leaf: Leaf) -> None:
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--reason", default="cancelled from the gnomon CLI")
     _add_request_id(p)
+    p = leaf(run, "rerun", "run a failed or cancelled run again (succeeded tasks are kept)")
+    p.add_argument("run_id", metavar="RUN")
+    _add_request_id(p)
+    _add_wait(p)
+    p = leaf(run, "cancel-task", "cancel one task of a run (its worker is told)")
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("task_name", metavar="TASK")
+    p.add_argument("--reason", default="cancelled from the gnomon CLI")
+    _add_request_id(p)
+    p = leaf(run, "retry-task", "retry one dead, cancelled or upstream-failed task")
+    p.add_argument("run_id", metavar="RUN")
+    p.add_argument("task_name", metavar="TASK")
+    _add_request_id(p)
+    _add_wait(p)
     add_run_active(run, leaf)
 
 

@@ -442,6 +442,45 @@ class AsyncClient(AccessCalls):
         resp = await self._call(_JOBS, "CancelRun", req, timeout_s=timeout_s)
         return cv.run_from_proto(resp.run)
 
+    async def rerun_run(
+        self, run_id: str, *, request_id: str | None = None, timeout_s: float | None = None
+    ) -> AsyncRunHandle:
+        """Run a failed or cancelled run again: a fresh attempt series for its dead,
+        cancelled and upstream-failed tasks, succeeded ones kept. Returns a handle to wait on."""
+        req = api_pb2.RerunRunRequest(request_id=request_id or _new_request_id(), run_id=run_id)
+        resp = await self._call(_JOBS, "RerunRun", req, timeout_s=timeout_s)
+        return AsyncRunHandle(**run_fields(cv.run_from_proto(resp.run)), _client=self)
+
+    async def cancel_task(
+        self,
+        run_id: str,
+        task_name: str,
+        *,
+        reason: str = "",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Run:
+        """Cancel one task of a run (its worker is told); tasks waiting for it cannot run."""
+        req = api_pb2.CancelTaskRequest(request_id=request_id or _new_request_id(),
+                                        run_id=run_id, task_name=task_name, reason=reason)
+        resp = await self._call(_JOBS, "CancelTask", req, timeout_s=timeout_s)
+        return cv.run_from_proto(resp.run)
+
+    async def retry_task(
+        self,
+        run_id: str,
+        task_name: str,
+        *,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> AsyncRunHandle:
+        """Retry one dead, cancelled or upstream-failed task (and those it blocks) with a
+        fresh attempt series. Returns a handle to the run."""
+        req = api_pb2.RetryTaskRequest(request_id=request_id or _new_request_id(),
+                                       run_id=run_id, task_name=task_name)
+        resp = await self._call(_JOBS, "RetryTask", req, timeout_s=timeout_s)
+        return AsyncRunHandle(**run_fields(cv.run_from_proto(resp.run)), _client=self)
+
     # --- dead letters ------------------------------------------------------------------------
 
     async def list_dead_letters(

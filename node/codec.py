@@ -53,10 +53,12 @@ COMMAND_FIELDS: dict[type, str] = {
     access.RevokeToken: "revoke_token",
     access.SetTenant: "set_tenant",
     access.RecordAudit: "record_audit",
+    c.RerunRun: "rerun_run",
+    c.CancelTask: "cancel_task",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Repeated scalar fields of commands (tuples in the dataclasses).
-_REPEATED_SCALARS = frozenset({"tenants"})
+_REPEATED_SCALARS = frozenset({"tenants", "task_names"})
 # Nested repeated dataclasses inside commands, by field name.
 _NESTED: dict[str, type] = {
     "grants": c.LeaseGrant,

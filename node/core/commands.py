@@ -175,6 +175,28 @@ class Barrier:
     pass
 
 
+@dataclass(frozen=True, slots=True)
+class RerunRun:
+    """A fresh attempt series for the run's failed, cancelled and upstream-failed tasks
+    (`task_names` empty), or for the named ones and the tasks they block; succeeded tasks
+    are kept. The run (failed, cancelled, or still running) runs again."""
+
+    request_id: str
+    run_id: str
+    task_names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTask:
+    """Cancel one live task of a run (a leased one's worker is told); the tasks waiting for
+    it can no longer run (upstream_failed)."""
+
+    request_id: str
+    run_id: str
+    task_name: str
+    reason: str = ""
+
+
 Command = (
     CreateJob
     | UpdateJob
@@ -195,6 +217,8 @@ Command = (
     | RevokeToken
     | SetTenant
     | RecordAudit
+    | RerunRun
+    | CancelTask
 )
 
 

@@ -31,6 +31,7 @@ class TaskEvent:
     CANCEL = "cancel"  # its run was cancelled, or its job deleted
     REPLAY = "replay"  # its dead letter was replayed: a fresh attempt series
     REVIVE = "revive"  # a replay revived the dead task that blocked it
+    RERUN = "rerun"  # its run (or it) was re-run: a fresh attempt series
 
 
 class RunEvent:
@@ -55,6 +56,8 @@ TASK_TRANSITIONS: dict[tuple[str, str], str] = {
     **{(state, TaskEvent.CANCEL): TaskState.CANCELLED for state in _LIVE},
     (TaskState.DEAD, TaskEvent.REPLAY): TaskState.READY,
     (TaskState.UPSTREAM_FAILED, TaskEvent.REVIVE): TaskState.PENDING,
+    **{(state, TaskEvent.RERUN): TaskState.PENDING
+       for state in (TaskState.DEAD, TaskState.CANCELLED, TaskState.UPSTREAM_FAILED)},
 }
 
 RUN_TRANSITIONS: dict[tuple[str, str], str] = {

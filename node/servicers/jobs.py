@@ -62,6 +62,7 @@ def _check_overlap_number(field: str, number: int) -> None:
 
 _REPLIES = {c.CreateJob: JobReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
             c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply,
+            c.RerunRun: RunReply, c.CancelTask: RunReply,
             c.ReplayDeadLetters: Replayed}
 
 
@@ -370,6 +371,32 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         reply = await self._propose(c.CancelRun(request.request_id, request.run_id,
                                                 request.reason or "cancelled by request"))
         return api_pb2.CancelRunResponse(run=await self._run_proto(reply.run_id))
+
+    @translated
+    async def RerunRun(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        validate_id("run_id", request.run_id)
+        reply = await self._propose(c.RerunRun(request.request_id, request.run_id))
+        return api_pb2.RerunRunResponse(run=await self._run_proto(reply.run_id))
+
+    @translated
+    async def RetryTask(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        validate_id("run_id", request.run_id)
+        validate_id("task_name", request.task_name)
+        reply = await self._propose(c.RerunRun(request.request_id, request.run_id,
+                                               (request.task_name,)))
+        return api_pb2.RetryTaskResponse(run=await self._run_proto(reply.run_id))
+
+    @translated
+    async def CancelTask(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        validate_id("run_id", request.run_id)
+        validate_id("task_name", request.task_name)
+        reply = await self._propose(c.CancelTask(request.request_id, request.run_id,
+                                                 request.task_name,
+                                                 request.reason or "cancelled by request"))
+        return api_pb2.CancelTaskResponse(run=await self._run_proto(reply.run_id))
 
     # -- dead letters --------------------------------------------------------------------------
 

@@ -24,11 +24,14 @@ from gnomon.client import (
     IntervalSchedule,
     InvalidArgument,
     JobSpec,
+    NonRetryableError,
     NotFound,
     OnceSchedule,
     OverlapPolicy,
     RunState,
     TaskContext,
+    TaskSpec,
+    TaskState,
     Worker,
     task,
 )
@@ -300,3 +303,61 @@ async def test_trigger_with_parameters_reaches_the_task(servers):
             "params-raw", OnceSchedule(FAR_FUTURE_MS), queue=name, payload=b"echo hi"))).job_id
         with pytest.raises(InvalidArgument, match="params_json: task 'main'"):
             await client.trigger_job(raw, params={"day": "mon"})
+
+
+async def test_rerun_a_failed_run_and_cancel_or_retry_one_task(servers):
+    name = "rerun"
+    calls: list[str] = []
+    gate = asyncio.Event()
+
+    @task(name="flaky", queue=name)
+    async def flaky(ctx: TaskContext) -> str:
+        calls.append(ctx.run_id)
+        if len(calls) == 1:
+            raise NonRetryableError("first time fails for good")
+        return "ok"
+
+    @task(name="slow", queue=name)
+    async def slow(ctx: TaskContext) -> str:
+        await gate.wait()
+        return "ok"
+
+    @task(name="after", queue=name)
+    async def after(ctx: TaskContext) -> str:
+        return "ok"
+
+    async with AsyncClient(servers, timeout_s=30) as client:
+        job_id = (await client.create_job(JobSpec(
+            name=name, schedule=OnceSchedule(FAR_FUTURE_MS),
+            tasks=[TaskSpec("flaky", queue=name), TaskSpec("slow", queue=name),
+                   TaskSpec("after", queue=name, depends_on=["slow"])]))).job_id
+        async with Worker(client, tasks=[flaky, slow, after], max_concurrency=4):
+            run_id = (await client.trigger_job(job_id)).run_id
+
+            async def state_of(task_name: str) -> TaskState:
+                return (await client.get_run(run_id)).task(task_name).state
+
+            deadline = asyncio.get_running_loop().time() + WAIT_S
+            while await state_of("slow") is not TaskState.LEASED:
+                assert asyncio.get_running_loop().time() < deadline, "slow never leased"
+                await asyncio.sleep(0.1)  # polling interval, not a synchronisation
+            cancelled = await client.cancel_task(run_id, "slow", reason="not needed")
+            assert cancelled.task("slow").state is TaskState.CANCELLED
+            assert cancelled.task("after").state is TaskState.UPSTREAM_FAILED
+            ended = await client.wait_run(run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+            assert ended.state is RunState.CANCELLED
+            assert ended.task("flaky").state is TaskState.DEAD
+            # Retry the dead task alone: it succeeds, the cancelled one stays cancelled.
+            retried = await client.retry_task(run_id, "flaky")
+            assert retried.state is RunState.RUNNING
+            ended = await retried.wait(timeout_s=WAIT_S, poll_interval_s=0.1)
+            assert ended.task("flaky").state is TaskState.SUCCEEDED
+            assert ended.state is RunState.CANCELLED
+            # Re-run the run: the cancelled task and the one it blocked run, flaky is kept.
+            gate.set()
+            handle = await client.rerun_run(run_id)
+            assert handle.run_id == run_id
+            done = await handle.wait(timeout_s=WAIT_S, poll_interval_s=0.1)
+            assert done.state is RunState.SUCCEEDED
+            assert [t.state for t in done.tasks] == [TaskState.SUCCEEDED] * 3
+            assert len(done.task("flaky").attempts) == 2 and calls == [run_id, run_id]

@@ -608,3 +608,51 @@ class PreviewScheduleResponse(_message.Message):
     timezone: str
     reading: str
     def __init__(self, fires: _Optional[_Iterable[_Union[PreviewFire, _Mapping]]] = ..., timezone: _Optional[str] = ..., reading: _Optional[str] = ...) -> None: ...
+
+class RerunRunRequest(_message.Message):
+    __slots__ = ("request_id", "run_id")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    run_id: str
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+
+class RerunRunResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class CancelTaskRequest(_message.Message):
+    __slots__ = ("request_id", "run_id", "task_name", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    run_id: str
+    task_name: str
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelTaskResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class RetryTaskRequest(_message.Message):
+    __slots__ = ("request_id", "run_id", "task_name")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    run_id: str
+    task_name: str
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ...) -> None: ...
+
+class RetryTaskResponse(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...

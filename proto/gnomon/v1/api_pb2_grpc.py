@@ -104,6 +104,21 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleResponse.FromString,
                 _registered_method=True)
+        self.RerunRun = channel.unary_unary(
+                '/gnomon.v1.JobService/RerunRun',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.RerunRunRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.RerunRunResponse.FromString,
+                _registered_method=True)
+        self.CancelTask = channel.unary_unary(
+                '/gnomon.v1.JobService/CancelTask',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.CancelTaskRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.CancelTaskResponse.FromString,
+                _registered_method=True)
+        self.RetryTask = channel.unary_unary(
+                '/gnomon.v1.JobService/RetryTask',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.RetryTaskRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.RetryTaskResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -198,6 +213,30 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RerunRun(self, request, context):
+        """Re-runs a failed or cancelled run: a fresh attempt series for its dead, cancelled and
+        upstream-failed tasks, succeeded ones kept (the run id stays).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelTask(self, request, context):
+        """Cancels one task of a run (a leased one's worker gets Cancel); tasks waiting for it
+        become upstream_failed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RetryTask(self, request, context):
+        """Retries one dead, cancelled or upstream-failed task (and the tasks it blocks) with a
+        fresh attempt series, whether its run still runs or ended.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -270,6 +309,21 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.PreviewSchedule,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleResponse.SerializeToString,
+            ),
+            'RerunRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.RerunRun,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.RerunRunRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.RerunRunResponse.SerializeToString,
+            ),
+            'CancelTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelTask,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.CancelTaskRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.CancelTaskResponse.SerializeToString,
+            ),
+            'RetryTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.RetryTask,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.RetryTaskRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.RetryTaskResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -650,6 +704,87 @@ class JobService:
             '/gnomon.v1.JobService/PreviewSchedule',
             gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.PreviewScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RerunRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/RerunRun',
+            gnomon_dot_v1_dot_api__pb2.RerunRunRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.RerunRunResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/CancelTask',
+            gnomon_dot_v1_dot_api__pb2.CancelTaskRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.CancelTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RetryTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/RetryTask',
+            gnomon_dot_v1_dot_api__pb2.RetryTaskRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.RetryTaskResponse.FromString,
             options,
             channel_credentials,
             insecure,

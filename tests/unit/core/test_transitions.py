@@ -29,12 +29,15 @@ def test_design_doc_shows_the_tables_of_the_code():
     assert doc == render_tables()
 
 
-def test_terminal_task_states_have_no_way_out_but_replay_and_revive():
+def test_terminal_task_states_have_no_way_out_but_replay_revive_and_rerun():
     leaving = {old for old, _ in TASK_TRANSITIONS}
-    assert leaving & {TaskState.SUCCEEDED, TaskState.CANCELLED} == set()
-    assert {ev for (old, ev) in TASK_TRANSITIONS if old == TaskState.DEAD} == {TaskEvent.REPLAY}
+    assert leaving & {TaskState.SUCCEEDED} == set()
+    assert {ev for (old, ev) in TASK_TRANSITIONS if old == TaskState.CANCELLED} == {
+        TaskEvent.RERUN}
+    assert {ev for (old, ev) in TASK_TRANSITIONS if old == TaskState.DEAD} == {
+        TaskEvent.REPLAY, TaskEvent.RERUN}
     assert {ev for (old, ev) in TASK_TRANSITIONS
-            if old == TaskState.UPSTREAM_FAILED} == {TaskEvent.REVIVE}
+            if old == TaskState.UPSTREAM_FAILED} == {TaskEvent.REVIVE, TaskEvent.RERUN}
     assert {old for old, _ in RUN_TRANSITIONS} & {RunState.SUCCEEDED, RunState.SKIPPED} == set()
 
 
