@@ -80,7 +80,7 @@ def test_alert_rules_and_prometheus_config_pass_promtool():
     rules = subprocess.run([tool, "check", "rules", str(DEPLOY / "prometheus/alerts.yml")],
                            capture_output=True, text=True, timeout=60)
     assert rules.returncode == 0, rules.stdout + rules.stderr
-    assert "SUCCESS: 8 rules found" in rules.stdout
+    assert "SUCCESS: 9 rules found" in rules.stdout
     config = subprocess.run([tool, "check", "config", str(DEPLOY / "prometheus/prometheus.yml")],
                             capture_output=True, text=True, timeout=60)
     assert config.returncode == 0, config.stdout + config.stderr
