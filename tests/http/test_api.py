@@ -46,7 +46,7 @@ def test_create_answers_the_create_response_json_and_get_matches_grpc(cluster):
     got = call(leader.url, "GET", f"/v1/jobs/{job['jobId']}")
     assert got.status == 200
     over_grpc = leader.jobs().GetJob(api_pb2.GetJobRequest(
-        job=api_pb2.JobRef(job_id=job["jobId"])), timeout=5)
+        job=api_pb2.JobRef(job_id=job["jobId"])), timeout=10, wait_for_ready=True)
     assert got.json == json_format.MessageToDict(over_grpc,
                                                  always_print_fields_with_no_presence=True)
     by_name = call(leader.url, "GET", "/v1/tenants/default/jobs/shape")
@@ -76,7 +76,7 @@ def test_bad_input_is_a_problem_with_the_grpc_code_and_message(cluster, spec, fi
     p = r.json
     with pytest.raises(grpc.RpcError) as err:
         leader.jobs().CreateJob(api_pb2.CreateJobRequest(
-            spec=json_format.ParseDict(spec, types_pb2.JobSpec())), timeout=5)
+            spec=json_format.ParseDict(spec, types_pb2.JobSpec())), timeout=10, wait_for_ready=True)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert p["code"] == "INVALID_ARGUMENT" and p["status"] == 400
     assert p["detail"] == err.value.details()
@@ -201,7 +201,7 @@ def test_schedule_preview_routes(cluster):
     assert p.status == 400 and p.json["field"] == "schedule.cron.timezone", p.text
     with pytest.raises(grpc.RpcError) as err:
         follower.jobs().PreviewSchedule(json_format.ParseDict(
-            bad, api_pb2.PreviewScheduleRequest()), timeout=5)
+            bad, api_pb2.PreviewScheduleRequest()), timeout=10, wait_for_ready=True)
     assert p.json["detail"] == err.value.details()
 
 

@@ -23,9 +23,10 @@ def module_cluster(root, overrides: dict[str, str] | None = None, *, request=Non
     failed_before = request.session.testsfailed if request is not None else 0
     try:
         cluster.leader()
-        if http:
-            wait_for(lambda: all(_http_up(n.http_addr) for n in cluster.nodes), timeout_s=30,
-                     what="every node's HTTP port")
+        if http:  # tests use followers' HTTP and gRPC ports at once
+            wait_for(lambda: all(_port_up(a) for n in cluster.nodes
+                                 for a in (n.http_addr, n.grpc_addr)), timeout_s=30,
+                     what="every node's HTTP and gRPC ports")
         yield cluster
     finally:
         cluster.stop()
@@ -33,7 +34,7 @@ def module_cluster(root, overrides: dict[str, str] | None = None, *, request=Non
             print(cluster.logs())
 
 
-def _http_up(addr: str) -> bool:
+def _port_up(addr: str) -> bool:
     import socket
 
     host, port = addr.rsplit(":", 1)
