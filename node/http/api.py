@@ -28,7 +28,8 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 
 @dataclass(frozen=True)
 class Route:
-    """One HTTP route. `rpc` is "Service.Method" of api.proto, or "" for an HTTP-only view."""
+    """One HTTP route. `rpc` is "Service.Method" of api.proto, or "" for a route of the HTTP
+    layer itself (events, the OpenAPI document, the 501 of a per-task cancel)."""
 
     method: str
     path: str
