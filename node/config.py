@@ -125,6 +125,9 @@ class Config:
     min_interval_ms: int = 100
     max_jobs_per_tenant: int = 100_000
     max_worker_credits: int = 1_000
+    # Most tasks of a queue leased at once, as "queue=N,queue2=M" (others: no cap). Work
+    # over it waits (gnomon_tasks_over_cap_total), never fails. Leader-local.
+    queue_max_concurrency: str = ""
     max_output_tail_bytes: int = 4 << 10
     # Bounds of a job's overlap fields (spec.max_active_runs, spec.max_buffered_runs).
     max_active_runs: int = 100
@@ -185,6 +188,7 @@ class Config:
             raise ConfigError("members: at least one --member id=raft_addr,grpc_addr is required")
         self.self_member  # noqa: B018 - raises when node_id is not a member
         self._validate_raft_port()
+        self.queue_caps  # noqa: B018 - raises for a malformed queue_max_concurrency
         if bool(self.tls_cert) != bool(self.tls_key):
             raise ConfigError("tls_cert: tls_cert and tls_key are set together (or neither)")
         if self.tls_client_ca and not self.tls_cert:
@@ -200,6 +204,17 @@ class Config:
         if rejected:
             raise ConfigError(rejected.detail.removeprefix("limits."))
         return self
+
+    @property
+    def queue_caps(self) -> dict[str, int]:
+        """queue_max_concurrency as {queue: cap} (validate() checked the form)."""
+        caps: dict[str, int] = {}
+        for item in filter(None, (p.strip() for p in self.queue_max_concurrency.split(","))):
+            queue, sep, value = item.partition("=")
+            if not sep or not queue.strip() or not value.strip().isdigit() or int(value) < 1:
+                raise ConfigError(f"queue_max_concurrency: {item!r} is not queue=N with N >= 1")
+            caps[queue.strip()] = int(value)
+        return caps
 
     @property
     def max_entry_bytes(self) -> int:

@@ -15,7 +15,8 @@ import asyncio
 import heapq
 import itertools
 import logging
-from collections import deque
+from collections import Counter, deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from gnomon.node import logs, metrics
@@ -72,8 +73,11 @@ class FairShare:
 
 class Dispatcher:
     def __init__(self, replica: Replica, proposer: Proposer, leases: LeaseTable, *,
-                 lease_ttl_ms: int, max_credits: int, supervisor: Supervisor):
+                 lease_ttl_ms: int, max_credits: int, supervisor: Supervisor,
+                 queue_caps: Mapping[str, int] | None = None):
         self._supervisor = supervisor
+        # queue -> most tasks leased at once (config queue_max_concurrency).
+        self._queue_caps = dict(queue_caps or {})
         self._replica = replica
         self._proposer = proposer
         self._leases = leases
@@ -84,9 +88,10 @@ class Dispatcher:
         self._ready: dict[tuple[str, str], list[tuple[int, int, int, str, str]]] = {}
         self._queue_tenants: dict[str, dict[str, None]] = {}  # queue -> tenants with a heap
         self._waiting: list[tuple[int, str, str]] = []
-        # Grants proposed, not yet answered: (run_id, task_name) -> tenant.
-        self._granting: dict[tuple[str, str], str] = {}
-        self._granting_by_tenant: dict[str, int] = {}
+        # Grants proposed, not yet answered: (run_id, task_name) -> (tenant, queue), and
+        # their count per ("tenant", name) and ("queue", name).
+        self._granting: dict[tuple[str, str], tuple[str, str]] = {}
+        self._inflight: Counter[tuple[str, str]] = Counter()
         self._fair = FairShare()
         self._seq = itertools.count()
         self._wake = asyncio.Event()
@@ -127,7 +132,7 @@ class Dispatcher:
         self._queue_tenants.clear()
         self._waiting.clear()
         self._granting.clear()
-        self._granting_by_tenant.clear()
+        self._inflight.clear()
         self._fair = FairShare()
         with self._replica.lock:
             for run in self._replica.state.runs.values():
@@ -242,44 +247,53 @@ class Dispatcher:
                     picked = self._pick(session, runs, tenants)
                     if picked is None:
                         continue
-                    key, tenant = picked
+                    key, (queue, tenant) = picked
                     session.credits -= 1
-                    self._granting[key] = tenant
-                    self._granting_by_tenant[tenant] = self._granting_by_tenant.get(tenant, 0) + 1
+                    self._granting[key] = (tenant, queue)
+                    self._inflight[("tenant", tenant)] += 1
+                    self._inflight[("queue", queue)] += 1
                     grants.append((session, LeaseGrant(key[0], key[1], worker_id, self._ttl_ms)))
                     progress = True
         return grants
 
-    def _pick(self, session: WorkerSession, runs, tenants) -> tuple[tuple[str, str], str] | None:
-        """The next task for `session`: the tenant furthest behind its weighted share (and
-        under its concurrency cap) among those with ready work in the session's queues, then
-        that tenant's best task by priority and age."""
+    def _pick(self, session: WorkerSession, runs, tenants):
+        """The next task for `session` and its heap (queue, tenant): the tenant furthest
+        behind its weighted share (and under its concurrency cap) among those with ready
+        work in the session's queues that are under their caps, then that tenant's best task
+        by priority and age. Work over a cap waits, counted; it is neither lost nor failed."""
         by_tenant: dict[str, list[tuple[str, str]]] = {}
         for key in self._keys(session):
-            if self._ready.get(key):
-                by_tenant.setdefault(key[1], []).append(key)
+            if not self._ready.get(key):
+                continue
+            cap = self._queue_caps.get(key[0], 0)
+            if cap and self._held("queue", key[0]) >= cap:
+                metrics.TASKS_OVER_CAP.inc()
+                continue
+            by_tenant.setdefault(key[1], []).append(key)
         while by_tenant:
             tenant = self._fair.next(by_tenant)
             record = tenants.get(tenant)
             cap = record.max_concurrency if record is not None else 0
-            if cap and self._held(tenant) >= cap:
-                del by_tenant[tenant]  # waits, counted: it is not lost, nor failed
+            if cap and self._held("tenant", tenant) >= cap:
+                del by_tenant[tenant]
                 metrics.TASKS_OVER_CAP.inc()
                 continue
-            key = self._pop_best(by_tenant[tenant], runs)
-            if key is None:
+            found = self._pop_best(by_tenant[tenant], runs)
+            if found is None:
                 del by_tenant[tenant]
                 continue
             self._fair.charge(tenant, record.weight if record is not None else 1)
-            return key, tenant
+            return found
         return None
 
-    def _held(self, tenant: str) -> int:
-        """Leases a tenant holds, counting grants not answered yet (an answered grant is in
-        the lease table before `_grant` resumes: effects reach the loop first)."""
-        return self._leases.by_tenant.get(tenant, 0) + self._granting_by_tenant.get(tenant, 0)
+    def _held(self, kind: str, name: str) -> int:
+        """Leases a tenant or queue holds, counting grants not answered yet (an answered
+        grant is in the lease table before `_grant` resumes: effects reach the loop first)."""
+        table = self._leases.by_tenant if kind == "tenant" else self._leases.by_queue
+        return table.get(name, 0) + self._inflight[(kind, name)]
 
-    def _pop_best(self, keys: list[tuple[str, str]], runs) -> tuple[str, str] | None:
+    def _pop_best(self, keys: list[tuple[str, str]], runs):
+        """The best live task among the heads of the `keys` heaps, and its heap key."""
         while True:
             best = None
             for q in keys:
@@ -293,7 +307,7 @@ class Dispatcher:
             inst = run.tasks.get(task_name) if run else None
             if (inst is not None and inst.state in (TaskState.READY, TaskState.RETRY_WAIT)
                     and (run_id, task_name) not in self._granting):
-                return run_id, task_name
+                return (run_id, task_name), best
 
     async def _grant(self, grants: list[tuple[WorkerSession, LeaseGrant]]) -> None:
         try:
@@ -304,9 +318,10 @@ class Dispatcher:
             tokens = [Rejected("UNAVAILABLE", str(exc))] * len(grants)
         for (session, grant), token in zip(grants, tokens, strict=True):
             key = (grant.run_id, grant.task_name)
-            tenant = self._granting.pop(key, None)
-            if tenant is not None:
-                self._granting_by_tenant[tenant] -= 1
+            held = self._granting.pop(key, None)
+            if held is not None:
+                self._inflight[("tenant", held[0])] -= 1
+                self._inflight[("queue", held[1])] -= 1
             if isinstance(token, Rejected):
                 session.credits += 1
                 self.dispatchable([key])  # re-index if it is still ready

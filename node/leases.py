@@ -64,6 +64,7 @@ class LeaseDeadline:
     # The deadline (wall ms) the log holds for this lease as a checkpoint; 0 if none.
     checkpoint_wall_ms: int = 0
     tenant: str = ""
+    queue: str = ""
 
 
 class LeaseTable:
@@ -76,8 +77,9 @@ class LeaseTable:
         self._supervisor = supervisor
         self.deadlines: dict[int, LeaseDeadline] = {}
         self._by_worker: dict[str, dict[int, None]] = {}
-        # Leases held per tenant (the dispatcher's concurrency caps).
+        # Leases held per tenant and per queue (the dispatcher's concurrency caps).
         self.by_tenant: dict[str, int] = {}
+        self.by_queue: dict[str, int] = {}
         # One entry per lease: (deadline at push time, token). A renewed lease is re-pushed
         # when its old entry comes up, so renewals cost nothing here.
         self._ttl_heap: list[tuple[int, int]] = []
@@ -116,6 +118,7 @@ class LeaseTable:
         self.deadlines.clear()
         self._by_worker.clear()
         self.by_tenant.clear()
+        self.by_queue.clear()
         self._ttl_heap.clear()
         self._timeout_heap.clear()
         self._expiring.clear()
@@ -126,9 +129,11 @@ class LeaseTable:
         token = inst.fencing_token
         d = LeaseDeadline(run.run_id, inst.task_name, inst.worker_id, inst.lease_ttl_ms,
                           expires_mono, inst.started_ms + timeout_ms if timeout_ms else 0,
-                          renewed_mono=now_mono, tenant=run.spec.tenant)
+                          renewed_mono=now_mono, tenant=run.spec.tenant,
+                          queue=run.spec.task(inst.task_name).queue or "default")
         if token not in self.deadlines:
             self.by_tenant[d.tenant] = self.by_tenant.get(d.tenant, 0) + 1
+            self.by_queue[d.queue] = self.by_queue.get(d.queue, 0) + 1
         self.deadlines[token] = d
         self._by_worker.setdefault(d.worker_id, {})[token] = None
         heapq.heappush(self._ttl_heap, (expires_mono, token))
@@ -140,11 +145,8 @@ class LeaseTable:
         d = self.deadlines.pop(token, None)
         self._expiring.discard(token)
         if d is not None:
-            left = self.by_tenant.get(d.tenant, 0) - 1
-            if left > 0:
-                self.by_tenant[d.tenant] = left
-            else:
-                self.by_tenant.pop(d.tenant, None)
+            _decrement(self.by_tenant, d.tenant)
+            _decrement(self.by_queue, d.queue)
             held = self._by_worker.get(d.worker_id)
             if held is not None:
                 held.pop(token, None)
@@ -297,3 +299,11 @@ def _checkpointed_deadline(inst: TaskInstance) -> int:
     if not inst.lease_checkpoint_ms:
         return 0
     return inst.lease_checkpoint_ms + inst.lease_remaining_ms
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts.get(key, 0) - 1
+    if left > 0:
+        counts[key] = left
+    else:
+        counts.pop(key, None)

@@ -196,7 +196,8 @@ class Node:
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=cfg.lease_ttl_ms,
                                      max_credits=cfg.max_worker_credits,
-                                     supervisor=self.supervisor)
+                                     supervisor=self.supervisor,
+                                     queue_caps=cfg.queue_caps)
         self.proposer.start()
         self.leadership.start()
         # One authenticator and guard for both ports (the same tokens, rules and rate limits).

@@ -130,3 +130,34 @@ def test_api_rate_limit_per_tenant_with_retry_after(cluster):
     with Client(cluster.servers, timeout_s=20, retries=50) as client:
         for _ in range(6):
             assert client.get_job(job.job_id).spec.tenant == "chatty"
+
+
+def test_a_queue_cap_bounds_its_leases_whatever_the_tenants(tmp_path):
+    from gnomon.node.localcluster import LocalCluster
+
+    cluster = LocalCluster(tmp_path, overrides={"queue_max_concurrency": "narrow=3"}).start()
+    try:
+        cluster.leader()
+        _flood(cluster, "t1", "narrow", 4)
+        _flood(cluster, "t2", "narrow", 4)
+        worker = RawWorker(cluster.leader(), "narrow-1", ("narrow",))
+        worker.credits(20)
+        held = [worker.next("assign") for _ in range(3)]
+        with pytest.raises(AssertionError, match="no assign"):
+            worker.next("assign", timeout_s=1.5)  # 3 held: the queue's cap
+        for _ in range(5):
+            worker.complete(held.pop(0).lease)
+            held.append(worker.next("assign"))
+            assert len(held) == 3
+        worker.close()
+    finally:
+        cluster.stop()
+
+
+def test_a_malformed_queue_cap_is_refused_naming_it():
+    from gnomon.node.config import ConfigError, load
+
+    with pytest.raises(ConfigError, match="queue_max_concurrency"):
+        load(["--node-id", "n1", "--member", "n1=127.0.0.1:1,127.0.0.1:2",
+              "--raft-tls-cert", "c", "--raft-tls-key", "k", "--raft-tls-ca", "a",
+              "--queue-max-concurrency", "narrow=0"], {})
