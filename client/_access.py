@@ -72,6 +72,7 @@ class Tenant:
     """Tasks leased at once; more wait, never fail."""
     max_jobs: int = 0
     max_queued_tasks: int = 0
+    """Tasks waiting for a worker; at it, triggers are ResourceExhausted (retried later)."""
     api_rate_per_s: int = 0
     """API calls per second; beyond it ResourceExhausted (retried after ``retry-after-ms``)."""
     api_burst: int = 0

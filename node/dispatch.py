@@ -188,6 +188,12 @@ class Dispatcher:
             self._queue_tenants.setdefault(queue, {})[tenant] = None
         return heap
 
+    def ready_count(self, tenant: str) -> int:
+        """Tasks of `tenant` waiting for a worker (leader view; entries of tasks that left
+        READY since are counted until popped, so this may run a little high)."""
+        return sum(len(self._ready.get((queue, tenant), ())) for queue, tenants in
+                   self._queue_tenants.items() if tenant in tenants)
+
     def _keys(self, session: WorkerSession) -> list[tuple[str, str]]:
         """The heaps a session may take from."""
         keys = []

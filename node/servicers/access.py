@@ -174,6 +174,7 @@ RULES: dict[str, Rule] = {
     JOBS + "RerunRun": Rule(TENANT_WRITER, _run),
     JOBS + "CancelTask": Rule(TENANT_WRITER, _run),
     JOBS + "RetryTask": Rule(TENANT_WRITER, _run),
+    JOBS + "ResetCircuit": Rule(TENANT_WRITER, _job),
     CLUSTER + "GetStatus": Rule(TENANT_READER, _any),
     CLUSTER + "SetLimits": Rule(ADMIN),
     CLUSTER + "ExportHistory": Rule(ADMIN),
@@ -196,6 +197,9 @@ AUDITED = frozenset({
     JOBS + "DeleteJob",
 })
 MAX_AUDIT_DETAIL_CHARS = 2000
+# Calls that create runs: refused while the tenant's queued tasks are at max_queued_tasks.
+RUN_CREATING = frozenset({JOBS + "TriggerJob", JOBS + "ReplayDeadLetters"})
+QUEUED_RETRY_MS = 1000
 MAX_AUDIT_LIST = 1000
 # Any role may ask who it is and read cluster status; workers are no tenant-reader otherwise.
 _ANY_ROLE = {ACCESS + "WhoAmI", CLUSTER + "GetStatus"}
@@ -358,6 +362,16 @@ async def _admit(method, principal, request, guard: AccessGuard, context) -> Non
     with guard._node.replica.lock:
         records = guard._node.replica.state.access.tenants
         limits = [(t, records[t]) for t in tenants if t in records and records[t].api_rate_per_s]
+        queued = [(t, records[t].max_queued_tasks) for t in tenants
+                  if method in RUN_CREATING and t in records and records[t].max_queued_tasks]
+    for tenant, bound in queued:
+        waiting = guard._node.dispatcher.ready_count(tenant)
+        if waiting >= bound:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"tenant: {tenant!r} has {waiting} tasks waiting for a worker (max_queued_tasks "
+                f"{bound}); retry after {QUEUED_RETRY_MS} ms",
+                trailing_metadata=((RETRY_AFTER_KEY, str(QUEUED_RETRY_MS)),))
     for tenant, record in limits:
         wait_ms = guard._limiter.take(tenant, record.api_rate_per_s, record.api_burst)
         if wait_ms:

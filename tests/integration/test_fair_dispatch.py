@@ -161,3 +161,27 @@ def test_a_malformed_queue_cap_is_refused_naming_it():
         load(["--node-id", "n1", "--member", "n1=127.0.0.1:1,127.0.0.1:2",
               "--raft-tls-cert", "c", "--raft-tls-key", "k", "--raft-tls-ca", "a",
               "--queue-max-concurrency", "narrow=0"], {})
+
+
+def test_max_queued_tasks_bounds_run_creation_with_retry_after(cluster):
+    import grpc
+
+    with Client(cluster.servers) as client:
+        client.create_tenant("bounded", max_queued_tasks=3)
+    leader = cluster.leader()
+    spec = types_pb2.JobSpec(
+        name="bounded-job", tenant="bounded",
+        schedule=types_pb2.Schedule(interval=types_pb2.IntervalSchedule(interval_ms=86_400_000)),
+        tasks=[types_pb2.TaskSpec(name="main", queue="nobody-serves")])
+    job = leader.jobs().CreateJob(api_pb2.CreateJobRequest(request_id="c-bounded", spec=spec),
+                                  timeout=10).job
+    codes = []
+    for i in range(6):
+        try:
+            leader.jobs().TriggerJob(api_pb2.TriggerJobRequest(
+                request_id=f"t-bounded-{i}", job=api_pb2.JobRef(job_id=job.job_id)), timeout=10)
+            codes.append("OK")
+        except grpc.RpcError as exc:
+            codes.append(exc.code().name)
+            assert int(dict(exc.trailing_metadata())["retry-after-ms"]) > 0
+    assert codes[:3] == ["OK"] * 3 and set(codes[3:]) == {"RESOURCE_EXHAUSTED"}, codes
