@@ -110,7 +110,8 @@ def health_verdict(node: Any) -> tuple[bool, str]:
 
     The leader commits an entry at least every proof_interval (ARCHITECTURE section 4): the
     leader itself checks its own proof; a follower checks that it applied an entry within
-    3 proof intervals plus the Raft heartbeat period (commit indexes travel with heartbeats)."""
+    3 proof intervals plus the longest election timeout (commit indexes travel with
+    heartbeats; a loaded machine delays them)."""
     raft = getattr(node, "raft", None)
     if raft is None:
         return False, "starting"
@@ -124,7 +125,9 @@ def health_verdict(node: Any) -> tuple[bool, str]:
         if not node.leadership.fresh():
             return False, "leader, proof stale"
         return True, "leader"
-    window = 3 * cfg.proof_interval_ms + int(cfg.append_entries_period_s * 1000) + 200
+    # Slack for a loaded machine: a follower that misses this long also misses an election
+    # timeout, so it is no tighter than Raft's own view of a dead leader.
+    window = 3 * cfg.proof_interval_ms + int(cfg.raft_max_timeout_s * 1000) + 200
     age = mono_ms() - node.last_apply_mono
     if age > window:
         return False, f"follower, nothing applied for {age} ms (leader proof stale)"

@@ -165,9 +165,12 @@ def test_cluster_status_from_the_leader_and_no_leader(tmp_path):
     try:
         leader = c.leader()
         follower = next(n for n in c.nodes if n.node_id != leader.node_id)
-        code, out, err = cli("-s", follower.grpc_addr, "--json", "cluster", "status")
-        assert code == 0, err
-        status = json.loads(out)
+
+        def answered():  # a follower that just started may not have heard from the leader yet
+            code, out, _err = cli("-s", follower.grpc_addr, "--json", "cluster", "status")
+            return json.loads(out) if code == 0 else None
+
+        status = wait_for(answered, timeout_s=20, what="status with a leader")
         assert status["node_id"] == leader.node_id  # the leader answered: its match indexes
         others = [n for n in status["nodes"] if n["node_id"] != leader.node_id]
         wait_for(lambda: all(n["match_index"] > 0 for n in json.loads(
