@@ -78,6 +78,8 @@ class Tenant:
     api_burst: int = 0
     created_ms: int = 0
     updated_ms: int = 0
+    max_active_runs: int = 0
+    """Runs running at once; at it, triggers are ResourceExhausted (retried later)."""
 
 
 TENANT_SETTINGS = tuple(f.name for f in fields(Tenant) if f.name not in

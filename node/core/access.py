@@ -57,6 +57,7 @@ class Tenant:
     api_burst: int = 0  # calls allowed at once above the rate (0: one second's worth)
     created_ms: int = 0
     updated_ms: int = 0
+    max_active_runs: int = 0  # runs running at once (TriggerJob beyond: RESOURCE_EXHAUSTED)
 
 
 @dataclass
@@ -187,7 +188,7 @@ def check_tenant(t: Tenant) -> Rejected | None:
     if not 1 <= t.weight <= MAX_TENANT_WEIGHT:
         return _invalid(f"weight: must be 1 to {MAX_TENANT_WEIGHT}")
     for name in ("max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s",
-                 "api_burst"):
+                 "api_burst", "max_active_runs"):
         if getattr(t, name) < 0:
             return _invalid(f"{name}: must be >= 0 (0: no bound of its own)")
     return None

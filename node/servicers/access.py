@@ -212,6 +212,12 @@ def _check(method: str, principal: Principal, request, lookup: Lookup) -> None:
     RULES.get(method, _ADMIN_ONLY).check(principal, request, lookup)
 
 
+def _active_runs(state, tenant: str) -> int:
+    """Runs of `tenant` running now (over the jobs that have any: bounded by active runs)."""
+    return sum(len(runs) for job_id, runs in state.running_by_job.items()
+               if (job := state.jobs.get(job_id)) is not None and job.spec.tenant == tenant)
+
+
 def _request_tenants(method: str, principal: Principal, request, lookup: Lookup) -> list[str]:
     """The tenants a call acts for (for admission control; admins' calls count too)."""
     rule = RULES.get(method)
@@ -364,6 +370,16 @@ async def _admit(method, principal, request, guard: AccessGuard, context) -> Non
         limits = [(t, records[t]) for t in tenants if t in records and records[t].api_rate_per_s]
         queued = [(t, records[t].max_queued_tasks) for t in tenants
                   if method in RUN_CREATING and t in records and records[t].max_queued_tasks]
+        running = [(t, records[t].max_active_runs, _active_runs(guard._node.replica.state, t))
+                   for t in tenants
+                   if method in RUN_CREATING and t in records and records[t].max_active_runs]
+    for tenant, bound, active in running:
+        if active >= bound:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"tenant: {tenant!r} has {active} runs running (max_active_runs {bound}); "
+                f"retry after {QUEUED_RETRY_MS} ms",
+                trailing_metadata=((RETRY_AFTER_KEY, str(QUEUED_RETRY_MS)),))
     for tenant, bound in queued:
         waiting = guard._node.dispatcher.ready_count(tenant)
         if waiting >= bound:

@@ -185,3 +185,27 @@ def test_max_queued_tasks_bounds_run_creation_with_retry_after(cluster):
             codes.append(exc.code().name)
             assert int(dict(exc.trailing_metadata())["retry-after-ms"]) > 0
     assert codes[:3] == ["OK"] * 3 and set(codes[3:]) == {"RESOURCE_EXHAUSTED"}, codes
+
+
+def test_max_active_runs_per_tenant_bounds_triggers(cluster):
+    import grpc
+
+    with Client(cluster.servers) as client:
+        client.create_tenant("busy", max_active_runs=2)
+        assert client.get_tenant("busy").max_active_runs == 2
+    leader = cluster.leader()
+    spec = types_pb2.JobSpec(
+        name="busy-job", tenant="busy",
+        schedule=types_pb2.Schedule(interval=types_pb2.IntervalSchedule(interval_ms=86_400_000)),
+        tasks=[types_pb2.TaskSpec(name="main", queue="nobody-serves-busy")])
+    job = leader.jobs().CreateJob(api_pb2.CreateJobRequest(request_id="c-busy", spec=spec),
+                                  timeout=10).job
+    codes = []
+    for i in range(4):
+        try:
+            leader.jobs().TriggerJob(api_pb2.TriggerJobRequest(
+                request_id=f"t-busy-{i}", job=api_pb2.JobRef(job_id=job.job_id)), timeout=10)
+            codes.append("OK")
+        except grpc.RpcError as exc:
+            codes.append(exc.code().name)
+    assert codes == ["OK", "OK", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"], codes
