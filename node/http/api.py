@@ -29,7 +29,7 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 @dataclass(frozen=True)
 class Route:
     """One HTTP route. `rpc` is "Service.Method" of api.proto, or "" for a route of the HTTP
-    layer itself (events, the OpenAPI document, the 501 of a per-task cancel)."""
+    layer itself (events, the OpenAPI document)."""
 
     method: str
     path: str
@@ -98,11 +98,15 @@ ROUTES: tuple[Route, ...] = (
           {"run_id": "run_id"}),
     Route("POST", "/v1/runs/{run_id}/cancel", "JobService.CancelRun",
           "Cancel every unfinished task of a run", {"run_id": "run_id"}, body=True),
-    Route("POST", "/v1/runs/{run_id}/tasks/{task_name}/retry", "JobService.ReplayDeadLetters",
-          "Retry a dead-lettered task (a replay of that one task)",
-          {"run_id": "tasks.run_id", "task_name": "tasks.task_name"}, body=True),
-    Route("POST", "/v1/runs/{run_id}/tasks/{task_name}/cancel", "",
-          "Cancel one task (not in the API yet: 501; cancel the run)"),
+    Route("POST", "/v1/runs/{run_id}/rerun", "JobService.RerunRun",
+          "Run a run's dead, cancelled and upstream-failed tasks again", {"run_id": "run_id"},
+          body=True),
+    Route("POST", "/v1/runs/{run_id}/tasks/{task_name}/retry", "JobService.RetryTask",
+          "Run one dead, cancelled or upstream-failed task again (and those it blocks)",
+          {"run_id": "run_id", "task_name": "task_name"}, body=True),
+    Route("POST", "/v1/runs/{run_id}/tasks/{task_name}/cancel", "JobService.CancelTask",
+          "Cancel one live task (its pending dependents become upstream_failed)",
+          {"run_id": "run_id", "task_name": "task_name"}, body=True),
     Route("GET", "/v1/dlq", "JobService.ListDeadLetters", "The dead-letter queue"),
     Route("GET", "/v1/tenants/{tenant}/dlq", "JobService.ListDeadLetters",
           "A tenant's dead letters", {"tenant": "tenant"}),

@@ -176,8 +176,4 @@ class HttpServer:
             async def openapi(request: web.Request) -> web.Response:
                 return web.Response(text=self._openapi, content_type="application/json")
             return openapi
-        async def unimplemented(request: web.Request) -> web.Response:
-            raise Problem(grpc.StatusCode.UNIMPLEMENTED,
-                          "task_name: cancelling one task is not in the API yet; cancel the "
-                          f"run (POST /v1/runs/{request.match_info.get('run_id', '')}/cancel)")
-        return unimplemented
+        raise ValueError(f"route {route.method} {route.path}: no handler")

@@ -98,7 +98,6 @@ def test_bad_input_is_a_problem_with_the_grpc_code_and_message(cluster, spec, fi
     ("GET", "/v1/jobs?colour=red", None, None, 400, "INVALID_ARGUMENT", "colour"),
     ("GET", "/v1/jobs?consistency=sometimes", None, None, 400, "INVALID_ARGUMENT",
      "consistency"),
-    ("POST", "/v1/runs/j1@1/tasks/main/cancel", None, None, 501, "UNIMPLEMENTED", "task_name"),
     ("POST", "/v1/dlq/replay", {}, None, 400, "INVALID_ARGUMENT", "tasks"),
 ])
 def test_error_statuses_and_problem_bodies(cluster, method, path, body, raw, status, code,
@@ -178,8 +177,20 @@ def test_trigger_cancel_and_dead_letter_routes(cluster):
     assert got.status == 200 and got.json["run"]["tasks"][0]["taskName"] == "main"
     cancelled = call(leader.url, "POST", f"/v1/runs/{run['runId']}/cancel", {"reason": "test"})
     assert cancelled.status == 200 and cancelled.json["run"]["state"] == "RUN_STATE_CANCELLED"
+    # RetryTask: a cancelled task runs again (the run reopens); CancelTask: cancelled again.
     retry = call(leader.url, "POST", f"/v1/runs/{run['runId']}/tasks/main/retry", {})
-    assert retry.status == 404 and retry.json["field"] == "tasks[0]", retry.text
+    assert retry.status == 200, retry.text
+    assert retry.json["run"]["state"] == "RUN_STATE_RUNNING"
+    assert retry.json["run"]["tasks"][0]["state"] == "TASK_STATE_READY"
+    again = call(leader.url, "POST", f"/v1/runs/{run['runId']}/tasks/main/cancel",
+                 {"reason": "again"})
+    assert again.status == 200, again.text
+    assert again.json["run"]["tasks"][0]["state"] == "TASK_STATE_CANCELLED"
+    rerun = call(leader.url, "POST", f"/v1/runs/{run['runId']}/rerun", {})
+    assert rerun.status == 200 and rerun.json["run"]["state"] == "RUN_STATE_RUNNING", rerun.text
+    replay = call(leader.url, "POST", "/v1/dlq/replay",
+                  {"tasks": [{"runId": run["runId"], "taskName": "main"}]})
+    assert replay.status == 404 and replay.json["field"] == "tasks[0]", replay.text
     dlq = call(leader.url, "GET", "/v1/dlq")
     assert dlq.status == 200 and "deadLetters" in dlq.json
     assert call(leader.url, "GET", "/v1/tenants/default/dlq").status == 200
@@ -188,7 +199,7 @@ def test_trigger_cancel_and_dead_letter_routes(cluster):
     assert any(q["queue"] == "default" for q in queues.json["queues"])
     assert call(leader.url, "GET", "/v1/workers").json["fromLeader"] is True
     active = call(leader.url, "GET", "/v1/active-runs?limit=1000").json["runs"]
-    assert run["runId"] not in [r["runId"] for r in active]  # cancelled above
+    assert run["runId"] in [r["runId"] for r in active]  # re-run above
 
 
 def test_schedule_preview_routes(cluster):

@@ -13,6 +13,7 @@ import pytest
 
 from gnomon.node.localcluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
+from tests.integration.cluster import _port_up
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +23,8 @@ def cluster(tmp_path_factory, request):
     c = LocalCluster(tmp_path_factory.mktemp("https"), 3, secure=True, http=True).start()
     try:
         c.leader()
+        wait_for(lambda: all(_port_up(n.http_addr) for n in c.nodes), timeout_s=30,
+                 what="every node's HTTP port")
         yield c
     finally:
         c.stop()

@@ -466,6 +466,19 @@ function dagSvg(run, specTasks, onPick) {
   return svg;
 }
 
+// Per task: cancel a live one; retry one that is dead, cancelled or upstream-failed.
+function taskActions(id, t, out) {
+  const st = STATE_NAMES(t.state);
+  const path = `/v1/runs/${id}/tasks/${encodeURIComponent(t.taskName)}`;
+  if (["pending", "ready", "leased", "retry_wait"].includes(st)) {
+    return action("Cancel", async () => { await api("POST", `${path}/cancel`, { reason: "cancelled from the dashboard" }); await refresh(); }, out, "danger");
+  }
+  if (["dead", "cancelled", "upstream_failed"].includes(st)) {
+    return action("Retry", async () => { await api("POST", `${path}/retry`); await refresh(); }, out);
+  }
+  return null;
+}
+
 async function runPage(runId) {
   const id = encodeURIComponent(runId);
   const out = h("div");
@@ -493,7 +506,10 @@ async function runPage(runId) {
           h("div", { "data-testid": `run-${k.replace(/ /g, "-")}` }, h("b", { text: k }), v))),
         h("p", { class: "actions" }, running ? action("Cancel run", async () => {
           await api("POST", `/v1/runs/${id}/cancel`, { reason: "cancelled from the dashboard" }); await refresh();
-        }, out, "danger") : null)),
+        }, out, "danger") : null,
+        ["failed", "cancelled"].includes(STATE_NAMES(run.state)) ? action("Re-run", async () => {
+          await api("POST", `/v1/runs/${id}/rerun`); await refresh();
+        }, out) : null)),
       h("section", { class: "card" }, h("h2", { text: "DAG" }), h("div", { class: "scroll" }, dagSvg(run, specTasks, pick))),
       h("section", { class: "card" }, h("h2", { text: "Tasks" }),
         table(["task", "state", "attempt", "fencing token", "worker", "ready", "started", "finished", "error", ""],
@@ -506,9 +522,7 @@ async function runPage(runId) {
                 t.attempts.map((a) => h("div", {},
                   h("p", { text: `#${a.attempt} ${(a.outcome || "").replace("ATTEMPT_OUTCOME_", "").toLowerCase()} · token ${a.fencingToken} · ${a.workerId} · ${fmtDur(a.durationMs)}${a.exitCode !== undefined ? ` · exit ${a.exitCode}` : ""}${a.error ? ` · ${a.error}` : ""}` }),
                   a.outputTail ? h("pre", { class: "tail", text: a.outputTail }) : null))) : null),
-            h("td", {}, STATE_NAMES(t.state) === "dead" ? action("Retry", async () => {
-              await api("POST", `/v1/runs/${id}/tasks/${encodeURIComponent(t.taskName)}/retry`); await refresh();
-            }, out) : null))))),
+            h("td", { class: "actions" }, taskActions(id, t, out)))))),
     );
   };
   await refresh();
@@ -536,7 +550,7 @@ async function dlqPage() {
         h("td", {}, runLink(d.runId)), h("td", { text: d.taskName }), h("td", {}, jobLink(d.jobId)), h("td", { text: d.tenant }),
         h("td", { text: d.attempts }), h("td", { class: "wrap", text: d.lastError }), h("td", { text: fmtTime(d.deadMs) }),
         h("td", {}, action("Replay", async () => {
-          await api("POST", `/v1/runs/${encodeURIComponent(d.runId)}/tasks/${encodeURIComponent(d.taskName)}/retry`);
+          await api("POST", "/v1/dlq/replay", { tasks: [{ runId: d.runId, taskName: d.taskName }] });
           message(out, `Replayed ${d.runId}:${d.taskName}`, true); await refresh();
         }, out))))) : h("p", { class: "muted", "data-testid": "dlq-empty", text: "The dead-letter queue is empty." }));
   };
