@@ -44,6 +44,8 @@ from ._errors import (
 from ._models import (
     Attempt,
     AttemptOutcome,
+    CircuitBreaker,
+    CircuitState,
     ClusterLimits,
     ClusterStatus,
     Consistency,
@@ -89,6 +91,8 @@ __all__ = [
     "Attempt",
     "AttemptOutcome",
     "AuditEntry",
+    "CircuitBreaker",
+    "CircuitState",
     "ClusterLimits",
     "ClusterStatus",
     "Consistency",

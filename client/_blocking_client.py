@@ -389,6 +389,19 @@ class Client(BlockingAccessCalls):
             self._async.wait_run(run_id, timeout_s=timeout_s, poll_interval_s=poll_interval_s)
         )
 
+    def reset_circuit(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """Close a job's circuit breaker by hand; returns the job (``job.circuit``)."""
+        return self._run(self._async.reset_circuit(
+            job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s))
+
     def rerun_run(
         self, run_id: str, *, request_id: str | None = None, timeout_s: float | None = None
     ) -> RunHandle:
@@ -401,26 +414,26 @@ class Client(BlockingAccessCalls):
     def cancel_task(
         self,
         run_id: str,
-        task_name: str,
         *,
+        task_name: str,
         reason: str = "",
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> Run:
         """Cancel one task of a run (its worker is told); tasks waiting for it cannot run."""
-        return self._run(self._async.cancel_task(run_id, task_name, reason=reason,
+        return self._run(self._async.cancel_task(run_id, task_name=task_name, reason=reason,
                                                  request_id=request_id, timeout_s=timeout_s))
 
     def retry_task(
         self,
         run_id: str,
-        task_name: str,
         *,
+        task_name: str,
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> RunHandle:
         """Retry one dead, cancelled or upstream-failed task (and those it blocks)."""
-        run = self._run(self._async.retry_task(run_id, task_name, request_id=request_id,
+        run = self._run(self._async.retry_task(run_id, task_name=task_name, request_id=request_id,
                                                timeout_s=timeout_s))
         return RunHandle(**run_fields(run), _client=self)
 

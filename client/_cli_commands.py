@@ -165,6 +165,13 @@ def _next_three(ctx: CommandContext, job: Job) -> str:
     return "\nnext fires:\n" + render_preview(preview)
 
 
+def _cmd_job_reset_circuit(ctx: CommandContext) -> int:
+    job_id, kw = _ref_kwargs(_job_ref(ctx.args.job, ctx.args.tenant))
+    job = ctx.client.reset_circuit(job_id, **kw, request_id=ctx.args.request_id)
+    ctx.emit(f"circuit of job {_job_label(job)} is {job.circuit.status}", job_json(job))
+    return EXIT_OK
+
+
 def _cmd_job_preview(ctx: CommandContext) -> int:
     a = ctx.args
     schedule = schedule_from_flags(a)
@@ -375,7 +382,8 @@ def _cmd_run_rerun(ctx: CommandContext) -> int:
 
 
 def _cmd_run_cancel_task(ctx: CommandContext) -> int:
-    run = ctx.client.cancel_task(ctx.args.run_id, ctx.args.task_name, reason=ctx.args.reason,
+    run = ctx.client.cancel_task(ctx.args.run_id, task_name=ctx.args.task_name,
+                                 reason=ctx.args.reason,
                                  request_id=ctx.args.request_id)
     ctx.emit(f"task {ctx.args.task_name} of run {run.run_id} cancelled; the run is "
              f"{run.state.value}", run_json(run))
@@ -383,7 +391,7 @@ def _cmd_run_cancel_task(ctx: CommandContext) -> int:
 
 
 def _cmd_run_retry_task(ctx: CommandContext) -> int:
-    run = ctx.client.retry_task(ctx.args.run_id, ctx.args.task_name,
+    run = ctx.client.retry_task(ctx.args.run_id, task_name=ctx.args.task_name,
                                 request_id=ctx.args.request_id)
     return _finish_run(ctx, run, f"retrying task {ctx.args.task_name} of run {run.run_id}")
 
@@ -535,6 +543,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("job", "resume"): _cmd_job_resume,
     ("job", "trigger"): _cmd_job_trigger,
     ("job", "preview"): _cmd_job_preview,
+    ("job", "reset-circuit"): _cmd_job_reset_circuit,
     ("run", "rerun"): _cmd_run_rerun,
     ("run", "cancel-task"): _cmd_run_cancel_task,
     ("run", "retry-task"): _cmd_run_retry_task,

@@ -30,7 +30,7 @@ __all__ = ["ArgumentError", "build_parser"]
 
 _COMMANDS = """\
 commands:
-  job create|get|list|update|delete|pause|resume|trigger|preview   manage jobs
+  job create|get|list|update|delete|pause|resume|trigger|preview|reset-circuit   manage jobs
   job export|import                                        job specs as YAML (GitOps)
   run list|get|cancel|active|rerun|cancel-task|retry-task   inspect, cancel and re-run runs
   dlq list|replay                                          the dead-letter queue
@@ -220,6 +220,12 @@ def _add_spec_task_flags(g: Any) -> None:
     g.add_argument("--max-runs", type=int, metavar="N", help="runs the schedule starts at most")
     g.add_argument("--delete-after-success", action="store_true", default=None,
                    help="a one-shot (--at): delete it once its run succeeded")
+    g.add_argument("--circuit-window-runs", type=int, metavar="N",
+                   help="circuit breaker: the last N finished runs...")
+    g.add_argument("--circuit-failure-percent", type=int, metavar="P",
+                   help="...opens it when P%% of them failed...")
+    g.add_argument("--circuit-cooldown-ms", type=_duration_arg, metavar="DURATION",
+                   help="...for DURATION, then one probe run decides")
 
 
 def _add_wait(p: argparse.ArgumentParser) -> None:
@@ -322,6 +328,9 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
         help="run parameters: a JSON object merged into every task's payload of this run",
     )
     _add_wait(p)
+    p = leaf(job, "reset-circuit", "close a job's circuit breaker by hand")
+    _add_job_arg(p)
+    _add_request_id(p)
     p = leaf(job, "preview", "the next fire instants of a job's schedule, or of --cron/...")
     p.add_argument("job", metavar="JOB", nargs="?", help="job id (j12) or name")
     p.add_argument("--tenant", help="tenant of the job (default: default)")

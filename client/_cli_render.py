@@ -180,6 +180,11 @@ def _bounds_rows(job: Job) -> list[tuple[str, Any]]:
         rows.append(("runs", f"{job.runs_started} of at most {spec.max_runs}"))
     if spec.delete_after_success:
         rows.append(("after success", "deleted"))
+    if spec.circuit_breaker:
+        b, c = spec.circuit_breaker, job.circuit
+        rows.append(("circuit", f"{c.status} (opens at {b.failure_percent}% of "
+                                f"{b.window_runs} runs failed, cool-down "
+                                f"{fmt_duration(b.cooldown_ms)}; opened {c.opens}x)"))
     return rows
 
 

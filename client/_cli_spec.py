@@ -29,6 +29,7 @@ for instants (``at_ms``, ``anchor_ms``) an ISO 8601 time with a zone, ``"now"`` 
     end_at_ms: 0                       # no slot after (0: none)
     max_runs: 0                        # runs the schedule starts at most (0: no bound)
     delete_after_success: false        # a one-shot: deleted once its run succeeded
+    circuit_breaker: {window_runs: 10, failure_percent: 50, cooldown_ms: 10m}
     paused: false
     defaults:                          # for every task that does not set the key
       queue: etl
@@ -74,6 +75,7 @@ from ._cli_values import (
     read_str,
 )
 from ._models import (
+    CircuitBreaker,
     CronDialect,
     CronSchedule,
     DstAmbiguous,
@@ -125,6 +127,7 @@ _TOP_KEYS = (
     "end_at_ms",
     "max_runs",
     "delete_after_success",
+    "circuit_breaker",
 )
 _SCHEDULE_KEYS = ("cron", "timezone", "dialect", "dst_nonexistent", "dst_ambiguous",
                   "interval_ms", "anchor_ms", "at_ms")
@@ -332,7 +335,21 @@ def spec_from_data(data: Any, *, path: str = "spec", now_ms: int | None = None) 
         max_runs=read_int(data.get("max_runs", 0), f"{path}.max_runs"),
         delete_after_success=read_bool(data.get("delete_after_success", False),
                                        f"{path}.delete_after_success"),
+        circuit_breaker=_breaker(data.get("circuit_breaker"), f"{path}.circuit_breaker"),
     )
+
+
+def _breaker(value: Any, path: str) -> CircuitBreaker | None:
+    if value is None:
+        return None
+    data = read_mapping(value, path)
+    check_keys(data, ("window_runs", "failure_percent", "cooldown_ms"), path)
+    for key in ("window_runs", "failure_percent", "cooldown_ms"):
+        if key not in data:
+            raise fail(f"{path}.{key}", "required")
+    return CircuitBreaker(read_int(data["window_runs"], f"{path}.window_runs"),
+                          read_int(data["failure_percent"], f"{path}.failure_percent"),
+                          parse_duration_ms(data["cooldown_ms"], f"{path}.cooldown_ms"))
 
 
 def _instant_or_zero(value: Any, path: str, now_ms: int | None) -> int:
@@ -427,6 +444,11 @@ def spec_to_data(spec: JobSpec) -> dict[str, Any]:
         "end_at_ms": spec.end_at_ms,
         "max_runs": spec.max_runs,
         "delete_after_success": spec.delete_after_success,
+        **({"circuit_breaker": {
+            "window_runs": spec.circuit_breaker.window_runs,
+            "failure_percent": spec.circuit_breaker.failure_percent,
+            "cooldown_ms": spec.circuit_breaker.cooldown_ms,
+        }} if spec.circuit_breaker else {}),
         "tasks": [task_to_data(t) for t in spec.tasks],
     }
 
@@ -523,6 +545,7 @@ _TASK_FLAGS = (
 _JOB_FLAGS = ("priority", "misfire_policy", "misfire_grace_ms", "overlap_policy",
               "max_active_runs", "max_buffered_runs", "jitter_ms", "start_at_ms", "end_at_ms",
               "max_runs", "delete_after_success")
+_BREAKER_FLAGS = ("circuit_window_runs", "circuit_failure_percent", "circuit_cooldown_ms")
 _SCHEDULE_FLAGS = ("cron", "tz", "cron_dialect", "dst_nonexistent", "dst_ambiguous",
                    "interval_ms", "anchor_ms", "at")
 # Flags of a cron schedule beside --cron, and their key in the schedule mapping.
@@ -538,13 +561,22 @@ def spec_flags_given(args: argparse.Namespace, *, create: bool) -> list[str]:
     """The spec flags on the command line (``job create`` also has --name, --tenant and
     --paused), as argparse names them."""
     first, last = (("name", "tenant"), ("paused",)) if create else ((), ())
-    return _given(args, (*first, *_SCHEDULE_FLAGS, *_TASK_FLAGS, *_JOB_FLAGS, *last))
+    return _given(args, (*first, *_SCHEDULE_FLAGS, *_TASK_FLAGS, *_JOB_FLAGS, *_BREAKER_FLAGS,
+                         *last))
 
 
 def _apply_job_flags(args: argparse.Namespace, data: dict[str, Any]) -> None:
     for flag in _JOB_FLAGS:
         if getattr(args, flag) is not None:
             data[flag] = getattr(args, flag)
+    given = [f for f in _BREAKER_FLAGS if getattr(args, f, None) is not None]
+    if given:
+        if len(given) != len(_BREAKER_FLAGS):
+            raise UsageError("--circuit-window-runs, --circuit-failure-percent and "
+                             "--circuit-cooldown-ms go together")
+        data["circuit_breaker"] = {"window_runs": args.circuit_window_runs,
+                                   "failure_percent": args.circuit_failure_percent,
+                                   "cooldown_ms": args.circuit_cooldown_ms}
 
 
 def spec_from_flags(args: argparse.Namespace) -> JobSpec:

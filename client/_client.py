@@ -442,6 +442,21 @@ class AsyncClient(AccessCalls):
         resp = await self._call(_JOBS, "CancelRun", req, timeout_s=timeout_s)
         return cv.run_from_proto(resp.run)
 
+    async def reset_circuit(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """Close a job's circuit breaker by hand; returns the job (``job.circuit``)."""
+        req = api_pb2.ResetCircuitRequest(request_id=request_id or _new_request_id(),
+                                          job=cv.job_ref(job_id, tenant, name))
+        resp = await self._call(_JOBS, "ResetCircuit", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
     async def rerun_run(
         self, run_id: str, *, request_id: str | None = None, timeout_s: float | None = None
     ) -> AsyncRunHandle:
@@ -454,8 +469,8 @@ class AsyncClient(AccessCalls):
     async def cancel_task(
         self,
         run_id: str,
-        task_name: str,
         *,
+        task_name: str,
         reason: str = "",
         request_id: str | None = None,
         timeout_s: float | None = None,
@@ -469,8 +484,8 @@ class AsyncClient(AccessCalls):
     async def retry_task(
         self,
         run_id: str,
-        task_name: str,
         *,
+        task_name: str,
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> AsyncRunHandle:

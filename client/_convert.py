@@ -18,6 +18,8 @@ from ._models import (
     CLUSTER_LIMIT_NAMES,
     Attempt,
     AttemptOutcome,
+    CircuitBreaker,
+    CircuitState,
     ClusterLimits,
     ClusterStatus,
     Consistency,
@@ -73,6 +75,9 @@ _DST_AMBIGUOUS: dict[DstAmbiguous | None, int] = {
        for p in DstAmbiguous},
 }
 _DST_AMBIGUOUS_BACK = {v: k for k, v in _DST_AMBIGUOUS.items() if k is not None}
+
+_CIRCUIT_BACK = {types_pb2.CIRCUIT_STATUS_CLOSED: "closed", types_pb2.CIRCUIT_STATUS_OPEN: "open",
+                 types_pb2.CIRCUIT_STATUS_HALF_OPEN: "half_open"}
 
 # Jitter and bounds: the same scalars on both sides.
 _TIMING = ("jitter_ms", "start_at_ms", "end_at_ms", "max_runs", "delete_after_success")
@@ -231,6 +236,11 @@ def job_spec_to_proto(spec: JobSpec) -> types_pb2.JobSpec:
         max_active_runs=spec.max_active_runs,
         max_buffered_runs=spec.max_buffered_runs,
         **{name: getattr(spec, name) for name in _TIMING},
+        circuit_breaker=types_pb2.CircuitBreaker(
+            window_runs=spec.circuit_breaker.window_runs,
+            failure_percent=spec.circuit_breaker.failure_percent,
+            cooldown_ms=spec.circuit_breaker.cooldown_ms,
+        ) if spec.circuit_breaker else None,
     )
 
 
@@ -248,6 +258,9 @@ def job_spec_from_proto(msg: types_pb2.JobSpec) -> JobSpec:
         max_active_runs=msg.max_active_runs if msg.HasField("max_active_runs") else None,
         max_buffered_runs=msg.max_buffered_runs,
         **{name: getattr(msg, name) for name in _TIMING},
+        circuit_breaker=CircuitBreaker(
+            msg.circuit_breaker.window_runs, msg.circuit_breaker.failure_percent,
+            msg.circuit_breaker.cooldown_ms) if msg.HasField("circuit_breaker") else None,
     )
 
 
@@ -264,6 +277,13 @@ def job_to_proto(job: Job) -> types_pb2.Job:
         created_ms=job.created_ms,
         updated_ms=job.updated_ms,
         runs_started=job.runs_started,
+        circuit=types_pb2.CircuitState(
+            status={v: k for k, v in _CIRCUIT_BACK.items()}[job.circuit.status],
+            opened_ms=job.circuit.opened_ms,
+            recent_failures=list(job.circuit.recent_failures),
+            probe_run_id=job.circuit.probe_run_id,
+            opens=job.circuit.opens,
+        ),
     )
 
 
@@ -277,6 +297,13 @@ def job_from_proto(msg: types_pb2.Job) -> Job:
         created_ms=msg.created_ms,
         updated_ms=msg.updated_ms,
         runs_started=msg.runs_started,
+        circuit=CircuitState(
+            status=_CIRCUIT_BACK.get(msg.circuit.status, "closed"),
+            opened_ms=msg.circuit.opened_ms,
+            recent_failures=tuple(msg.circuit.recent_failures),
+            probe_run_id=msg.circuit.probe_run_id,
+            opens=msg.circuit.opens,
+        ),
     )
 
 

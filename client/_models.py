@@ -17,6 +17,7 @@ from typing import Literal, NamedTuple
 
 from ._specs import (
     DEFAULT_TENANT,
+    CircuitBreaker,
     CronDialect,
     CronSchedule,
     DstAmbiguous,
@@ -36,6 +37,8 @@ from ._time import DurationField, InstantField
 __all__ = [
     "Attempt",
     "AttemptOutcome",
+    "CircuitBreaker",
+    "CircuitState",
     "ClusterLimits",
     "ClusterStatus",
     "Consistency",
@@ -161,6 +164,19 @@ class SchedulePreview:
 
 
 @dataclass(frozen=True, slots=True)
+class CircuitState:
+    """A job's circuit breaker: ``status`` closed, open or half_open; ``opened_ms`` when it
+    last opened; ``recent_failures`` the window while closed (True: failed); the half-open
+    probe run; how many times it opened."""
+
+    status: str = "closed"
+    opened_ms: int = 0
+    recent_failures: tuple[bool, ...] = ()
+    probe_run_id: str = ""
+    opens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A stored job. ``version`` increments on every change (see ``expected_version``)."""
 
@@ -173,6 +189,7 @@ class Job:
     updated_ms: int = 0
     # Runs its schedule started or queued (``spec.max_runs``).
     runs_started: int = 0
+    circuit: CircuitState = CircuitState()
 
     @property
     def name(self) -> str:

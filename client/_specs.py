@@ -20,6 +20,7 @@ from typing import Any
 from ._time import DurationField, InstantField, duration_ms, instant_ms, ms_or_alias
 
 __all__ = [
+    "CircuitBreaker",
     "CronDialect",
     "CronSchedule",
     "DstAmbiguous",
@@ -277,6 +278,17 @@ class TaskSpec:
     timeout = DurationField("zero: no limit")
 
 
+@dataclass(frozen=True, slots=True)
+class CircuitBreaker:
+    """Stops a job's schedule while its runs keep failing: opens when ``failure_percent``
+    of the last ``window_runs`` finished scheduled runs failed, holds fires (SKIPPED,
+    reason "circuit open") for ``cooldown_ms``, then lets one probe run decide."""
+
+    window_runs: int
+    failure_percent: int
+    cooldown_ms: int
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class JobSpec:
     """What a user submits: a schedule and a DAG of tasks. ``misfire_grace`` (a timedelta)
@@ -303,6 +315,7 @@ class JobSpec:
     end_at_ms: int = 0
     max_runs: int = 0
     delete_after_success: bool = False
+    circuit_breaker: CircuitBreaker | None = None
 
     def __init__(
         self,
@@ -324,6 +337,7 @@ class JobSpec:
         end_at_ms: int = 0,
         max_runs: int = 0,
         delete_after_success: bool = False,
+        circuit_breaker: CircuitBreaker | None = None,
     ) -> None:
         grace = ms_or_alias(
             "JobSpec",
@@ -349,6 +363,7 @@ class JobSpec:
         object.__setattr__(self, "end_at_ms", end_at_ms)
         object.__setattr__(self, "max_runs", max_runs)
         object.__setattr__(self, "delete_after_success", delete_after_success)
+        object.__setattr__(self, "circuit_breaker", circuit_breaker)
 
     misfire_grace = DurationField()
 
@@ -378,6 +393,7 @@ class JobSpec:
         end_at_ms: int = 0,
         max_runs: int = 0,
         delete_after_success: bool = False,
+        circuit_breaker: CircuitBreaker | None = None,
     ) -> JobSpec:
         """A job of one task (named ``task_name``, "main" by default). A mapping payload is
         encoded as JSON; ``timeout`` and ``misfire_grace`` (timedeltas) may stand for the
@@ -408,4 +424,5 @@ class JobSpec:
             end_at_ms=end_at_ms,
             max_runs=max_runs,
             delete_after_success=delete_after_success,
+            circuit_breaker=circuit_breaker,
         )

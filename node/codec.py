@@ -18,7 +18,10 @@ from gnomon.node.core import commands as c
 from gnomon.node.core import results as r
 from gnomon.node.core.errors import Rejected, UnknownCommand
 from gnomon.node.core.model import (
+    CLOSED_CIRCUIT,
     Attempt,
+    Circuit,
+    CircuitBreaker,
     DeadLetter,
     Job,
     JobSpec,
@@ -55,6 +58,7 @@ COMMAND_FIELDS: dict[type, str] = {
     access.RecordAudit: "record_audit",
     c.RerunRun: "rerun_run",
     c.CancelTask: "cancel_task",
+    c.ResetCircuit: "reset_circuit",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Repeated scalar fields of commands (tuples in the dataclasses).
@@ -198,6 +202,8 @@ def spec_scalars_to_proto(spec: JobSpec, out: types_pb2.JobSpec) -> None:
         out.max_active_runs = spec.max_active_runs
     out.max_buffered_runs = spec.max_buffered_runs
     _copy_fields(spec, out, _TIMING_FIELDS)
+    if spec.circuit_breaker is not None:
+        _copy_fields(spec.circuit_breaker, out.circuit_breaker, _BREAKER_FIELDS)
 
 
 # JobSpec scalars of jitter and bounds (leader side, plus max_runs / delete_after_success).
@@ -212,7 +218,28 @@ def overlap_fields_from_proto(m: types_pb2.JobSpec) -> dict:
         "max_active_runs": m.max_active_runs if m.HasField("max_active_runs") else None,
         "max_buffered_runs": m.max_buffered_runs,
         **{name: getattr(m, name) for name in _TIMING_FIELDS},
+        "circuit_breaker": CircuitBreaker(**{n: getattr(m.circuit_breaker, n)
+                                             for n in _BREAKER_FIELDS})
+        if m.HasField("circuit_breaker") else None,
     }
+
+
+_BREAKER_FIELDS = ("window_runs", "failure_percent", "cooldown_ms")
+_CIRCUIT_STATUS = types_pb2.CircuitStatus.DESCRIPTOR
+
+
+def circuit_to_proto(circuit: Circuit, out: types_pb2.CircuitState) -> None:
+    out.status = enum_to_proto(_CIRCUIT_STATUS, circuit.status)
+    out.opened_ms, out.probe_run_id, out.opens = (
+        circuit.opened_ms, circuit.probe_run_id, circuit.opens)
+    out.recent_failures.extend(circuit.recent_failures)
+
+
+def circuit_from_proto(m: types_pb2.CircuitState) -> Circuit:
+    if not m.status and not m.opens:
+        return CLOSED_CIRCUIT  # shared: most jobs never trip
+    return Circuit(enum_from_proto(_CIRCUIT_STATUS, m.status, "closed"), m.opened_ms,
+                   tuple(m.recent_failures), m.probe_run_id, m.opens)
 
 
 def tasks_message(tasks: tuple[TaskSpec, ...], out):
@@ -279,6 +306,8 @@ def job_to_proto(job: Job, out: types_pb2.Job | None = None, *,
     out = types_pb2.Job() if out is None else out
     _copy_fields(job, out, ("job_id", "version", "next_fire_ms", "paused", "created_ms",
                             "updated_ms", "last_fired_ms", "runs_started"))
+    if job.circuit is not CLOSED_CIRCUIT:
+        circuit_to_proto(job.circuit, out.circuit)
     if with_spec:
         spec_to_proto(job.spec, out.spec)
     return out
@@ -295,6 +324,7 @@ def job_from_proto(m: types_pb2.Job) -> Job:
         updated_ms=m.updated_ms,
         last_fired_ms=m.last_fired_ms,
         runs_started=m.runs_started,
+        circuit=circuit_from_proto(m.circuit),
     )
 
 

@@ -138,6 +138,8 @@ class Config:
     # the job id (0: none), so that jobs with one schedule make a ramp, not a spike.
     max_jitter_ms: int = 3_600_000
     fire_spread_window_ms: int = 0
+    # A job's circuit_breaker.window_runs at most.
+    max_circuit_window_runs: int = 100
     # Replicated limits: the first leader of a new cluster proposes these; later changes go
     # through `gnomon cluster limits --set` (a node's own value is never applied on its own).
     dedupe_capacity: int = 100_000

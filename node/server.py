@@ -70,6 +70,7 @@ class Node:
             max_active_runs=config.max_active_runs,
             max_buffered_runs=config.max_buffered_runs,
             max_jitter_ms=config.max_jitter_ms,
+            max_circuit_window_runs=config.max_circuit_window_runs,
         )
         os.makedirs(config.data_dir, exist_ok=True)
         history = HistorySink(_open_history(config), crash=crash_process,

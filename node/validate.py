@@ -64,6 +64,7 @@ class InputLimits:
     max_active_runs: int = 100
     max_buffered_runs: int = 1_000
     max_jitter_ms: int = 3_600_000
+    max_circuit_window_runs: int = 100
 
 
 def validate_spec(spec: JobSpec, limits: InputLimits) -> JobSpec:
@@ -109,6 +110,11 @@ def _check_timing(spec: JobSpec, limits: InputLimits, hash_id: str) -> None:
     if rejected:
         field, _, rule = rejected.detail.partition(": ")
         raise ValidationError(field, rule)
+    breaker = spec.circuit_breaker
+    if breaker is not None and breaker.window_runs > limits.max_circuit_window_runs:
+        raise ValidationError("spec.circuit_breaker.window_runs", f"{breaker.window_runs} "
+                              f"exceeds the node's max_circuit_window_runs "
+                              f"{limits.max_circuit_window_runs}")
     if not spec.jitter_ms:
         return
     if spec.jitter_ms > limits.max_jitter_ms:

@@ -106,8 +106,8 @@ def check_job(job_id: str, job: dict[str, Any], scheduled: list[list],
     out: list[dict[str, Any]] = []
     for run in scheduled:
         _run_id, state, slot, _trigger, created, _finished, _tasks = run[:7]
-        if overlap.is_overlap_skip(run):
-            continue  # the overlap policy's skip (checkers/overlap.py), not a misfire
+        if overlap.is_policy_skip(run):
+            continue  # the overlap policy's or breaker's skip (checkers/overlap.py)
         nxt = next_fire_after(job["schedule"], slot, hash_id=hash_id)
         late = _late_by(slot, windows)
         skipped = state == "skipped"

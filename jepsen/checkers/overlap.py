@@ -28,6 +28,15 @@ def is_overlap_skip(run: list) -> bool:
     return run[1] == "skipped" and reason_of(run).startswith("overlap")
 
 
+def is_circuit_skip(run: list) -> bool:
+    return run[1] == "skipped" and reason_of(run).startswith("circuit")
+
+
+def is_policy_skip(run: list) -> bool:
+    """Skipped by the overlap policy or the circuit breaker (not the misfire policy)."""
+    return is_overlap_skip(run) or is_circuit_skip(run)
+
+
 def _active_at(run: list, t: int) -> bool:
     _run_id, state, _slot, _trigger, created, finished = run[:6]
     if state in ("skipped", "queued"):
@@ -40,6 +49,10 @@ def check_job(job_id: str, job: dict[str, Any], listed: list[list]) -> list[dict
     limit = job.get("max_active_runs") or 1
     out: list[dict[str, Any]] = []
     for run in listed:
+        if is_circuit_skip(run) and not job.get("circuit_breaker"):
+            out.append({"type": "circuit-skip-without-breaker", "job_id": job_id, "run": run,
+                        "explanation": "a slot was SKIPPED by a circuit breaker the job "
+                                       "does not have"})
         if not is_overlap_skip(run) or run[3] != "schedule":
             continue
         if policy == ALLOW_ALL:

@@ -164,7 +164,7 @@ def _check_run(job: dict[str, Any] | None, run: list, effects: dict, acks: dict,
     run_id, state, slot, _trigger, created_ms, _finished_ms, tasks = run[:7]
     out: list[dict[str, Any]] = []
     execs = [e for e in effects.get(run_id, []) if e.value["kind"] in EXECUTION_KINDS]
-    if state == "skipped" and overlap.is_overlap_skip(run):
+    if state == "skipped" and overlap.is_policy_skip(run):
         # Legal only with an active run and a bounded policy: checkers/overlap.py.
         if execs:
             out.append({"type": "skipped-but-executed", "run": run,

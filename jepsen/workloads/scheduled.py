@@ -258,6 +258,7 @@ class ScheduledWorkload:
                 "grace_ms": job.spec.misfire_grace_ms, "first_ms": job.next_fire_ms,
                 "overlap": str(job.spec.overlap_policy),
                 "max_active_runs": job.spec.max_active_runs,
+                "circuit_breaker": job.spec.circuit_breaker is not None,
                 "boundary_ms": paused.next_fire_ms if paused else None,
             }
         return jobs, final.get("runs", {})

@@ -29,6 +29,7 @@ from gnomon.node.core.commands import (
     LeaseGrant,
     ReplayDeadLetters,
     RerunRun,
+    ResetCircuit,
     SetLimits,
     SetPaused,
     TaskPayload,
@@ -39,11 +40,13 @@ from gnomon.node.core.dag import graph
 from gnomon.node.core.errors import Code, Rejected, UnknownCommand
 from gnomon.node.core.index import JobOrder
 from gnomon.node.core.model import (
+    CLOSED_CIRCUIT,
     OVERLAP_POLICIES,
     TERMINAL_RUN_STATES,
     TERMINAL_TASK_STATES,
     Attempt,
     AttemptOutcome,
+    CircuitStatus,
     DeadLetter,
     DedupeEntry,
     Job,
@@ -168,6 +171,7 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
         or _check_name_free(state, spec)
         or _check_job_quota(state, spec.tenant, access.max_jobs(state.access, spec.tenant,
                                                                 cmd.max_jobs_per_tenant))
+        or access.check_payload_quota(state.access, spec.tenant, access.payload_bytes(spec))
     )
     if rejected:
         return rejected
@@ -184,6 +188,7 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
     )
     state.job_names[(spec.tenant, spec.name)] = job_id
     state.jobs_per_tenant[spec.tenant] = state.jobs_per_tenant.get(spec.tenant, 0) + 1
+    state.access.add_payload(spec.tenant, access.payload_bytes(spec))
     index_job(state, state.job_seq, spec.tenant)
     ctx.effects.jobs.append(job_id)
     return JobReply(job_id=job_id, version=1)
@@ -217,12 +222,17 @@ def _update_job(ctx: Ctx, cmd: UpdateJob) -> Reply:
         _check_version(job, cmd.expected_version)
         or _check_same_identity(job, cmd.spec)
         or validate_spec(cmd.spec)
+        or access.check_payload_quota(ctx.state.access, job.spec.tenant,
+                                      access.payload_bytes(cmd.spec)
+                                      - access.payload_bytes(job.spec))
     )
     if rejected:
         return rejected
     # An unchanged schedule keeps its slot: an already-due fire must not be lost.
     if cmd.spec.schedule != job.spec.schedule:
         job.next_fire_ms = cmd.next_fire_ms
+    ctx.state.access.add_payload(job.spec.tenant, access.payload_bytes(cmd.spec)
+                                 - access.payload_bytes(job.spec))
     job.spec = cmd.spec
     _bump_version(ctx, job)
     _start_queued(ctx, job.job_id)  # a raised max_active_runs lets them go
@@ -249,6 +259,7 @@ def _remove_job(ctx: Ctx, job: Job, cancel_running: bool) -> None:
     state.jobs_per_tenant[job.spec.tenant] -= 1
     if not state.jobs_per_tenant[job.spec.tenant]:
         del state.jobs_per_tenant[job.spec.tenant]
+    state.access.add_payload(job.spec.tenant, -access.payload_bytes(job.spec))
     _unindex_job(state, job.spec.tenant)
     ctx.effects.jobs.append(job.job_id)
     # Queued work of the job is cancelled (nobody may ever serve its queue again); leased
@@ -360,9 +371,10 @@ def _fire(ctx: Ctx, cmd: Fire) -> Reply:
     if cmd.scheduled_for_ms <= job.last_fired_ms or run_id in ctx.state.runs:
         return RunReply(run_id="")
     job.last_fired_ms = cmd.scheduled_for_ms
-    if cmd.skip:
+    held = "" if cmd.skip else _circuit_holds(ctx, job)
+    if cmd.skip or held:
         _record_skipped_run(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE,
-                            "misfire")
+                            held or "misfire")
     else:
         _admit(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE,
                job.spec.overlap_policy)
@@ -370,6 +382,8 @@ def _fire(ctx: Ctx, cmd: Fire) -> Reply:
     if run is not None:
         run.fire_delay_ms = max(0, cmd.delay_ms)
         if run.state in (RunState.RUNNING, RunState.QUEUED):
+            if job.circuit.status == CircuitStatus.HALF_OPEN and not job.circuit.probe_run_id:
+                job.circuit = replace(job.circuit, probe_run_id=run_id)
             job.runs_started += 1
             if job.spec.max_runs and job.runs_started >= job.spec.max_runs:
                 job.next_fire_ms = 0  # max_runs reached: nothing left to fire
@@ -824,6 +838,63 @@ def _replay_dead_letters(ctx: Ctx, cmd: ReplayDeadLetters) -> Reply:
     return Replayed(tasks=keys)
 
 
+# --- circuit breaker -------------------------------------------------------------------------
+
+
+def _circuit_holds(ctx: Ctx, job: Job) -> str:
+    """Why the job's breaker holds this scheduled fire ("": it may run). An open breaker
+    whose cool-down passed turns half-open: this fire is its probe."""
+    breaker, circuit = job.spec.circuit_breaker, job.circuit
+    if breaker is None or circuit.status == CircuitStatus.CLOSED:
+        return ""
+    if circuit.status == CircuitStatus.OPEN:
+        if ctx.now < circuit.opened_ms + breaker.cooldown_ms:
+            return "circuit open"
+        job.circuit = replace(circuit, status=CircuitStatus.HALF_OPEN, probe_run_id="")
+        return ""
+    probe = circuit.probe_run_id
+    if probe and (probe in ctx.state.running_by_job.get(job.job_id, ())
+                  or probe in ctx.state.queued_by_job.get(job.job_id, ())):
+        return f"circuit half-open: probe {probe} running"
+    # No probe, or it ended without a verdict (cancelled): this fire is the next probe.
+    job.circuit = replace(circuit, probe_run_id="")
+    return ""
+
+
+def _circuit_records(ctx: Ctx, run: Run) -> None:
+    """A scheduled run that succeeded or failed moves its job's breaker."""
+    job = ctx.state.jobs.get(run.job_id)
+    if job is None or job.spec.circuit_breaker is None or run.trigger != RunTrigger.SCHEDULE:
+        return
+    if run.state not in (RunState.SUCCEEDED, RunState.FAILED):
+        return
+    failed, breaker, circuit = run.state == RunState.FAILED, job.spec.circuit_breaker, job.circuit
+    if circuit.status == CircuitStatus.HALF_OPEN and run.run_id == circuit.probe_run_id:
+        job.circuit = (replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now,
+                               probe_run_id="", opens=circuit.opens + 1) if failed
+                       else replace(circuit, status=CircuitStatus.CLOSED, probe_run_id="",
+                                    recent_failures=(), opened_ms=0))
+        return
+    if circuit.status != CircuitStatus.CLOSED:
+        return
+    recent = (*circuit.recent_failures, failed)[-max(1, breaker.window_runs):]
+    if (len(recent) >= breaker.window_runs
+            and 100 * sum(recent) >= breaker.failure_percent * len(recent)):
+        job.circuit = replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now,
+                              recent_failures=(), opens=circuit.opens + 1)
+    else:
+        job.circuit = replace(circuit, recent_failures=recent)
+
+
+def _reset_circuit(ctx: Ctx, cmd: ResetCircuit) -> Reply:
+    job = _find_job(ctx.state, cmd.job_id)
+    if isinstance(job, Rejected):
+        return job
+    job.circuit = replace(CLOSED_CIRCUIT, opens=job.circuit.opens)
+    ctx.effects.jobs.append(job.job_id)
+    return JobReply(job_id=job.job_id, version=job.version)
+
+
 # --- re-runs and task-level cancel ----------------------------------------------------------
 
 _RERUNNABLE = (TaskState.DEAD, TaskState.CANCELLED, TaskState.UPSTREAM_FAILED)
@@ -994,6 +1065,7 @@ def _finish_if_done(ctx: Ctx, run: Run, *, retain: bool = True) -> None:
         return
     move_run(ctx.state, run, _final_run_event(run))
     run.finished_ms = ctx.now
+    _circuit_records(ctx, run)
     if retain:
         _enforce_retention(ctx, run.job_id)
         _start_queued(ctx, run.job_id)
@@ -1092,5 +1164,6 @@ HANDLERS: dict[type, Handler] = handler_table([
     (CheckpointLeases, _checkpoint_leases),
     (RerunRun, _rerun_run),
     (CancelTask, _cancel_task),
+    (ResetCircuit, _reset_circuit),
     *access.HANDLER_PAIRS,
 ])

@@ -187,6 +187,12 @@ class RerunRun:
 
 
 @dataclass(frozen=True, slots=True)
+class ResetCircuit:
+    request_id: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class CancelTask:
     """Cancel one live task of a run (a leased one's worker is told); the tasks waiting for
     it can no longer run (upstream_failed)."""
@@ -219,6 +225,7 @@ Command = (
     | RecordAudit
     | RerunRun
     | CancelTask
+    | ResetCircuit
 )
 
 

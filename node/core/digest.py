@@ -13,7 +13,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any
 
 from gnomon.node.core.index import RunFifo
-from gnomon.node.core.model import JobSpec, State
+from gnomon.node.core.model import Circuit, JobSpec, State
 
 # Bump when the encoding changes, so old and new digests never compare equal by accident.
 _DOMAIN = b"gnomon.core.state.v2\x00"
@@ -29,8 +29,8 @@ _DERIVED_FIELDS = ("active_runs", "running_by_job", "queued_by_job", "job_order"
 _LATER_FIELDS: dict[str, dict[str, object]] = {
     "JobSpec": {"overlap_policy": "allow_all", "max_active_runs": None, "max_buffered_runs": 0,
                 "jitter_ms": 0, "start_at_ms": 0, "end_at_ms": 0, "max_runs": 0,
-                "delete_after_success": False},
-    "Job": {"runs_started": 0},
+                "delete_after_success": False, "circuit_breaker": None},
+    "Job": {"runs_started": 0, "circuit": Circuit()},
     "Run": {"reason": "", "cancel_requested": False, "fire_delay_ms": 0, "params": b""},
     "Schedule": {"dialect": "", "dst_nonexistent": "", "dst_ambiguous": ""},
 }

@@ -158,6 +158,36 @@ class TaskSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class CircuitBreaker:
+    """Opens when failure_percent of the last window_runs finished runs failed."""
+
+    window_runs: int
+    failure_percent: int
+    cooldown_ms: int
+
+
+class CircuitStatus:
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+@dataclass(frozen=True, slots=True)
+class Circuit:
+    """A job's breaker state (replicated): immutable, replaced on each change."""
+
+    status: str = CircuitStatus.CLOSED
+    opened_ms: int = 0
+    # Outcomes of the last finished runs while closed, oldest first (True: failed).
+    recent_failures: tuple[bool, ...] = ()
+    probe_run_id: str = ""
+    opens: int = 0
+
+
+CLOSED_CIRCUIT = Circuit()
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     tenant: str
     name: str
@@ -180,6 +210,7 @@ class JobSpec:
     # Runs the schedule starts at most (0: no bound); a one-shot deleted once it succeeded.
     max_runs: int = 0
     delete_after_success: bool = False
+    circuit_breaker: CircuitBreaker | None = None
 
     def task(self, name: str) -> TaskSpec:
         for spec in self.tasks:
@@ -202,6 +233,7 @@ class Job:
     last_fired_ms: int = 0
     # Runs its schedule started or queued (max_runs).
     runs_started: int = 0
+    circuit: Circuit = CLOSED_CIRCUIT
 
 
 @dataclass(frozen=True, slots=True)

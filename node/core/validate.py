@@ -48,6 +48,17 @@ def check_bounds(spec: JobSpec) -> Rejected | None:
     """The bounds apply() acts on: max_runs >= 0; delete_after_success only for a one-shot."""
     if spec.max_runs < 0:
         return _invalid(f"spec.max_runs: must be >= 0 (0 means no bound), got {spec.max_runs}")
+    breaker = spec.circuit_breaker
+    if breaker is not None:
+        if breaker.window_runs < 1:
+            return _invalid(f"spec.circuit_breaker.window_runs: must be >= 1, got "
+                            f"{breaker.window_runs}")
+        if not 1 <= breaker.failure_percent <= 100:
+            return _invalid(f"spec.circuit_breaker.failure_percent: must be in 1..100, got "
+                            f"{breaker.failure_percent}")
+        if breaker.cooldown_ms < 1_000:
+            return _invalid(f"spec.circuit_breaker.cooldown_ms: must be >= 1000, got "
+                            f"{breaker.cooldown_ms}")
     if spec.delete_after_success and spec.schedule.kind != ScheduleKind.ONCE:
         return _invalid(
             f"spec.delete_after_success: applies to a one-shot (once) schedule only, the "

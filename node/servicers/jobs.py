@@ -62,7 +62,7 @@ def _check_overlap_number(field: str, number: int) -> None:
 
 _REPLIES = {c.CreateJob: JobReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
             c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply,
-            c.RerunRun: RunReply, c.CancelTask: RunReply,
+            c.RerunRun: RunReply, c.CancelTask: RunReply, c.ResetCircuit: JobReply,
             c.ReplayDeadLetters: Replayed}
 
 
@@ -371,6 +371,13 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         reply = await self._propose(c.CancelRun(request.request_id, request.run_id,
                                                 request.reason or "cancelled by request"))
         return api_pb2.CancelRunResponse(run=await self._run_proto(reply.run_id))
+
+    @translated
+    async def ResetCircuit(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        job_id = await self._write_job_id(request.job, request.request_id)
+        reply = await self._propose(c.ResetCircuit(request.request_id, job_id))
+        return api_pb2.ResetCircuitResponse(job=self._job_as_written(reply))
 
     @translated
     async def RerunRun(self, request, context):  # noqa: N802

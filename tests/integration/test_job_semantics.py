@@ -16,6 +16,7 @@ import pytest
 
 from gnomon.client import (
     AsyncClient,
+    CircuitBreaker,
     Client,
     CronDialect,
     CronSchedule,
@@ -341,14 +342,14 @@ async def test_rerun_a_failed_run_and_cancel_or_retry_one_task(servers):
             while await state_of("slow") is not TaskState.LEASED:
                 assert asyncio.get_running_loop().time() < deadline, "slow never leased"
                 await asyncio.sleep(0.1)  # polling interval, not a synchronisation
-            cancelled = await client.cancel_task(run_id, "slow", reason="not needed")
+            cancelled = await client.cancel_task(run_id, task_name="slow", reason="not needed")
             assert cancelled.task("slow").state is TaskState.CANCELLED
             assert cancelled.task("after").state is TaskState.UPSTREAM_FAILED
             ended = await client.wait_run(run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
             assert ended.state is RunState.CANCELLED
             assert ended.task("flaky").state is TaskState.DEAD
             # Retry the dead task alone: it succeeds, the cancelled one stays cancelled.
-            retried = await client.retry_task(run_id, "flaky")
+            retried = await client.retry_task(run_id, task_name="flaky")
             assert retried.state is RunState.RUNNING
             ended = await retried.wait(timeout_s=WAIT_S, poll_interval_s=0.1)
             assert ended.task("flaky").state is TaskState.SUCCEEDED
@@ -361,3 +362,28 @@ async def test_rerun_a_failed_run_and_cancel_or_retry_one_task(servers):
             assert done.state is RunState.SUCCEEDED
             assert [t.state for t in done.tasks] == [TaskState.SUCCEEDED] * 3
             assert len(done.task("flaky").attempts) == 2 and calls == [run_id, run_id]
+
+
+async def test_circuit_breaker_opens_holds_probes_and_resets(servers):
+    name = "breaker"
+
+    @task(name="main", queue=name)
+    async def main(ctx: TaskContext) -> str:
+        raise NonRetryableError("always down")
+
+    async with AsyncClient(servers, timeout_s=30) as client:
+        spec = JobSpec.single(name, IntervalSchedule(interval_ms=300), queue=name,
+                              circuit_breaker=CircuitBreaker(2, 100, 1_500))
+        job_id = (await client.create_job(spec)).job_id
+        async with Worker(client, tasks=[main], max_concurrency=2):
+            deadline = asyncio.get_running_loop().time() + WAIT_S
+            while (await client.get_job(job_id)).circuit.opens < 2:  # opened, probed, reopened
+                assert asyncio.get_running_loop().time() < deadline, "the breaker never reopened"
+                await asyncio.sleep(0.2)  # polling interval, not a synchronisation
+            await client.pause_job(job_id)
+        runs = await client.list_runs(job_id, limit=200)
+        reasons = {r.reason for r in runs if r.state is RunState.SKIPPED}
+        assert "circuit open" in reasons
+        assert sum(r.state is RunState.FAILED for r in runs) >= 3  # 2 to open + the probe
+        job = await client.reset_circuit(job_id)
+        assert (job.circuit.status, job.circuit.opens) == ("closed", 2)

@@ -151,3 +151,8 @@ def test_overlap_checker_knows_a_skip_needs_its_reason_and_an_active_run():
     # A misfire skip is the misfire checker's; an old summary without a reason still reads.
     assert overlap.check_job("j1", job, [run(1, "skipped", 10, 10, "misfire")]) == []
     assert not overlap.is_overlap_skip(["j1@1", "skipped", 1, "schedule", 1, 1, []])
+    # A circuit skip is legal only for a job with a breaker.
+    tripped = [run(1, "skipped", 10, 10, "circuit open")]
+    assert [a["type"] for a in overlap.check_job("j1", job, tripped)] == [
+        "circuit-skip-without-breaker"]
+    assert overlap.check_job("j1", {**job, "circuit_breaker": True}, tripped) == []

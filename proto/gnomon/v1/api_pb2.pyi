@@ -656,3 +656,17 @@ class RetryTaskResponse(_message.Message):
     RUN_FIELD_NUMBER: _ClassVar[int]
     run: _types_pb2.Run
     def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...
+
+class ResetCircuitRequest(_message.Message):
+    __slots__ = ("request_id", "job")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
+
+class ResetCircuitResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...

@@ -119,6 +119,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.RetryTaskRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.RetryTaskResponse.FromString,
                 _registered_method=True)
+        self.ResetCircuit = channel.unary_unary(
+                '/gnomon.v1.JobService/ResetCircuit',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -237,6 +242,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetCircuit(self, request, context):
+        """Closes a job's circuit breaker by hand (`Job.circuit` shows its state and counters).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -324,6 +336,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.RetryTask,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.RetryTaskRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.RetryTaskResponse.SerializeToString,
+            ),
+            'ResetCircuit': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetCircuit,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -785,6 +802,33 @@ class JobService:
             '/gnomon.v1.JobService/RetryTask',
             gnomon_dot_v1_dot_api__pb2.RetryTaskRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.RetryTaskResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetCircuit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/ResetCircuit',
+            gnomon_dot_v1_dot_api__pb2.ResetCircuitRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ResetCircuitResponse.FromString,
             options,
             channel_credentials,
             insecure,

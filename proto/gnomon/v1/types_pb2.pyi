@@ -78,6 +78,13 @@ class DstAmbiguousPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DST_AMBIGUOUS_POLICY_FIRST: _ClassVar[DstAmbiguousPolicy]
     DST_AMBIGUOUS_POLICY_LAST: _ClassVar[DstAmbiguousPolicy]
     DST_AMBIGUOUS_POLICY_BOTH: _ClassVar[DstAmbiguousPolicy]
+
+class CircuitStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CIRCUIT_STATUS_UNSPECIFIED: _ClassVar[CircuitStatus]
+    CIRCUIT_STATUS_CLOSED: _ClassVar[CircuitStatus]
+    CIRCUIT_STATUS_OPEN: _ClassVar[CircuitStatus]
+    CIRCUIT_STATUS_HALF_OPEN: _ClassVar[CircuitStatus]
 MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
 MISFIRE_POLICY_RUN_ALL: MisfirePolicy
 MISFIRE_POLICY_RUN_LATEST: MisfirePolicy
@@ -123,6 +130,10 @@ DST_AMBIGUOUS_POLICY_UNSPECIFIED: DstAmbiguousPolicy
 DST_AMBIGUOUS_POLICY_FIRST: DstAmbiguousPolicy
 DST_AMBIGUOUS_POLICY_LAST: DstAmbiguousPolicy
 DST_AMBIGUOUS_POLICY_BOTH: DstAmbiguousPolicy
+CIRCUIT_STATUS_UNSPECIFIED: CircuitStatus
+CIRCUIT_STATUS_CLOSED: CircuitStatus
+CIRCUIT_STATUS_OPEN: CircuitStatus
+CIRCUIT_STATUS_HALF_OPEN: CircuitStatus
 
 class CronSchedule(_message.Message):
     __slots__ = ("expression", "timezone", "dialect", "dst_nonexistent", "dst_ambiguous")
@@ -193,7 +204,7 @@ class TaskSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., queue: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., payload: _Optional[bytes] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("tenant", "name", "schedule", "tasks", "priority", "misfire_policy", "misfire_grace_ms", "paused", "overlap_policy", "max_active_runs", "max_buffered_runs", "jitter_ms", "start_at_ms", "end_at_ms", "max_runs", "delete_after_success")
+    __slots__ = ("tenant", "name", "schedule", "tasks", "priority", "misfire_policy", "misfire_grace_ms", "paused", "overlap_policy", "max_active_runs", "max_buffered_runs", "jitter_ms", "start_at_ms", "end_at_ms", "max_runs", "delete_after_success", "circuit_breaker")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     SCHEDULE_FIELD_NUMBER: _ClassVar[int]
@@ -210,6 +221,7 @@ class JobSpec(_message.Message):
     END_AT_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_RUNS_FIELD_NUMBER: _ClassVar[int]
     DELETE_AFTER_SUCCESS_FIELD_NUMBER: _ClassVar[int]
+    CIRCUIT_BREAKER_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     name: str
     schedule: Schedule
@@ -226,10 +238,11 @@ class JobSpec(_message.Message):
     end_at_ms: int
     max_runs: int
     delete_after_success: bool
-    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., max_active_runs: _Optional[int] = ..., max_buffered_runs: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., start_at_ms: _Optional[int] = ..., end_at_ms: _Optional[int] = ..., max_runs: _Optional[int] = ..., delete_after_success: _Optional[bool] = ...) -> None: ...
+    circuit_breaker: CircuitBreaker
+    def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., max_active_runs: _Optional[int] = ..., max_buffered_runs: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., start_at_ms: _Optional[int] = ..., end_at_ms: _Optional[int] = ..., max_runs: _Optional[int] = ..., delete_after_success: _Optional[bool] = ..., circuit_breaker: _Optional[_Union[CircuitBreaker, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms", "runs_started")
+    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms", "runs_started", "circuit")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +252,7 @@ class Job(_message.Message):
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_FIRED_MS_FIELD_NUMBER: _ClassVar[int]
     RUNS_STARTED_FIELD_NUMBER: _ClassVar[int]
+    CIRCUIT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     version: int
@@ -248,7 +262,8 @@ class Job(_message.Message):
     updated_ms: int
     last_fired_ms: int
     runs_started: int
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ..., runs_started: _Optional[int] = ...) -> None: ...
+    circuit: CircuitState
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ..., runs_started: _Optional[int] = ..., circuit: _Optional[_Union[CircuitState, _Mapping]] = ...) -> None: ...
 
 class TaskInstance(_message.Message):
     __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms", "lease_remaining_ms", "lease_checkpoint_ms", "attempts")
@@ -395,7 +410,7 @@ class Token(_message.Message):
     def __init__(self, token_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., created_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., revoked_ms: _Optional[int] = ..., created_by: _Optional[str] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "weight", "max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s", "api_burst", "created_ms", "updated_ms", "max_active_runs")
+    __slots__ = ("name", "weight", "max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s", "api_burst", "created_ms", "updated_ms", "max_active_runs", "max_payload_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
@@ -406,6 +421,7 @@ class Tenant(_message.Message):
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     weight: int
     max_concurrency: int
@@ -416,7 +432,8 @@ class Tenant(_message.Message):
     created_ms: int
     updated_ms: int
     max_active_runs: int
-    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., max_jobs: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ..., api_rate_per_s: _Optional[int] = ..., api_burst: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., max_active_runs: _Optional[int] = ...) -> None: ...
+    max_payload_bytes: int
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., max_jobs: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ..., api_rate_per_s: _Optional[int] = ..., api_burst: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., max_active_runs: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ("at_ms", "actor", "action", "detail")
@@ -429,3 +446,27 @@ class AuditEntry(_message.Message):
     action: str
     detail: str
     def __init__(self, at_ms: _Optional[int] = ..., actor: _Optional[str] = ..., action: _Optional[str] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class CircuitBreaker(_message.Message):
+    __slots__ = ("window_runs", "failure_percent", "cooldown_ms")
+    WINDOW_RUNS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    COOLDOWN_MS_FIELD_NUMBER: _ClassVar[int]
+    window_runs: int
+    failure_percent: int
+    cooldown_ms: int
+    def __init__(self, window_runs: _Optional[int] = ..., failure_percent: _Optional[int] = ..., cooldown_ms: _Optional[int] = ...) -> None: ...
+
+class CircuitState(_message.Message):
+    __slots__ = ("status", "opened_ms", "recent_failures", "probe_run_id", "opens")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OPENED_MS_FIELD_NUMBER: _ClassVar[int]
+    RECENT_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    PROBE_RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    OPENS_FIELD_NUMBER: _ClassVar[int]
+    status: CircuitStatus
+    opened_ms: int
+    recent_failures: _containers.RepeatedScalarFieldContainer[bool]
+    probe_run_id: str
+    opens: int
+    def __init__(self, status: _Optional[_Union[CircuitStatus, str]] = ..., opened_ms: _Optional[int] = ..., recent_failures: _Optional[_Iterable[bool]] = ..., probe_run_id: _Optional[str] = ..., opens: _Optional[int] = ...) -> None: ...

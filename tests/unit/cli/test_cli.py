@@ -15,6 +15,7 @@ from gnomon.client import (
     AlreadyExists,
     Attempt,
     AttemptOutcome,
+    CircuitBreaker,
     ClusterLimits,
     ClusterStatus,
     Conflict,
@@ -551,6 +552,21 @@ def test_trigger_with_params(fake):
     assert fake.method_calls("trigger_job")[0][1]["params"] == {"date": "2026-12-01"}
     assert run(fake, "job", "trigger", "x", "--conf", "[1]")[0] == 2
     assert run(fake, "job", "trigger", "x", "--params", "{nope")[0] == 2
+
+
+def test_circuit_breaker_flags_and_reset(fake):
+    code, _, _ = run(fake, "job", "create", "--name", "cb", "--cron", "@hourly",
+                     "--circuit-window-runs", "10", "--circuit-failure-percent", "50",
+                     "--circuit-cooldown-ms", "10m")
+    assert code == 0
+    assert fake.jobs["j1"].spec.circuit_breaker == CircuitBreaker(10, 50, 600_000)
+    assert run(fake, "job", "create", "--name", "half", "--cron", "@hourly",
+               "--circuit-window-runs", "10")[0] == 2
+    code, out, _ = run(fake, "job", "get", "cb")
+    assert "circuit" in out and "closed" in out
+    fake._reset_circuit = lambda job_id=None, **kw: fake.jobs["j1"]
+    code, out, _ = run(fake, "job", "reset-circuit", "cb")
+    assert code == 0 and "circuit of job j1" in out
 
 
 def test_runs(fake):

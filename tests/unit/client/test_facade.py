@@ -19,6 +19,8 @@ PUBLIC = [
     "AttemptOutcome",
     "AuditEntry",
     "Cancelled",
+    "CircuitBreaker",
+    "CircuitState",
     "Client",
     "ClusterLimits",
     "ClusterStatus",

@@ -24,6 +24,8 @@ from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.core.model import (
     Attempt,
     AttemptOutcome,
+    Circuit,
+    CircuitStatus,
     DeadLetter,
     Job,
     JobSpec,
@@ -56,6 +58,7 @@ SPECIAL = {
     (JobSpec, "schedule"): lambda s, i: CRON,
     (JobSpec, "misfire_policy"): lambda s, i: MisfirePolicy.SKIP,
     (JobSpec, "overlap_policy"): lambda s, i: OverlapPolicy.BUFFER_ALL,
+    (Circuit, "status"): lambda s, i: CircuitStatus.HALF_OPEN,
     (c.TriggerJob, "overlap_policy"): lambda s, i: OverlapPolicy.TERMINATE_OTHER,
     (Attempt, "outcome"): lambda s, i: AttemptOutcome.EXPIRED,
     (TaskInstance, "state"): lambda s, i: TaskState.RETRY_WAIT,
