@@ -102,6 +102,14 @@ def test_create_a_job_from_the_form_and_see_its_runs_appear_live(cluster, page):
     trigger.get_by_label("Overlap policy for this run").select_option("OVERLAP_POLICY_SKIP")
     trigger.get_by_role("button", name="Trigger with policy").click()
     expect(pg.get_by_role("status").filter(has_text="manual")).to_contain_text("skipped (overlap")
+    # Parameters that are not a JSON object: the API's rule, shown.
+    trigger.get_by_label("Parameters").fill("[1, 2]")
+    trigger.get_by_label("Overlap policy for this run").select_option("OVERLAP_POLICY_ALLOW_ALL")
+    trigger.get_by_role("button", name="Trigger with policy").click()
+    expect(pg.get_by_role("alert").filter(has_text="params_json")).to_be_visible()
+    trigger.get_by_label("Parameters").fill('{"date": "2026-01-01"}')
+    trigger.get_by_role("button", name="Trigger with policy").click()
+    expect(pg.get_by_role("status").filter(has_text="manual")).to_contain_text("running")
 
     pg.get_by_role("button", name="Pause").first.click()
     expect(pg.get_by_role("button", name="Resume").first).to_be_visible()

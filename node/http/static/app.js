@@ -229,13 +229,16 @@ function triggerForm(jobId, out) {
   const policy = h("select", { id: "trigger-overlap", name: "overlapPolicy" },
     ["OVERLAP_POLICY_UNSPECIFIED", "OVERLAP_POLICY_ALLOW_ALL", "OVERLAP_POLICY_SKIP", "OVERLAP_POLICY_BUFFER_ONE", "OVERLAP_POLICY_BUFFER_ALL"].map((k) =>
       h("option", { value: k, text: k === "OVERLAP_POLICY_UNSPECIFIED" ? "the job's" : k.replace("OVERLAP_POLICY_", "").toLowerCase() })));
+  const params = h("textarea", { id: "trigger-params", name: "paramsJson", placeholder: '{"date": "2026-01-01"}', rows: "2" });
   const form = h("form", { "aria-label": "Trigger with parameters", class: "row" },
+    h("label", { for: "trigger-params" }, "Parameters (a JSON object merged into every task's payload)", params),
     h("label", { for: "trigger-overlap" }, "Overlap policy for this run", policy),
     h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Trigger with policy" })));
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     try {
-      const r = await api("POST", `/v1/jobs/${encodeURIComponent(jobId)}/trigger`, { overlapPolicy: policy.value });
+      const r = await api("POST", `/v1/jobs/${encodeURIComponent(jobId)}/trigger`,
+        { overlapPolicy: policy.value, paramsJson: params.value.trim() });
       message(out, `Run ${r.run.runId}: ${STATE_NAMES(r.run.state)}${r.run.reason ? ` (${r.run.reason})` : ""}`, true);
     } catch (err) { message(out, err.message); }
   });
