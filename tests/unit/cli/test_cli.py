@@ -569,6 +569,20 @@ def test_circuit_breaker_flags_and_reset(fake):
     assert code == 0 and "circuit of job j1" in out
 
 
+def test_rerun_cancel_and_retry_a_task(fake):
+    failed = Run("j1@5", "j1", state=RunState.FAILED)
+    fake._rerun_run = lambda run_id, **kw: replace(failed, state=RunState.RUNNING)
+    fake._cancel_task = lambda run_id, **kw: replace(failed, state=RunState.CANCELLED)
+    fake._retry_task = lambda run_id, **kw: replace(failed, state=RunState.RUNNING)
+    code, out, _ = run(fake, "run", "rerun", "j1@5")
+    assert code == 0 and "re-running run j1@5" in out
+    code, out, _ = run(fake, "run", "cancel-task", "j1@5", "load", "--reason", "stop")
+    assert code == 0 and "task load of run j1@5 cancelled; the run is cancelled" in out
+    assert fake.method_calls("cancel_task")[0][1]["task_name"] == "load"
+    code, out, _ = run(fake, "run", "retry-task", "j1@5", "load")
+    assert code == 0 and "retrying task load of run j1@5" in out
+
+
 def test_runs(fake):
     fake.runs["j1@5"] = Run("j1@5", "j1", scheduled_for_ms=T0, state=RunState.RUNNING)
     code, out, _ = run(fake, "run", "list", "j1", "--json", "--before", "2026-11-30T10:41:02Z")
