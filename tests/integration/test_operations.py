@@ -205,6 +205,8 @@ def test_rolling_restart_under_load_loses_nothing(cluster):
           f"{(slots[-1] - slots[0]) / 1000:.1f}s, lost {len(lost_fires)}, doubled "
           f"{len(doubled)}, not succeeded {len(not_succeeded)}; next_fire after pause "
           f"{paused.next_fire_ms}")
+    for line in writer.errors[:5]:  # calls whose outcome the client did not learn (retried
+        print("  failed call:", line)  # with the same request id they would have one effect)
     assert lost_writes == []
     assert lost_fires == []
     assert doubled == {}
