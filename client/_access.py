@@ -80,6 +80,8 @@ class Tenant:
     updated_ms: int = 0
     max_active_runs: int = 0
     """Runs running at once; at it, triggers are ResourceExhausted (retried later)."""
+    max_payload_bytes: int = 0
+    """Task payload bytes over all the tenant's jobs; beyond it, creates are refused."""
 
 
 TENANT_SETTINGS = tuple(f.name for f in fields(Tenant) if f.name not in

@@ -64,6 +64,7 @@ _TENANT_HELP = {
     "api_rate_per_s": "API calls per second (0: no bound)",
     "api_burst": "calls at once above the rate (0: one second's worth)",
     "max_active_runs": "runs running at once; triggers beyond it are refused (0: no bound)",
+    "max_payload_bytes": "task payload bytes over all its jobs (0: no bound)",
 }
 
 

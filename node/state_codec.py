@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 
 from gnomon.node import codec
 from gnomon.node.core import new_state
+from gnomon.node.core.access import payload_bytes
 from gnomon.node.core.apply import index_job
 from gnomon.node.core.index import RunFifo
 from gnomon.node.core.model import (
@@ -152,6 +153,7 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
         st.jobs[job.job_id] = job
         st.job_names[(tenant, job.spec.name)] = job.job_id
         st.jobs_per_tenant[tenant] = st.jobs_per_tenant.get(tenant, 0) + 1
+        st.access.add_payload(tenant, payload_bytes(job.spec))
         index_job(st, int(job.job_id[1:]), tenant)
     for _, v in tables["runs"]:
         run = decode_run(v)

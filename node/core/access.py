@@ -58,6 +58,7 @@ class Tenant:
     created_ms: int = 0
     updated_ms: int = 0
     max_active_runs: int = 0  # runs running at once (TriggerJob beyond: RESOURCE_EXHAUSTED)
+    max_payload_bytes: int = 0  # task payload bytes over all its jobs (beyond: RESOURCE_EXHAUSTED)
 
 
 @dataclass
@@ -68,6 +69,15 @@ class AccessState:
     tokens: dict[str, Token] = field(default_factory=dict)
     by_hash: dict[str, str] = field(default_factory=dict)
     tenants: dict[str, Tenant] = field(default_factory=dict)
+    # Derived: tenant -> task payload bytes of its jobs (for max_payload_bytes).
+    payload_bytes: dict[str, int] = field(default_factory=dict)
+
+    def add_payload(self, tenant: str, delta: int) -> None:
+        total = self.payload_bytes.get(tenant, 0) + delta
+        if total:
+            self.payload_bytes[tenant] = total
+        else:
+            self.payload_bytes.pop(tenant, None)
 
     def add(self, token: Token) -> None:
         self.tokens[token.token_id] = token
@@ -181,6 +191,24 @@ def max_jobs(access: AccessState, tenant: str, cluster_max: int) -> int:
     return record.max_jobs if record is not None and record.max_jobs else cluster_max
 
 
+def payload_bytes(spec: Any) -> int:
+    """Task payload bytes of a job spec."""
+    return sum(len(task.payload) for task in spec.tasks)
+
+
+def check_payload_quota(access: AccessState, tenant: str, extra: int) -> Rejected | None:
+    """RESOURCE_EXHAUSTED when `extra` more payload bytes would pass the tenant's bound."""
+    record = access.tenants.get(tenant)
+    if record is None or not record.max_payload_bytes or extra <= 0:
+        return None
+    total = access.payload_bytes.get(tenant, 0) + extra
+    if total > record.max_payload_bytes:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"spec.tasks.payload: tenant {tenant!r} would hold {total} payload bytes "
+                        f"(max_payload_bytes {record.max_payload_bytes})")
+    return None
+
+
 def check_tenant(t: Tenant) -> Rejected | None:
     """The rules of a tenant record (also checked by the servicer before it proposes)."""
     if not t.name or len(t.name) > MAX_TENANT_NAME_CHARS or "/" in t.name:
@@ -188,7 +216,7 @@ def check_tenant(t: Tenant) -> Rejected | None:
     if not 1 <= t.weight <= MAX_TENANT_WEIGHT:
         return _invalid(f"weight: must be 1 to {MAX_TENANT_WEIGHT}")
     for name in ("max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s",
-                 "api_burst", "max_active_runs"):
+                 "api_burst", "max_active_runs", "max_payload_bytes"):
         if getattr(t, name) < 0:
             return _invalid(f"{name}: must be >= 0 (0: no bound of its own)")
     return None

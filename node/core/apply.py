@@ -171,6 +171,7 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
         or _check_name_free(state, spec)
         or _check_job_quota(state, spec.tenant, access.max_jobs(state.access, spec.tenant,
                                                                 cmd.max_jobs_per_tenant))
+        or access.check_payload_quota(state.access, spec.tenant, access.payload_bytes(spec))
     )
     if rejected:
         return rejected
@@ -187,6 +188,7 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
     )
     state.job_names[(spec.tenant, spec.name)] = job_id
     state.jobs_per_tenant[spec.tenant] = state.jobs_per_tenant.get(spec.tenant, 0) + 1
+    state.access.add_payload(spec.tenant, access.payload_bytes(spec))
     index_job(state, state.job_seq, spec.tenant)
     ctx.effects.jobs.append(job_id)
     return JobReply(job_id=job_id, version=1)
@@ -220,12 +222,17 @@ def _update_job(ctx: Ctx, cmd: UpdateJob) -> Reply:
         _check_version(job, cmd.expected_version)
         or _check_same_identity(job, cmd.spec)
         or validate_spec(cmd.spec)
+        or access.check_payload_quota(ctx.state.access, job.spec.tenant,
+                                      access.payload_bytes(cmd.spec)
+                                      - access.payload_bytes(job.spec))
     )
     if rejected:
         return rejected
     # An unchanged schedule keeps its slot: an already-due fire must not be lost.
     if cmd.spec.schedule != job.spec.schedule:
         job.next_fire_ms = cmd.next_fire_ms
+    ctx.state.access.add_payload(job.spec.tenant, access.payload_bytes(cmd.spec)
+                                 - access.payload_bytes(job.spec))
     job.spec = cmd.spec
     _bump_version(ctx, job)
     _start_queued(ctx, job.job_id)  # a raised max_active_runs lets them go
@@ -252,6 +259,7 @@ def _remove_job(ctx: Ctx, job: Job, cancel_running: bool) -> None:
     state.jobs_per_tenant[job.spec.tenant] -= 1
     if not state.jobs_per_tenant[job.spec.tenant]:
         del state.jobs_per_tenant[job.spec.tenant]
+    state.access.add_payload(job.spec.tenant, -access.payload_bytes(job.spec))
     _unindex_job(state, job.spec.tenant)
     ctx.effects.jobs.append(job.job_id)
     # Queued work of the job is cancelled (nobody may ever serve its queue again); leased

@@ -410,7 +410,7 @@ class Token(_message.Message):
     def __init__(self, token_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., created_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., revoked_ms: _Optional[int] = ..., created_by: _Optional[str] = ...) -> None: ...
 
 class Tenant(_message.Message):
-    __slots__ = ("name", "weight", "max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s", "api_burst", "created_ms", "updated_ms", "max_active_runs")
+    __slots__ = ("name", "weight", "max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s", "api_burst", "created_ms", "updated_ms", "max_active_runs", "max_payload_bytes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     WEIGHT_FIELD_NUMBER: _ClassVar[int]
     MAX_CONCURRENCY_FIELD_NUMBER: _ClassVar[int]
@@ -421,6 +421,7 @@ class Tenant(_message.Message):
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     UPDATED_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_ACTIVE_RUNS_FIELD_NUMBER: _ClassVar[int]
+    MAX_PAYLOAD_BYTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     weight: int
     max_concurrency: int
@@ -431,7 +432,8 @@ class Tenant(_message.Message):
     created_ms: int
     updated_ms: int
     max_active_runs: int
-    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., max_jobs: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ..., api_rate_per_s: _Optional[int] = ..., api_burst: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., max_active_runs: _Optional[int] = ...) -> None: ...
+    max_payload_bytes: int
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[int] = ..., max_concurrency: _Optional[int] = ..., max_jobs: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ..., api_rate_per_s: _Optional[int] = ..., api_burst: _Optional[int] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., max_active_runs: _Optional[int] = ..., max_payload_bytes: _Optional[int] = ...) -> None: ...
 
 class AuditEntry(_message.Message):
     __slots__ = ("at_ms", "actor", "action", "detail")

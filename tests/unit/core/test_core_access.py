@@ -119,3 +119,27 @@ def test_tenants_create_update_and_quota():
     tables = {name: iter(rows) for name, rows in state_codec.encode_tables(st).items()}
     back = state_codec.decode_tables(tables)
     assert back.access.tenants == st.access.tenants and digest(back) == digest(st)
+
+
+def test_payload_bytes_quota_counts_creates_updates_and_deletes():
+    from gnomon.node.core.access import SetTenant, Tenant
+
+    from ..node.harness import make_spec
+
+    st = new_state()
+    _apply(st, SetTenant("t", Tenant("acme", max_payload_bytes=10), create=True))
+    (first,) = _apply(st, c.CreateJob("a", make_spec("a", payload=b"123456"), T0 + 60_000))
+    assert not isinstance(first, Rejected) and st.access.payload_bytes["acme"] == 6
+    (over,) = _apply(st, c.CreateJob("b", make_spec("b", payload=b"12345"), T0 + 60_000))
+    assert isinstance(over, Rejected) and over.code == Code.RESOURCE_EXHAUSTED
+    assert "max_payload_bytes" in over.detail
+    (grow,) = _apply(st, c.UpdateJob("u", first.job_id, make_spec("a", payload=b"x" * 11),
+                                     1, T0 + 60_000))
+    assert isinstance(grow, Rejected) and grow.code == Code.RESOURCE_EXHAUSTED
+    _apply(st, c.UpdateJob("u2", first.job_id, make_spec("a", payload=b"x" * 9), 1,
+                           T0 + 60_000))
+    assert st.access.payload_bytes["acme"] == 9
+    tables = {name: iter(rows) for name, rows in state_codec.encode_tables(st).items()}
+    assert state_codec.decode_tables(tables).access.payload_bytes == {"acme": 9}
+    _apply(st, c.DeleteJob("d", first.job_id))
+    assert "acme" not in st.access.payload_bytes
