@@ -70,6 +70,9 @@ class Config:
     raft_listen_backlog: int = 128
     raft_peer_timeout_ms: int = 10_000
     raft_max_send_buffer_bytes: int = 256 << 20
+    # Above this many bytes queued for a peer, new append messages to it are dropped (it
+    # asks again from where it is); below raft_max_send_buffer_bytes.
+    raft_send_backlog_bytes: int = 32 << 20
     raft_connect_retry_ms: int = 500
     # The gRPC port (clients and workers): TLS when tls_cert and tls_key are set; mutual TLS
     # (clients must present a certificate of that CA) when tls_client_ca is set too. Other
@@ -231,13 +234,17 @@ class Config:
             if not getattr(self, name):
                 raise ConfigError(
                     f"{name}: required: the Raft port accepts only peers with a certificate "
-                    f"of the cluster CA (`gnomon dev` and `gnomon-node certs` make them)")
+                    f"of the cluster CA (`gnomon dev` and `python -m gnomon.node.certs` make "
+                    f"them)")
         for name in ("raft_max_frame_bytes", "raft_append_batch_bytes",
                      "raft_handshake_timeout_ms", "raft_unauthenticated_idle_ms",
                      "raft_max_unauthenticated", "raft_listen_backlog", "raft_peer_timeout_ms",
-                     "raft_max_send_buffer_bytes", "raft_connect_retry_ms"):
+                     "raft_max_send_buffer_bytes", "raft_connect_retry_ms",
+                     "raft_send_backlog_bytes"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")
+        if self.raft_send_backlog_bytes >= self.raft_max_send_buffer_bytes:
+            raise ConfigError("raft_send_backlog_bytes: must be below raft_max_send_buffer_bytes")
         # A proposal batch is one log entry and must fit an append message whole: pysyncobj
         # splits a larger one and its peer unpickles the pieces (node/TRANSPORT.md).
         entry = self.max_entry_bytes

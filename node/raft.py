@@ -193,6 +193,7 @@ def build_transport(config: Config):
         max_unauthenticated=config.raft_max_unauthenticated,
         peer_timeout_s=config.raft_peer_timeout_ms / 1000,
         max_send_buffer_bytes=config.raft_max_send_buffer_bytes,
+        send_backlog_bytes=config.raft_send_backlog_bytes,
         connect_retry_s=config.raft_connect_retry_ms / 1000)
     settings = TransportSettings(
         tls=tls, node_id=config.node_id,

@@ -69,6 +69,7 @@ class TransportLimits:
     max_unauthenticated: int
     peer_timeout_s: float
     max_send_buffer_bytes: int
+    send_backlog_bytes: int
     connect_retry_s: float
 
 
@@ -182,6 +183,14 @@ class TlsTransport(Transport):
             return True
         conn = self._links.get(node)
         if conn is None or conn.state != _OPEN:
+            return False
+        if message.get("type") == "append_entries" and len(conn.out) > \
+                self._limits.send_backlog_bytes:
+            # The peer reads slower than we append (a follower catching up): drop this append
+            # instead of queueing ever more. Raft tolerates the loss: the follower answers
+            # the gap with its next index and we resend from there once the queue drained.
+            # Queueing it all would end at max_send_buffer_bytes with the link closed and
+            # everything sent again: a follower that never catches up.
             return False
         if "transmission" in message:
             # An entry above appendEntriesBatchSizeBytes: config.py keeps every entry below.
