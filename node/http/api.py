@@ -85,6 +85,8 @@ ROUTES: tuple[Route, ...] = (
           "Start a run now, outside the schedule", _JOB, body=True),
     Route("GET", "/v1/jobs/{job_id}/runs", "JobService.ListRuns", "A job's runs, newest first",
           _JOB),
+    Route("POST", "/v1/jobs/{job_id}/circuit/reset", "JobService.ResetCircuit",
+          "Close a job's circuit breaker by hand", _JOB, body=True),
     Route("GET", "/v1/jobs/{job_id}/schedule/preview", "JobService.PreviewSchedule",
           "The next instants a job fires at (?count=, ?after_ms=)", _JOB),
     Route("POST", "/v1/schedules/preview", "JobService.PreviewSchedule",
@@ -140,6 +142,29 @@ ROUTES: tuple[Route, ...] = (
 )
 
 
+# Services whose every unary RPC is also served at POST /v1/rpc/<Service>/<Method> (the request
+# message's JSON as the body): an RPC is on HTTP the moment it lands, named route or not.
+SERVED_SERVICES = ("JobService", "ClusterService", "OperationsService", "AccessService")
+
+
+def rpc_routes() -> tuple[Route, ...]:
+    out = []
+    for name in SERVED_SERVICES:
+        service = api_pb2.DESCRIPTOR.services_by_name.get(name)
+        for m in service.methods if service else ():
+            if m.client_streaming or m.server_streaming:
+                continue
+            out.append(Route("POST", f"/v1/rpc/{name}/{m.name}", f"{name}.{m.name}",
+                             f"{name}.{m.name}: the request message's JSON as the body",
+                             body=True))
+    return tuple(out)
+
+
+def all_routes() -> tuple[Route, ...]:
+    """The named routes, then one generic route per unary RPC."""
+    return ROUTES + rpc_routes()
+
+
 class HttpContext:
     """The part of grpc.aio.ServicerContext the servicers use, for a call made over HTTP.
     `abort` raises a Problem carrying the status and the trailing metadata."""
@@ -156,6 +181,12 @@ class HttpContext:
 
     def peer(self) -> str:
         return "http"
+
+    def set_code(self, code) -> None:  # the generated base servicer's "not implemented"
+        self.code = code
+
+    def set_details(self, details: str) -> None:
+        self.details = details
 
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()):
         md = dict(tuple(trailing_metadata or ()) + self._trailing)

@@ -7,7 +7,7 @@ import re
 
 from google.protobuf import descriptor as _d
 
-from gnomon.node.http.api import IDEMPOTENCY_HEADER, ROUTES, Route
+from gnomon.node.http.api import IDEMPOTENCY_HEADER, Route, all_routes
 
 _SCALARS = {
     _d.FieldDescriptor.TYPE_DOUBLE: {"type": "number"},
@@ -94,7 +94,7 @@ def operation_id(route: Route) -> str:
 def document() -> dict:
     schemas: dict = {}
     paths: dict = {}
-    for route in ROUTES:
+    for route in all_routes():
         op: dict = {"operationId": operation_id(route), "summary": route.summary,
                     "parameters": [{"name": p, "in": "path", "required": True,
                                     "schema": {"type": "string"}} for p in

@@ -11,7 +11,7 @@ import grpc
 from aiohttp import web
 
 from gnomon.node.grpc_tls import is_loopback
-from gnomon.node.http.api import ROUTES, HttpContext, Route, build_request, to_json
+from gnomon.node.http.api import HttpContext, Route, all_routes, build_request, to_json
 from gnomon.node.http.auth import authorize, authorize_events
 from gnomon.node.http.events import EventHub
 from gnomon.node.http.openapi import document
@@ -62,9 +62,10 @@ class HttpServer:
                           "AccessService": AccessServicer(node, node.authenticator)}
         self.events = EventHub(node, max_streams=node.config.http_max_event_streams)
         self.app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
-        for route in ROUTES:
+        routes = all_routes()
+        for route in routes:
             self.app.router.add_route(route.method, route.path, self._handler(route))
-        for path in dict.fromkeys(r.path for r in ROUTES):
+        for path in dict.fromkeys(r.path for r in routes):
             self.app.router.add_route("OPTIONS", path, self._preflight)
         self.app.router.add_get("/", self._index)
         self.app.router.add_static("/ui/", STATIC)
@@ -120,6 +121,9 @@ class HttpServer:
             body = p.body() | {"status": exc.status, "title": exc.reason}
             resp = web.Response(status=exc.status, text=json.dumps(body),
                                 content_type=PROBLEM_TYPE)
+        except NotImplementedError:  # an RPC in the proto whose servicer is not written yet
+            resp = Problem(grpc.StatusCode.UNIMPLEMENTED,
+                           f"{request.path}: not implemented by this node").response()
         except Exception:
             log.exception("HTTP %s %s failed", request.method, request.path)
             resp = Problem(grpc.StatusCode.INTERNAL, "internal error; the node's log has it").response()

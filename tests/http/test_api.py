@@ -49,6 +49,8 @@ def test_create_answers_the_create_response_json_and_get_matches_grpc(cluster):
         job=api_pb2.JobRef(job_id=job["jobId"])), timeout=10, wait_for_ready=True)
     assert got.json == json_format.MessageToDict(over_grpc,
                                                  always_print_fields_with_no_presence=True)
+    generic = call(leader.url, "POST", "/v1/rpc/JobService/GetJob", {"job": {"jobId": job["jobId"]}})
+    assert generic.status == 200 and generic.json == got.json
     by_name = call(leader.url, "GET", "/v1/tenants/default/jobs/shape")
     assert by_name.status == 200 and by_name.json == got.json
     listed = call(leader.url, "GET", "/v1/tenants/default/jobs?limit=1000")
