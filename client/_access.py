@@ -31,6 +31,7 @@ class Token:
     expires_ms: int  # 0: never
     revoked_ms: int  # 0: not revoked
     created_by: str
+    cert_subject: str = ""
 
     @property
     def expires(self) -> datetime | None:
@@ -115,19 +116,22 @@ class AuditEntry:
 
 def token_from_proto(m: Any) -> Token:
     return Token(m.token_id, m.name, m.role, tuple(m.tenants), m.created_ms, m.expires_ms,
-                 m.revoked_ms, m.created_by)
+                 m.revoked_ms, m.created_by, m.cert_subject)
 
 
 class AccessCalls:
     """AsyncClient's AccessService calls (needs `_call`)."""
 
     async def create_token(self, name: str, role: Role, tenants: Sequence[str] = (), *,
-                           expires_ms: int = 0, request_id: str | None = None,
+                           expires_ms: int = 0, cert_subject: str = "",
+                           request_id: str | None = None,
                            timeout_s: float | None = None) -> NewToken:
         """A new bearer token. Admins create any; a tenant-admin tenant-writer,
-        tenant-reader and worker tokens of its own tenants."""
+        tenant-reader and worker tokens of its own tenants. With ``cert_subject``, a client
+        certificate of that common name stands for the token under mutual TLS."""
         req = api_pb2.CreateTokenRequest(request_id=request_id or uuid.uuid4().hex, name=name,
-                                         role=role, tenants=list(tenants), expires_ms=expires_ms)
+                                         role=role, tenants=list(tenants), expires_ms=expires_ms,
+                                         cert_subject=cert_subject)
         resp = await self._call(ACCESS_SERVICE, "CreateToken", req, timeout_s=timeout_s)  # type: ignore[attr-defined]
         return NewToken(token_from_proto(resp.token), resp.secret)
 
@@ -202,11 +206,12 @@ class BlockingAccessCalls:
     """Client's AccessService calls (needs `_run` and `_async`)."""
 
     def create_token(self, name: str, role: Role, tenants: Sequence[str] = (), *,
-                     expires_ms: int = 0, request_id: str | None = None,
+                     expires_ms: int = 0, cert_subject: str = "",
+                     request_id: str | None = None,
                      timeout_s: float | None = None) -> NewToken:
         return self._run(self._async.create_token(  # type: ignore[attr-defined]
-            name, role, tenants, expires_ms=expires_ms, request_id=request_id,
-            timeout_s=timeout_s))
+            name, role, tenants, expires_ms=expires_ms, cert_subject=cert_subject,
+            request_id=request_id, timeout_s=timeout_s))
 
     def list_tokens(self, *, include_inactive: bool = False,
                     timeout_s: float | None = None) -> list[Token]:

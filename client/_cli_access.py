@@ -30,6 +30,9 @@ def add_access_groups(groups: Any, leaf: Leaf) -> None:
                    help="a tenant it acts for (repeat; none for admin)")
     p.add_argument("--expires-in", metavar="DURATION",
                    help="expire after DURATION (e.g. 30d, 12h; default: never)")
+    p.add_argument("--cert-subject", default="", metavar="CN",
+                   help="under mutual TLS, a client certificate of this common name stands "
+                        "for the token (no token needed)")
     p.add_argument("--secret-file", metavar="FILE",
                    help="write the secret to FILE (0600) instead of printing it")
     p = leaf(token, "list", "tokens you may manage")
@@ -124,7 +127,7 @@ def _cmd_audit_list(ctx: Any) -> int:
 def token_json(t: Token) -> dict[str, Any]:
     return {"token_id": t.token_id, "name": t.name, "role": t.role, "tenants": list(t.tenants),
             "created_ms": t.created_ms, "expires_ms": t.expires_ms, "revoked_ms": t.revoked_ms,
-            "created_by": t.created_by}
+            "created_by": t.created_by, "cert_subject": t.cert_subject}
 
 
 def _state(t: Token, now_ms: int) -> str:
@@ -140,7 +143,8 @@ def _cmd_token_create(ctx: Any) -> int:
     expires_ms = 0
     if args.expires_in:
         expires_ms = int(time.time() * 1000) + parse_duration_ms(args.expires_in, "--expires-in")
-    made = ctx.client.create_token(args.name, args.role, args.tenants, expires_ms=expires_ms)
+    made = ctx.client.create_token(args.name, args.role, args.tenants, expires_ms=expires_ms,
+                                   cert_subject=args.cert_subject)
     secret_line = made.secret
     if args.secret_file:
         _write_secret(args.secret_file, made.secret)

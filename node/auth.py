@@ -45,6 +45,10 @@ class AuthError(Exception):
         self.code = code
 
 
+class MissingCredentials(AuthError):
+    """No Authorization header: a verified client certificate may still stand for a token."""
+
+
 def unauthenticated(detail: str) -> AuthError:
     return AuthError("UNAUTHENTICATED", detail)
 
@@ -121,7 +125,10 @@ class Authenticator:
             return ANONYMOUS
         header = next((str(v) for k, v in (metadata or ()) if k == "authorization"), None)
         if header is None:
-            raise unauthenticated("authorization: missing; send 'authorization: Bearer <token>'")
+            raise MissingCredentials(
+                "UNAUTHENTICATED",
+                "authorization: missing; send 'authorization: Bearer <token>' (or, under mutual "
+                "TLS, a client certificate that stands for a token)")
         scheme, _, secret = header.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise unauthenticated("authorization: expected 'Bearer <token>'")
@@ -133,6 +140,20 @@ class Authenticator:
         token = access.tokens.get(token_id) if token_id else None  # type: ignore[attr-defined]
         if token is None:
             raise unauthenticated("authorization: unknown token")
+        return self._principal(token)
+
+    def authenticate_subject(self, subject: str) -> Principal:
+        """The principal a verified client certificate's common name stands for (mutual
+        TLS), or UNAUTHENTICATED."""
+        access = self._tokens()
+        token_id = access.by_subject.get(subject)  # type: ignore[attr-defined]
+        token = access.tokens.get(token_id) if token_id else None  # type: ignore[attr-defined]
+        if token is None:
+            raise unauthenticated(f"authorization: missing, and the client certificate "
+                                  f"{subject!r} stands for no token")
+        return self._principal(token)
+
+    def _principal(self, token) -> Principal:
         if token.revoked_ms:
             raise unauthenticated(f"authorization: token {token.token_id} was revoked")
         if token.expires_ms and token.expires_ms <= self._now_ms():

@@ -512,13 +512,14 @@ def token_to_proto(t: access.Token, out: types_pb2.Token | None = None) -> types
     out.token_id, out.name, out.role = t.token_id, t.name, t.role
     out.tenants.extend(t.tenants)
     out.created_ms, out.expires_ms, out.revoked_ms = t.created_ms, t.expires_ms, t.revoked_ms
-    out.created_by = t.created_by
+    out.created_by, out.cert_subject = t.created_by, t.cert_subject
     return out
 
 
 def token_from_proto(m: types_pb2.Token, secret_sha256: str) -> access.Token:
     return access.Token(m.token_id, m.name, m.role, tuple(m.tenants), secret_sha256,
-                        m.created_ms, m.expires_ms, m.revoked_ms, m.created_by)
+                        m.created_ms, m.expires_ms, m.revoked_ms, m.created_by,
+                        m.cert_subject)
 
 
 _TENANT_FIELDS = [f.name for f in dataclasses.fields(access.Tenant)]

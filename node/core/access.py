@@ -41,6 +41,8 @@ class Token:
     expires_ms: int = 0  # 0: never
     revoked_ms: int = 0  # 0: not revoked
     created_by: str = ""
+    # A client certificate's common name that stands for this token under mutual TLS.
+    cert_subject: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,7 @@ class AccessState:
     token_seq: int = 0
     tokens: dict[str, Token] = field(default_factory=dict)
     by_hash: dict[str, str] = field(default_factory=dict)
+    by_subject: dict[str, str] = field(default_factory=dict)  # derived, like by_hash
     tenants: dict[str, Tenant] = field(default_factory=dict)
     # Derived: tenant -> task payload bytes of its jobs (for max_payload_bytes).
     payload_bytes: dict[str, int] = field(default_factory=dict)
@@ -82,6 +85,8 @@ class AccessState:
     def add(self, token: Token) -> None:
         self.tokens[token.token_id] = token
         self.by_hash[token.secret_sha256] = token.token_id
+        if token.cert_subject:
+            self.by_subject[token.cert_subject] = token.token_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +98,7 @@ class CreateToken:
     secret_sha256: str
     expires_ms: int = 0
     created_by: str = ""
+    cert_subject: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,10 +174,17 @@ def _create_token(ctx: Any, cmd: CreateToken) -> TokenReply | Rejected:
         return Rejected(Code.ALREADY_EXISTS, "secret_sha256: a token with this secret exists")
     if cmd.expires_ms and cmd.expires_ms <= ctx.now:
         return _invalid("expires_ms: already in the past")
+    if len(cmd.cert_subject) > MAX_NAME_CHARS:
+        return _invalid(f"cert_subject: at most {MAX_NAME_CHARS} characters")
+    if cmd.cert_subject and cmd.cert_subject in access.by_subject:
+        return Rejected(Code.ALREADY_EXISTS,
+                        f"cert_subject: {cmd.cert_subject!r} already stands for token "
+                        f"{access.by_subject[cmd.cert_subject]}")
     access.token_seq += 1
     token_id = f"t{access.token_seq}"
     access.add(Token(token_id, cmd.name, cmd.role, tuple(sorted(cmd.tenants)),
-                     cmd.secret_sha256, ctx.now, cmd.expires_ms, 0, cmd.created_by))
+                     cmd.secret_sha256, ctx.now, cmd.expires_ms, 0, cmd.created_by,
+                     cmd.cert_subject))
     return TokenReply(token_id)
 
 

@@ -25,6 +25,7 @@ from gnomon.node.auth import (
     DEFAULT_TENANT,
     Authenticator,
     AuthError,
+    MissingCredentials,
     Principal,
     denied,
     secret_hash,
@@ -277,9 +278,36 @@ class AccessGuard(grpc.aio.ServerInterceptor):
             with self._node.replica.lock:
                 principal = self._authenticator.authenticate(
                     handler_call_details.invocation_metadata)
+        except MissingCredentials:
+            principal = None  # perhaps its client certificate says: known only in the call
         except AuthError as exc:
             return _refusing(handler, exc)
         return _wrapped(handler, method, principal, self)
+
+    async def principal_of(self, principal: Principal | None, context) -> Principal:
+        """`principal`, or the one the call's verified client certificate stands for."""
+        if principal is not None:
+            return principal
+        subject = _peer_common_name(context)
+        try:
+            if subject is None:
+                raise MissingCredentials("UNAUTHENTICATED", "authorization: missing; send "
+                                         "'authorization: Bearer <token>'")
+            with self._node.replica.lock:
+                return self._authenticator.authenticate_subject(subject)
+        except AuthError as exc:
+            await _abort(context, exc)
+            raise  # pragma: no cover - abort raises
+
+
+def _peer_common_name(context) -> str | None:
+    """The common name of the client certificate gRPC verified (mutual TLS), if any."""
+    try:
+        auth = context.auth_context() or {}
+    except Exception:  # noqa: BLE001 - not a TLS call (HTTP, or a plaintext port)
+        return None
+    names = auth.get("x509_common_name") or []
+    return names[0].decode() if names else None
 
 
 def _kind(handler: grpc.RpcMethodHandler) -> str:
@@ -317,11 +345,12 @@ def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
     if handler.request_streaming:
         # The worker stream: the role is checked now; its queues by the worker servicer.
         async def streaming(requests, context):
+            who = await guard.principal_of(principal, context)
             try:
-                _check(method, principal, None, lookup)
+                _check(method, who, None, lookup)
             except AuthError as exc:
                 await _abort(context, exc)
-            _PRINCIPAL.set(principal)
+            _PRINCIPAL.set(who)
             if inspect.isasyncgenfunction(behaviour):
                 async for response in behaviour(requests, context):
                     yield response
@@ -332,17 +361,19 @@ def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
 
     if inspect.isasyncgenfunction(behaviour):
         async def unary_stream(request, context):
-            await _authorize(method, principal, request, guard, context)
+            who = await guard.principal_of(principal, context)
+            await _authorize(method, who, request, guard, context)
             async for response in behaviour(request, context):
                 yield response
 
         return _rebuild(handler, unary_stream)
 
     async def unary(request, context):
-        await _authorize(method, principal, request, guard, context)
+        who = await guard.principal_of(principal, context)
+        await _authorize(method, who, request, guard, context)
         response = await behaviour(request, context)
         if method in AUDITED:
-            guard.audit(principal, method, request)
+            guard.audit(who, method, request)
         return response
 
     return _rebuild(handler, unary)
@@ -436,7 +467,7 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
         secret = secrets.token_urlsafe(SECRET_BYTES)
         reply = check(await self.node.proposer.propose(CreateToken(
             request.request_id, request.name, request.role, tenants, secret_hash(secret),
-            request.expires_ms, p.describe())))
+            request.expires_ms, p.describe(), request.cert_subject)))
         assert isinstance(reply, TokenReply)
         return api_pb2.CreateTokenResponse(token=self._token(reply.token_id), secret=secret)
 

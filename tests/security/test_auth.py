@@ -370,3 +370,43 @@ def test_audit_log_records_administrative_actions_on_every_node(cluster, world):
                                 timeout=5).entries
         created = [e for e in tokens if e.action == "AccessService.CreateToken"]
         assert created and all("secret" not in e.detail for e in created)
+
+
+def test_a_client_certificate_may_stand_for_a_token(cluster, world, tmp_path):
+    """Mutual TLS: a certificate whose common name a token names authenticates without a
+    bearer token; revoking the token ends it; an unknown common name is UNAUTHENTICATED."""
+    from gnomon.node import tls as tls_mod
+
+    admin = world["admin"]
+    made = admin.call(admin.access, "CreateToken", api_pb2.CreateTokenRequest(
+        request_id="tok-cert", name="ci-bot", role="tenant-reader", tenants=["acme"],
+        cert_subject="ci-bot.acme"))
+    assert made.token.cert_subject == "ci-bot.acme"
+    ca = tls_mod._load_ca(cluster.root / "tls" / "ca.crt", cluster.root / "tls" / "ca.key")
+
+    def channel_for(common_name: str) -> grpc.Channel:
+        cert, key = tls_mod.issue(ca, common_name, server=False)
+        tls_mod.write_cert(tmp_path / f"{common_name}.crt", cert)
+        tls_mod.write_key(tmp_path / f"{common_name}.key", key)
+        creds = grpc.ssl_channel_credentials(
+            (cluster.root / "tls" / "ca.crt").read_bytes(),
+            (tmp_path / f"{common_name}.key").read_bytes(),
+            (tmp_path / f"{common_name}.crt").read_bytes())
+        return grpc.secure_channel(cluster.leader().grpc_addr, creds)
+
+    bot = api_pb2_grpc.AccessServiceStub(channel_for("ci-bot.acme"))
+    who = bot.WhoAmI(api_pb2.WhoAmIRequest(), timeout=10)
+    assert (who.name, who.role, list(who.tenants)) == ("ci-bot", "tenant-reader", ["acme"])
+    jobs = api_pb2_grpc.JobServiceStub(channel_for("ci-bot.acme"))
+    with pytest.raises(grpc.RpcError) as denied:
+        jobs.ListJobs(api_pb2.ListJobsRequest(tenant="globex"), timeout=10)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    stranger = api_pb2_grpc.AccessServiceStub(channel_for("stranger"))
+    with pytest.raises(grpc.RpcError) as refused:
+        stranger.WhoAmI(api_pb2.WhoAmIRequest(), timeout=10)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    admin.call(admin.access, "RevokeToken", api_pb2.RevokeTokenRequest(
+        request_id="rev-cert", token_id=made.token.token_id))
+    with pytest.raises(grpc.RpcError) as revoked:
+        bot.WhoAmI(api_pb2.WhoAmIRequest(), timeout=10)
+    assert revoked.value.code() == grpc.StatusCode.UNAUTHENTICATED

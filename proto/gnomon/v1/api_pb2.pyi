@@ -506,18 +506,20 @@ class ListTenantsResponse(_message.Message):
     def __init__(self, tenants: _Optional[_Iterable[_Union[_types_pb2.Tenant, _Mapping]]] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
-    __slots__ = ("request_id", "name", "role", "tenants", "expires_ms")
+    __slots__ = ("request_id", "name", "role", "tenants", "expires_ms", "cert_subject")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     TENANTS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    CERT_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     name: str
     role: str
     tenants: _containers.RepeatedScalarFieldContainer[str]
     expires_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., expires_ms: _Optional[int] = ...) -> None: ...
+    cert_subject: str
+    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., expires_ms: _Optional[int] = ..., cert_subject: _Optional[str] = ...) -> None: ...
 
 class CreateTokenResponse(_message.Message):
     __slots__ = ("token", "secret")

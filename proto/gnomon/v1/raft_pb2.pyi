@@ -280,7 +280,7 @@ class CheckpointLeasesCmd(_message.Message):
     def __init__(self, checkpoints: _Optional[_Iterable[_Union[LeaseCheckpoint, _Mapping]]] = ...) -> None: ...
 
 class CreateTokenCmd(_message.Message):
-    __slots__ = ("request_id", "name", "role", "tenants", "secret_sha256", "expires_ms", "created_by")
+    __slots__ = ("request_id", "name", "role", "tenants", "secret_sha256", "expires_ms", "created_by", "cert_subject")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -288,6 +288,7 @@ class CreateTokenCmd(_message.Message):
     SECRET_SHA256_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
     CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    CERT_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     name: str
     role: str
@@ -295,7 +296,8 @@ class CreateTokenCmd(_message.Message):
     secret_sha256: str
     expires_ms: int
     created_by: str
-    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., secret_sha256: _Optional[str] = ..., expires_ms: _Optional[int] = ..., created_by: _Optional[str] = ...) -> None: ...
+    cert_subject: str
+    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., secret_sha256: _Optional[str] = ..., expires_ms: _Optional[int] = ..., created_by: _Optional[str] = ..., cert_subject: _Optional[str] = ...) -> None: ...
 
 class RevokeTokenCmd(_message.Message):
     __slots__ = ("request_id", "token_id")

@@ -390,7 +390,7 @@ class DeadLetter(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., attempts: _Optional[int] = ..., last_error: _Optional[str] = ..., dead_ms: _Optional[int] = ...) -> None: ...
 
 class Token(_message.Message):
-    __slots__ = ("token_id", "name", "role", "tenants", "created_ms", "expires_ms", "revoked_ms", "created_by")
+    __slots__ = ("token_id", "name", "role", "tenants", "created_ms", "expires_ms", "revoked_ms", "created_by", "cert_subject")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -399,6 +399,7 @@ class Token(_message.Message):
     EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
     REVOKED_MS_FIELD_NUMBER: _ClassVar[int]
     CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    CERT_SUBJECT_FIELD_NUMBER: _ClassVar[int]
     token_id: str
     name: str
     role: str
@@ -407,7 +408,8 @@ class Token(_message.Message):
     expires_ms: int
     revoked_ms: int
     created_by: str
-    def __init__(self, token_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., created_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., revoked_ms: _Optional[int] = ..., created_by: _Optional[str] = ...) -> None: ...
+    cert_subject: str
+    def __init__(self, token_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., created_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., revoked_ms: _Optional[int] = ..., created_by: _Optional[str] = ..., cert_subject: _Optional[str] = ...) -> None: ...
 
 class Tenant(_message.Message):
     __slots__ = ("name", "weight", "max_concurrency", "max_jobs", "max_queued_tasks", "api_rate_per_s", "api_burst", "created_ms", "updated_ms", "max_active_runs", "max_payload_bytes")
