@@ -13,7 +13,7 @@ import pytest
 
 from gnomon.client import Client
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import RawWorker, module_cluster
+from tests.integration.cluster import RawWorker
 
 pytestmark = pytest.mark.integration
 
