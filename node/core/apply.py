@@ -406,8 +406,9 @@ def _trigger_job(ctx: Ctx, cmd: TriggerJob) -> Reply:
     state.manual_seq += 1
     run_id = f"{job.job_id}@manual-{state.manual_seq}"
     _admit(ctx, job, run_id, ctx.now, RunTrigger.MANUAL, policy)
-    run = state.runs[run_id]
-    run.spec, run.params = spec, cmd.params  # the run's own payloads (its parameters)
+    run = state.runs.get(run_id)  # a skipped run may have left memory at once (retention)
+    if run is not None:
+        run.spec, run.params = spec, cmd.params  # the run's own payloads (its parameters)
     return RunReply(run_id=run_id)
 
 

@@ -94,3 +94,19 @@ def test_a_trigger_with_parameters_runs_on_its_own_payloads(h):
     assert h.state.jobs[job_id].spec.tasks[0].payload == b""  # the job's own spec unchanged
     h.rejects(TriggerJob("", job_id, "", b"{}", (TaskPayload("zz", b"{}"),)),
               Code.INVALID_ARGUMENT, "payloads[0].task_name: the job has no task 'zz'")
+
+
+def test_a_trigger_skipped_and_evicted_at_once_is_fine(h):
+    """Found by the property machine: with retention 0 a SKIPPED manual run leaves memory in
+    the same command; the trigger must not look it up afterwards."""
+    from gnomon.node.core.commands import SetLimits
+    from gnomon.node.core.model import Limits
+
+    h.one(SetLimits("", Limits(runs_retained_per_job=0)))
+    job_id = h.create(dataclasses.replace(h.spec(), overlap_policy=OverlapPolicy.SKIP),
+                      next_fire_ms=h.T0)
+    h.fire(job_id)  # active
+    reply, effects = h.one(TriggerJob("", job_id))
+    assert reply.run_id not in h.state.runs
+    assert [r.run_id for r in effects.evicted_runs] == [reply.run_id]
+    assert effects.evicted_runs[0].state == RunState.SKIPPED
