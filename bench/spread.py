@@ -1,0 +1,126 @@
+"""The midnight herd with and without the cluster's fire spread (issue 9).
+
+N daily cron jobs with one expression (`M H * * *`, the same minute for all: a midnight
+stand-in a couple of minutes ahead) on a 3-node cluster, once with `fire_spread_window_ms` 0
+and once with a window (default 60 s). No workers: fires only. Measured per run: the peak of
+fires committed per second (the leader's gnomon_fires_total sampled every 100 ms, the
+highest 1-second window), the time from the slot to the last fire, and the lateness of a
+sample of runs against the instant each was due (Run.created_ms - (slot + fire_delay_ms):
+the spread's own delay is not lateness).
+
+    python -m gnomon.bench.spread            # GNOMON_BENCH_SPREAD_JOBS (default 10000),
+                                             # GNOMON_BENCH_SPREAD_WINDOW_MS (default 60000)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from gnomon.bench.cluster import running_cluster
+from gnomon.bench.load import create_jobs
+from gnomon.bench.stats import summary
+from gnomon.v1 import api_pb2, types_pb2
+
+FIRES = 'gnomon_fires_total{outcome="run"}'
+SAMPLE_RUNS = 1_000
+
+
+def _fired(cluster, node_id: str) -> float:
+    """The node's fires so far (its /metrics; BenchCluster.metrics is shadowed by
+    LocalCluster's `metrics` flag field)."""
+    url = f"http://{cluster.metrics_addrs[node_id]}/metrics"
+    with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback
+        for line in resp.read().decode().splitlines():
+            if line.startswith(FIRES + " "):
+                return float(line.rpartition(" ")[2])
+    return 0.0
+
+
+def _spec(i: int, minute: int, hour: int) -> types_pb2.JobSpec:
+    return types_pb2.JobSpec(
+        tenant="herd", name=f"midnight-{i}",
+        schedule=types_pb2.Schedule(cron=types_pb2.CronSchedule(
+            expression=f"{minute} {hour} * * *", timezone="UTC")),
+        tasks=[types_pb2.TaskSpec(name="main", queue="nobody")])
+
+
+def measure(n: int, window_ms: int) -> dict[str, Any]:
+    with running_cluster({"fire_spread_window_ms": str(window_ms)}) as (cluster, leader):
+        servers = [leader.grpc_addr] + [x.grpc_addr for x in cluster.nodes if x is not leader]
+        # The slot: a whole minute far enough ahead for every create to land before it.
+        t0 = time.time()
+        slot_s = (int(t0) // 60 + 1) * 60 + 60 + int(n / 300)
+        slot_s = (slot_s // 60) * 60
+        gm = time.gmtime(slot_s)
+        created = create_jobs(servers, [_spec(i, gm.tm_min, gm.tm_hour) for i in range(n)],
+                              concurrency=64, prefix=f"herd-{window_ms}")
+        out: dict[str, Any] = {"jobs": created["created"], "window_ms": window_ms,
+                               "creates_per_s": created["per_s"]}
+        if time.time() > slot_s - 2:
+            out["created_late_s"] = round(time.time() - slot_s, 1)
+        base = _fired(cluster, leader.node_id)
+        samples: list[tuple[float, float]] = []
+        deadline = slot_s + window_ms / 1000 + 300
+        while time.time() < deadline:
+            fired = _fired(cluster, leader.node_id) - base
+            samples.append((time.time(), fired))
+            if fired >= created["created"]:
+                break
+            time.sleep(0.1)
+        peak = 0.0
+        for i, (t, f) in enumerate(samples):
+            j = i
+            while j + 1 < len(samples) and samples[j + 1][0] - t <= 1.0:
+                j += 1
+            if samples[j][0] > t:
+                peak = max(peak, (samples[j][1] - f) / (samples[j][0] - t))
+        out["peak_fires_per_s"] = round(peak, 1)
+        out["leader_changed"] = leader.node_id != cluster.find_leader().node_id
+        out["last_fire_after_slot_s"] = round(samples[-1][0] - slot_s, 2) if samples else None
+        out["fired"] = int(samples[-1][1]) if samples else 0
+        out["lateness_ms"] = _lateness(leader, slot_s * 1000)
+    return out
+
+
+def _lateness(leader, slot_ms: int) -> dict[str, float]:
+    """Run.created_ms - (slot + fire_delay_ms) for the first SAMPLE_RUNS jobs."""
+    jobs = leader.jobs()
+    page = jobs.ListJobs(api_pb2.ListJobsRequest(tenant="herd", limit=SAMPLE_RUNS,
+                                                 consistency=api_pb2.CONSISTENCY_STALE),
+                         timeout=30)
+    late: list[float] = []
+    for job in page.jobs:
+        try:
+            run = jobs.GetRun(api_pb2.GetRunRequest(
+                run_id=f"{job.job_id}@{slot_ms}", consistency=api_pb2.CONSISTENCY_STALE),
+                timeout=10).run
+        except grpc.RpcError:
+            continue
+        late.append(run.created_ms - (run.scheduled_for_ms + run.fire_delay_ms))
+    return summary(late, 1)
+
+
+def main() -> None:
+    n = int(os.environ.get("GNOMON_BENCH_SPREAD_JOBS", 10_000))
+    window = int(os.environ.get("GNOMON_BENCH_SPREAD_WINDOW_MS", 60_000))
+    results = []
+    for w in (0, window):
+        results.append(measure(n, w))
+        print(json.dumps(results[-1]), flush=True)
+    out = Path(__file__).resolve().parent / "results" / "spread.json"
+    if len(sys.argv) > 1:
+        out = Path(sys.argv[1])
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
