@@ -63,7 +63,7 @@ class BenchCluster(LocalCluster):
     def pids(self) -> dict[str, int]:
         return {n.node_id: n.proc.pid for n in self.nodes if n.alive()}
 
-    def metrics(self, node_id: str, timeout: float = 2.0) -> dict[str, float]:
+    def scrape(self, node_id: str, timeout: float = 2.0) -> dict[str, float]:
         """Scrape one node's metrics: {'name{labels}': value}."""
         url = f"http://{self.metrics_addrs[node_id]}/metrics"
         with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback

@@ -32,7 +32,7 @@ FIRES = 'gnomon_fires_total{outcome="run"}'
 
 def _fires(cluster: BenchCluster, node_id: str) -> float:
     try:
-        return cluster.metrics(node_id, timeout=0.5).get(FIRES, 0.0)
+        return cluster.scrape(node_id, timeout=0.5).get(FIRES, 0.0)
     except OSError:
         return -1.0
 

@@ -246,7 +246,7 @@ def fire_herd(cluster: BenchCluster, leader, herd: int) -> dict[str, Any]:
                           concurrency=64, prefix="herd")
     out["create_job_ms_at_n"] = created["latency_ms"]
     out["creates_per_s_at_n"] = created["per_s"]
-    base = cluster.metrics(leader.node_id).get('gnomon_fires_total{outcome="run"}', 0.0)
+    base = cluster.scrape(leader.node_id).get('gnomon_fires_total{outcome="run"}', 0.0)
     wait = (due - now_ms()) / 1000
     if wait > 0:
         time.sleep(wait)
@@ -256,7 +256,7 @@ def fire_herd(cluster: BenchCluster, leader, herd: int) -> dict[str, Any]:
     t_due = time.monotonic() - max(0.0, -wait)
     done = None
     while time.monotonic() - t_due < 300:
-        fired = cluster.metrics(leader.node_id).get('gnomon_fires_total{outcome="run"}', 0) - base
+        fired = cluster.scrape(leader.node_id).get('gnomon_fires_total{outcome="run"}', 0) - base
         if fired >= herd:
             done = time.monotonic()
             break
