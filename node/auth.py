@@ -89,6 +89,8 @@ class Principal:
 
 
 ANONYMOUS = Principal("anonymous", ADMIN)
+MISSING = ("authorization: missing; send 'authorization: Bearer <token>' (or, under mutual TLS, "
+           "a client certificate that stands for a token)")
 
 
 def secret_hash(secret: str) -> str:
@@ -125,10 +127,7 @@ class Authenticator:
             return ANONYMOUS
         header = next((str(v) for k, v in (metadata or ()) if k == "authorization"), None)
         if header is None:
-            raise MissingCredentials(
-                "UNAUTHENTICATED",
-                "authorization: missing; send 'authorization: Bearer <token>' (or, under mutual "
-                "TLS, a client certificate that stands for a token)")
+            raise MissingCredentials("UNAUTHENTICATED", MISSING)
         scheme, _, secret = header.partition(" ")
         if scheme.lower() != "bearer" or not secret.strip():
             raise unauthenticated("authorization: expected 'Bearer <token>'")
@@ -148,9 +147,8 @@ class Authenticator:
         access = self._tokens()
         token_id = access.by_subject.get(subject)  # type: ignore[attr-defined]
         token = access.tokens.get(token_id) if token_id else None  # type: ignore[attr-defined]
-        if token is None:
-            raise unauthenticated(f"authorization: missing, and the client certificate "
-                                  f"{subject!r} stands for no token")
+        if token is None:  # as if there were no certificate: the same answer as over HTTP
+            raise unauthenticated(MISSING)
         return self._principal(token)
 
     def _principal(self, token) -> Principal:

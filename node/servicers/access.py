@@ -23,6 +23,7 @@ from gnomon.node import codec
 from gnomon.node.admission import RETRY_AFTER_KEY, RateLimiter
 from gnomon.node.auth import (
     DEFAULT_TENANT,
+    MISSING,
     Authenticator,
     AuthError,
     MissingCredentials,
@@ -291,8 +292,7 @@ class AccessGuard(grpc.aio.ServerInterceptor):
         subject = _peer_common_name(context)
         try:
             if subject is None:
-                raise MissingCredentials("UNAUTHENTICATED", "authorization: missing; send "
-                                         "'authorization: Bearer <token>'")
+                raise MissingCredentials("UNAUTHENTICATED", MISSING)
             with self._node.replica.lock:
                 return self._authenticator.authenticate_subject(subject)
         except AuthError as exc:
