@@ -259,8 +259,6 @@ class Config:
                 f"raft_max_frame_bytes: must be at least {largest + FRAME_SLACK_BYTES} "
                 f"(raft_append_batch_bytes plus the largest log entry, or "
                 f"snapshot_send_chunk_bytes, plus {FRAME_SLACK_BYTES} bytes)")
-        if self.raft_peer_timeout_ms < 4 * self.proof_interval_ms:
-            raise ConfigError("raft_peer_timeout_ms: must be at least 4 x proof_interval_ms")
 
     def initial_limits(self) -> Limits:
         """The replicated limits this node proposes when it is a new cluster's first leader."""
