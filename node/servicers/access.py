@@ -344,20 +344,28 @@ def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
     behaviour = getattr(handler, _kind(handler))
     if handler.request_streaming:
         # The worker stream: the role is checked now; its queues by the worker servicer.
-        async def streaming(requests, context):
+        async def admit_stream(context) -> None:
             who = await guard.principal_of(principal, context)
             try:
                 _check(method, who, None, lookup)
             except AuthError as exc:
                 await _abort(context, exc)
             _PRINCIPAL.set(who)
-            if inspect.isasyncgenfunction(behaviour):
+
+        if inspect.isasyncgenfunction(behaviour):
+            async def streaming(requests, context):
+                await admit_stream(context)
                 async for response in behaviour(requests, context):
                     yield response
-            else:  # pragma: no cover - gnomon's streaming methods are generators
-                yield await behaviour(requests, context)
 
-        return _rebuild(handler, streaming)
+            return _rebuild(handler, streaming)
+
+        async def writing(requests, context):
+            # The worker stream writes with context.write and returns nothing: so must we.
+            await admit_stream(context)
+            return await behaviour(requests, context)
+
+        return _rebuild(handler, writing)
 
     if inspect.isasyncgenfunction(behaviour):
         async def unary_stream(request, context):
