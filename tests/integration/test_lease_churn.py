@@ -55,9 +55,10 @@ def test_dead_workers_lease_expires_under_leader_churn(make_cluster):
     task = _task(cluster.leader(), lease.run_id)
     assert task.attempts[0].outcome == types_pb2.ATTEMPT_OUTCOME_EXPIRED
     assert task.attempts[0].fencing_token == lease.fencing_token
-    # About one TTL plus one election (and the churn period we look at it with); a leader
-    # that restarted every lease from a full TTL would never get there.
-    assert expired_after < 3 * TTL_MS / 1000, expired_after
+    # About one TTL plus one election (and the churn period we look at it with; every kill
+    # also costs the survivors new TLS links on the Raft port): 18.2 s was seen on a loaded
+    # machine. A leader that restarted every lease from a full TTL would never get there.
+    assert expired_after < 4 * TTL_MS / 1000, expired_after
 
 
 def test_hello_expires_the_leases_a_reconnecting_worker_does_not_list(make_cluster):

@@ -58,7 +58,9 @@ def test_snapshot_restore_and_install_on_a_wiped_follower(make_cluster):
         timeout_s=60,
         what="the wiped follower to hold every run, history included",
     )
-    assert "history backfill from" in follower.log_path.read_text()
+    # The copied runs are readable before the backfill logs that it is complete.
+    wait_for(lambda: "history backfill from" in follower.log_path.read_text(), timeout_s=30,
+             what="the follower to log its history backfill")
 
     for node in cluster.nodes:
         cluster.kill(node.node_id, signal.SIGKILL)
