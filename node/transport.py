@@ -225,13 +225,6 @@ class TlsTransport(Transport):
             self._listener = None
         self._ready = False
 
-    # -- what raft.py asks -----------------------------------------------------------------
-
-    def buffered_bytes(self, node) -> int:
-        """Bytes queued for `node` that the kernel has not taken yet (snapshot throttle)."""
-        conn = self._links.get(node)
-        return len(conn.out) if conn is not None else 0
-
     # -- listening --------------------------------------------------------------------------
 
     def _maybe_bind(self) -> None:

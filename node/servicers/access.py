@@ -257,19 +257,6 @@ class AccessGuard(grpc.aio.ServerInterceptor):
         except (NotCommitted, Overloaded) as exc:
             log.warning("audit entry not recorded (%s): %s %s", exc, cmd.actor, cmd.action)
 
-    async def check_call(self, method: str, metadata, request, context) -> Principal:
-        """What the interceptor does, for a call that does not come through gRPC (the HTTP
-        API): authenticate, authorize `request` for `method` ("/gnomon.v1.JobService/GetJob"),
-        admit it, and run the rest of the context as the principal. Refusals go through
-        `context.abort`."""
-        try:
-            with self._node.replica.lock:
-                principal = self._authenticator.authenticate(metadata)
-        except AuthError as exc:
-            await _abort(context, exc)
-        await _authorize(method, principal, request, self, context)
-        return principal
-
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         method = handler_call_details.method

@@ -31,13 +31,18 @@ def cluster(tmp_path_factory, request):
             print(cluster.logs())
 
 
+def _client_creds(cluster: LocalCluster) -> grpc.ChannelCredentials:
+    """The CA and the client certificate of the secure cluster, as channel credentials."""
+    files = cluster.client_tls()
+    return grpc.ssl_channel_credentials(*(open(files[k], "rb").read()
+                                          for k in ("ca_file", "key_file", "cert_file")))
+
+
 class Caller:
     """Raw stubs on a TLS channel that carries one token (or none, or a raw header)."""
 
     def __init__(self, cluster: LocalCluster, token: str | None = None, header: str | None = None):
-        files = cluster.client_tls()
-        creds = grpc.ssl_channel_credentials(*(open(files[k], "rb").read()
-                                               for k in ("ca_file", "key_file", "cert_file")))
+        creds = _client_creds(cluster)
         self.channel = grpc.secure_channel(cluster.leader().grpc_addr, creds)
         auth = header if header is not None else (f"Bearer {token}" if token else None)
         self.metadata = (("authorization", auth),) if auth else ()
@@ -123,9 +128,7 @@ def test_expired_and_revoked_tokens(cluster, world):
         request_id="rev-1", token_id=revoked.token.token_id))
     # Revocation is a committed command: every node refuses the token from then on.
     for node in cluster.nodes:
-        files = cluster.client_tls()
-        creds = grpc.ssl_channel_credentials(*(open(files[k], "rb").read()
-                                               for k in ("ca_file", "key_file", "cert_file")))
+        creds = _client_creds(cluster)
         stub = api_pb2_grpc.JobServiceStub(grpc.secure_channel(node.grpc_addr, creds))
 
         def refused(stub=stub):
@@ -241,9 +244,7 @@ def test_tenant_admin_manages_its_own_tenant_tokens_only(cluster, world):
 def test_a_worker_takes_and_reports_only_its_tenants_tasks(cluster, world):
     admin = world["admin"]
     leader = cluster.leader()
-    files = cluster.client_tls()
-    creds = grpc.ssl_channel_credentials(*(open(files[k], "rb").read()
-                                           for k in ("ca_file", "key_file", "cert_file")))
+    creds = _client_creds(cluster)
 
     def worker(tenant: str) -> RawWorker:
         token = world["tokens"][("worker", tenant)]
@@ -352,9 +353,7 @@ def test_audit_log_records_administrative_actions_on_every_node(cluster, world):
     ta = Caller(cluster, world["tokens"][("tenant-admin", "acme")])
     assert ta.code(ta.access, "ListAudit", api_pb2.ListAuditRequest()) == \
         grpc.StatusCode.PERMISSION_DENIED
-    files = cluster.client_tls()
-    creds = grpc.ssl_channel_credentials(*(open(files[k], "rb").read()
-                                           for k in ("ca_file", "key_file", "cert_file")))
+    creds = _client_creds(cluster)
     for node in cluster.nodes:
         stub = api_pb2_grpc.AccessServiceStub(grpc.secure_channel(node.grpc_addr, creds))
 
