@@ -27,7 +27,7 @@ from ._models import (
     SchedulePreview,
     TaskRef,
 )
-from ._operations import BackupResult, LeaderTransfer, QueueInfo, WorkerInfo
+from ._operations import BackupResult, LeaderTransfer, MembershipChange, QueueInfo, WorkerInfo
 from ._run_handle import RunHandle, run_fields
 from ._transport import DEFAULT_MAX_MESSAGE_BYTES, TLSConfig
 
@@ -512,6 +512,21 @@ class Client(BlockingAccessCalls):
         """Hand leadership to ``to_node_id`` (default: the most caught-up follower); returns
         once another leader is known. FailedPrecondition when no follower could take over."""
         return self._run(self._async.transfer_leadership(to_node_id=to_node_id, timeout_s=timeout_s))
+
+    def add_node(
+        self, node_id: str, *, raft_address: str, grpc_address: str, http_address: str = "",
+        catch_up_timeout_s: float | None = None, timeout_s: float | None = None,
+    ) -> MembershipChange:
+        """Make a running node (started with ``--join``) a voting member once it has caught up
+        as a learner. One change at a time; adding a member again changes nothing."""
+        return self._run(self._async.add_node(
+            node_id, raft_address=raft_address, grpc_address=grpc_address,
+            http_address=http_address, catch_up_timeout_s=catch_up_timeout_s,
+            timeout_s=timeout_s))
+
+    def remove_node(self, node_id: str, *, timeout_s: float | None = None) -> MembershipChange:
+        """Remove a member (the leader hands over first when it is the one removed)."""
+        return self._run(self._async.remove_node(node_id, timeout_s=timeout_s))
 
     def create_backup(self, *, path: str, timeout_s: float | None = None) -> BackupResult:
         """Write a consistent backup of the cluster's replicated state (at a committed index)

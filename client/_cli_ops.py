@@ -18,7 +18,8 @@ from ._cli_spec import spec_from_data, spec_to_data
 from ._cli_values import UsageError
 from ._errors import NotFound
 
-__all__ = ["DeadlineClient", "OPS_COMMANDS", "QueueInfoLike", "add_job_ops", "add_ops_groups", "add_run_active", "add_transfer_leader",
+__all__ = ["DeadlineClient", "OPS_COMMANDS", "QueueInfoLike", "add_job_ops", "add_ops_groups", "add_membership", "add_run_active",
+           "add_transfer_leader",
            "add_worker_list", "check_servers", "idle_queue_warnings", "job_document_spec",
            "queues_without_workers",
            "read_spec_documents", "status_from_leader"]
@@ -34,6 +35,22 @@ def add_transfer_leader(cluster: Any, leaf: Leaf) -> None:
              "hand leadership to another node (before maintenance on the leader)")
     p.add_argument("--to", metavar="NODE", help="node id to lead (default: the most caught-up "
                    "follower)")
+
+
+def add_membership(cluster: Any, leaf: Leaf) -> None:
+    p = leaf(cluster, "add-node",
+             "make a running node (started with gnomon-node --join) a voting member, after it "
+             "caught up as a learner")
+    p.add_argument("node_id", metavar="NODE", help="the new node's id (its certificate names it)")
+    p.add_argument("--raft", required=True, metavar="HOST:PORT", help="its Raft address")
+    p.add_argument("--grpc", required=True, metavar="HOST:PORT", help="its gRPC address")
+    p.add_argument("--http", default="", metavar="HOST:PORT", help="its HTTP API address")
+    p.add_argument("--catch-up-timeout", type=float, default=None, metavar="SECONDS",
+                   help="how long it may take to catch up (default: the leader's "
+                   "membership_catch_up_timeout_ms)")
+    p = leaf(cluster, "remove-node", "remove a member (the leader hands over first if it is "
+             "the one removed); the removed node stops standing for election")
+    p.add_argument("node_id", metavar="NODE")
 
 
 def add_job_ops(job: Any, leaf: Leaf) -> None:
@@ -78,6 +95,36 @@ def _cmd_transfer_leader(ctx: Any) -> int:
                  "previous_leader_node_id": moved.previous_leader_node_id,
                  "leader_node_id": moved.leader_node_id,
                  "leader_grpc_address": moved.leader_grpc_address, "term": moved.term})
+    return EXIT_OK
+
+
+def _cmd_add_node(ctx: Any) -> int:
+    a = ctx.args
+    print(f"adding {a.node_id}: it catches up as a learner first, then one membership entry "
+          f"makes it a voter ...", file=ctx.err)
+    change = ctx.client.add_node(a.node_id, raft_address=a.raft, grpc_address=a.grpc,
+                                 http_address=a.http, catch_up_timeout_s=a.catch_up_timeout)
+    head = (f"{a.node_id} added (caught up to index {change.match_index} in "
+            f"{fmt_duration(change.catch_up_ms)})" if change.changed
+            else f"{a.node_id} is a member already: nothing changed")
+    return _emit_members(ctx, head, change)
+
+
+def _cmd_remove_node(ctx: Any) -> int:
+    change = ctx.client.remove_node(ctx.args.node_id)
+    head = (f"{ctx.args.node_id} removed: stop its process (it refuses to start again with "
+            f"its data directory)" if change.changed
+            else f"{ctx.args.node_id} is not a member: nothing changed")
+    return _emit_members(ctx, head, change)
+
+
+def _emit_members(ctx: Any, head: str, change: Any) -> int:
+    rows = [[m.node_id, m.raft_address, m.grpc_address] for m in change.members]
+    ctx.emit(head + "\n" + table(["NODE", "RAFT", "GRPC"], rows), {
+        "changed": change.changed, "match_index": change.match_index,
+        "catch_up_ms": change.catch_up_ms,
+        "members": [{"node_id": m.node_id, "raft_address": m.raft_address,
+                     "grpc_address": m.grpc_address} for m in change.members]})
     return EXIT_OK
 
 
@@ -220,6 +267,8 @@ def _cmd_worker_list(ctx: Any) -> int:
 
 OPS_COMMANDS: dict[tuple[str, str | None], Callable[[Any], int]] = {
     ("cluster", "transfer-leader"): _cmd_transfer_leader,
+    ("cluster", "add-node"): _cmd_add_node,
+    ("cluster", "remove-node"): _cmd_remove_node,
     ("backup", "create"): _cmd_backup_create,
     ("job", "export"): _cmd_job_export,
     ("job", "import"): _cmd_job_import,

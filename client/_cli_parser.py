@@ -11,6 +11,7 @@ from ._cli_dev import DEFAULT_SERVERS, DEV_GRPC_PORTS, DEV_RAFT_PORTS
 from ._cli_errors import EXIT_CODES
 from ._cli_ops import (
     add_job_ops,
+    add_membership,
     add_ops_groups,
     add_run_active,
     add_transfer_leader,
@@ -34,7 +35,8 @@ commands:
   job export|import                                        job specs as YAML (GitOps)
   run list|get|cancel|active|rerun|cancel-task|retry-task   inspect, cancel and re-run runs
   dlq list|replay                                          the dead-letter queue
-  cluster status|limits|transfer-leader                    nodes, leader, replicated limits
+  cluster status|limits|transfer-leader|add-node|remove-node
+                                                           nodes, leader, limits, members
   backup create                                            online backup of the state
   queue list                                               backlog, oldest age, workers
   worker shell|http|python|list                            ready-made workers, who is connected
@@ -439,6 +441,7 @@ def _add_cluster_commands(groups: Any, leaf: Leaf) -> None:
     )
     _add_request_id(p)
     add_transfer_leader(cluster, leaf)
+    add_membership(cluster, leaf)
 
 
 _WORKER_KINDS = (

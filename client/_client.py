@@ -37,9 +37,11 @@ from ._models import (
 from ._operations import (
     BackupResult,
     LeaderTransfer,
+    MembershipChange,
     QueueInfo,
     WorkerInfo,
     download_backup,
+    membership_from_proto,
     queues_from_proto,
     transfer_from_proto,
     workers_from_proto,
@@ -601,6 +603,26 @@ class AsyncClient(AccessCalls):
         )
         resp = await self._call(_OPS, "TransferLeadership", req, timeout_s=timeout_s)
         return transfer_from_proto(resp)
+
+    async def add_node(
+        self, node_id: str, *, raft_address: str, grpc_address: str, http_address: str = "",
+        catch_up_timeout_s: float | None = None, timeout_s: float | None = None,
+    ) -> MembershipChange:
+        """Make a running node (started with ``--join``) a voting member once it has caught up
+        as a learner. One change at a time; adding a member again changes nothing."""
+        req = api_pb2.AddNodeRequest(
+            node_id=node_id, raft_address=raft_address, grpc_address=grpc_address,
+            http_address=http_address,
+            catch_up_timeout_ms=int((catch_up_timeout_s or 0) * 1000))
+        resp = await self._call(_OPS, "AddNode", req, timeout_s=timeout_s)
+        return membership_from_proto(resp)
+
+    async def remove_node(self, node_id: str, *, timeout_s: float | None = None
+                          ) -> MembershipChange:
+        """Remove a member (the leader hands over first when it is the one removed)."""
+        resp = await self._call(_OPS, "RemoveNode", api_pb2.RemoveNodeRequest(node_id=node_id),
+                                timeout_s=timeout_s)
+        return membership_from_proto(resp)
 
     async def create_backup(self, *, path: str, timeout_s: float | None = None) -> BackupResult:
         """Write a consistent backup of the cluster's replicated state (at a committed index)

@@ -12,10 +12,13 @@ import grpc
 
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
+from ._convert import node_status_from_proto
 from ._errors import error_for_status
+from ._models import NodeStatus
 from ._transport import leader_hint, reason_of
 
-__all__ = ["BackupResult", "LeaderTransfer", "QueueInfo", "WorkerInfo", "download_backup"]
+__all__ = ["BackupResult", "LeaderTransfer", "MembershipChange", "QueueInfo", "WorkerInfo",
+           "download_backup"]
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,17 @@ class LeaderTransfer:
     leader_node_id: str
     leader_grpc_address: str
     term: int
+
+
+@dataclass(frozen=True)
+class MembershipChange:
+    """The outcome of adding or removing a node: whether it changed anything, the members
+    after it, and (adding) the new node's match index and how long it took to catch up."""
+
+    changed: bool
+    members: tuple[NodeStatus, ...] = ()
+    match_index: int = 0
+    catch_up_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -66,6 +80,11 @@ class BackupResult:
 def transfer_from_proto(m: api_pb2.TransferLeadershipResponse) -> LeaderTransfer:
     return LeaderTransfer(m.previous_leader_node_id, m.leader_node_id, m.leader_grpc_address,
                           m.term)
+
+
+def membership_from_proto(m: api_pb2.MembershipResponse) -> MembershipChange:
+    return MembershipChange(m.changed, tuple(node_status_from_proto(n) for n in m.members),
+                            m.match_index, m.catch_up_ms)
 
 
 def queues_from_proto(m: api_pb2.ListQueuesResponse) -> list[QueueInfo]:

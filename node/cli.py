@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 
 from gnomon.node import logs
 from gnomon.node.auth import read_admin_token
 from gnomon.node.config import ConfigError, load
+from gnomon.node.membership import load_members
 from gnomon.node.tls import TlsError, load_peer_tls
 
 
@@ -27,6 +29,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gnomon-node: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.node_id, config.log_format, config.log_level)
+    try:
+        # The configuration of this node's log wins over the flags (node/MEMBERSHIP.md).
+        config = dataclasses.replace(config, members=load_members(config)).validate()
+    except ConfigError as exc:
+        print(f"gnomon-node: {exc}", file=sys.stderr)
+        return 2
     from gnomon.node.server import Node
 
     asyncio.run(Node(config).run())

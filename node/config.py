@@ -53,6 +53,14 @@ class Config:
     node_id: str = ""
     members: tuple[Member, ...] = ()
     data_dir: str = ".gnomon/node"
+    # A new node joining a running cluster: it waits (never standing for election) until
+    # `gnomon cluster add-node` made it a member; ignored once its data directory knows it
+    # is one (node/MEMBERSHIP.md). Flag form: --join (no value).
+    join: bool = False
+    # AddNode: how long the new node may take to catch up as a learner, and how many
+    # entries behind the commit index it may still be when it is made a voter.
+    membership_catch_up_timeout_ms: int = 120_000
+    membership_catch_up_lag_entries: int = 64
     # The Raft port: mutual TLS with one cluster CA (node/TRANSPORT.md). Paths, never key
     # material; the certificate names this node by the URI urn:gnomon:node:<node_id>.
     raft_tls_cert: str = ""
@@ -240,9 +248,11 @@ class Config:
                      "raft_handshake_timeout_ms", "raft_unauthenticated_idle_ms",
                      "raft_max_unauthenticated", "raft_listen_backlog", "raft_peer_timeout_ms",
                      "raft_max_send_buffer_bytes", "raft_connect_retry_ms",
-                     "raft_send_backlog_bytes"):
+                     "raft_send_backlog_bytes", "membership_catch_up_timeout_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")
+        if self.membership_catch_up_lag_entries < 0:
+            raise ConfigError("membership_catch_up_lag_entries: must be >= 0")
         if self.raft_send_backlog_bytes >= self.raft_max_send_buffer_bytes:
             raise ConfigError("raft_send_backlog_bytes: must be below raft_max_send_buffer_bytes")
         # A proposal batch is one log entry and must fit an append message whole: pysyncobj
@@ -276,6 +286,13 @@ def _coerce(name: str, raw: object) -> object:
     if name == "canaries":
         items = raw.split(",") if isinstance(raw, str) else raw
         return tuple(str(x) for x in items if x)
+    if kind == "bool":
+        if isinstance(raw, bool):
+            return raw
+        text = str(raw).strip().lower()
+        if text not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+            raise ConfigError(f"{name}: {raw!r} is not true or false")
+        return text in ("1", "true", "yes", "on")
     try:
         if kind == "int":
             return int(raw)
@@ -345,6 +362,10 @@ def load(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Co
                         help="TOML file (keys as below, [[members]] tables; env GNOMON_CONFIG)")
     helps = field_help()
     for name in _FIELDS:
+        if _FIELDS[name].type == "bool":
+            parser.add_argument("--" + name.replace("_", "-"), dest=name, action="store_const",
+                                const=True, help=helps[name])
+            continue
         parser.add_argument(
             "--" + name.replace("_", "-").removesuffix("s" if name == "members" else ""),
             dest=name,

@@ -9,8 +9,8 @@ tuples and dicts, so pysyncobj's `pickle.loads` is replaced by one that refuses 
 a crafted entry fails to decode (and the node stops, as for any entry it cannot apply)
 instead of executing anything.
 
-pysyncobj's membership commands pickle its Node objects; gnomon runs with
-dynamicMembershipChange off and never writes them.
+pysyncobj's own membership commands pickle its Node objects; gnomon never writes them and
+writes its own, of plain strings (node/membership.py, node/MEMBERSHIP.md).
 """
 
 from __future__ import annotations

@@ -195,10 +195,32 @@ class LocalCluster:
     def node(self, node_id: str) -> NodeProc:
         return next(n for n in self.nodes if n.node_id == node_id)
 
-    def start_node(self, node_id: str) -> None:
+    def new_node(self, node_id: str) -> NodeProc:
+        """A node that is no member yet (ports, data directory, certificate): start it with
+        `start_node(node_id, join=True)`, then add it (`gnomon cluster add-node`)."""
+        if any(n.node_id == node_id for n in self.nodes):
+            raise ValueError(f"{node_id} exists")
+        raft, grpc_port, metrics_port, http_port = free_ports(4)
+        node = NodeProc(node_id, f"127.0.0.1:{raft}", f"127.0.0.1:{grpc_port}",
+                        self.root / node_id, self.root / f"{node_id}.log",
+                        metrics_addr=f"127.0.0.1:{metrics_port}" if self.metrics else "",
+                        http_addr=f"127.0.0.1:{http_port}" if self.http else "",
+                        credentials=self.nodes[0].credentials if self.nodes else None)
+        self.nodes.append(node)
+        self._tls = None  # issue the new node's certificate (the others are reused)
+        return node
+
+    def forget(self, node_id: str) -> None:
+        """Stop a node and drop it from this cluster's list (after `cluster remove-node`)."""
+        self.kill(node_id, sig=signal.SIGTERM)
+        self.nodes = [n for n in self.nodes if n.node_id != node_id]
+
+    def start_node(self, node_id: str, *, join: bool = False) -> None:
         node = self.node(node_id)
         args = [sys.executable, "-m", "gnomon.node.cli", "--node-id", node.node_id,
                 "--data-dir", str(node.data_dir), *self.tls_files()[node.node_id].flags()]
+        if join:
+            args.append("--join")
         for n in self.nodes:
             args += ["--member", n.member]
         if node.metrics_addr:

@@ -27,12 +27,17 @@ import time
 from dataclasses import dataclass
 
 from gnomon.node.clock import mono_ms
+from gnomon.node.config import Member
 from gnomon.node.core import digest
 from gnomon.node.core.commands import Barrier
+from gnomon.node.membership import ADD, REMOVE
+from gnomon.node.raft import LeadershipLost
 
 log = logging.getLogger(__name__)
 
 HOLD_S = 1.0
+# How long a removed member is still sent entries, uncounted, so that it learns of its removal.
+REMOVED_GRACE_S = 3.0
 NO_OP = b"\x01"  # pysyncobj's _COMMAND_TYPE.NO_OP entry
 
 
@@ -48,12 +53,13 @@ async def transfer_leadership(node, to_node_id: str = "", timeout_s: float = 5.0
     """Hand leadership to `to_node_id` (empty: the most caught-up follower); returns the new
     leader's Member. The caller checked that this node leads."""
     cfg = node.config
+    members = node.raft.membership.members()
     target = None
     if to_node_id:
-        target = next((m for m in cfg.members if m.node_id == to_node_id), None)
+        target = next((m for m in members if m.node_id == to_node_id), None)
         if target is None:
             raise OperationError(f"to_node_id: {to_node_id!r} is not a member "
-                                 f"({', '.join(m.node_id for m in cfg.members)})")
+                                 f"({', '.join(m.node_id for m in members)})")
         if target.node_id == cfg.node_id:
             raise OperationError(f"to_node_id: {to_node_id!r} is this node, the leader already")
     raft = node.raft
@@ -83,6 +89,85 @@ async def transfer_leadership(node, to_node_id: str = "", timeout_s: float = 5.0
             await asyncio.sleep(0.02)
     raise TransferTimeout(f"no other leader within {timeout_s:.1f}s"
                           + (f" (target {to_node_id})" if to_node_id else ""))
+
+
+@dataclass
+class MembershipChange:
+    changed: bool
+    match_index: int = 0
+    catch_up_ms: int = 0
+
+
+async def add_node(node, member: Member, catch_up_timeout_s: float) -> MembershipChange:
+    """Make `member` a voter (node/MEMBERSHIP.md): a learner until its match index is within
+    `membership_catch_up_lag_entries` of the commit index, then one membership entry. The
+    caller checked that this node leads."""
+    raft = node.raft
+    async with raft.change_lock:
+        _check_addable(raft.membership.members(), member)
+        if raft.membership.get(member.node_id) == member:
+            return MembershipChange(changed=False)
+        started = mono_ms()
+        await raft.start_learner(member)
+        added = False
+        try:
+            match = await _caught_up(node, member.node_id, catch_up_timeout_s)
+            await raft.propose_change(ADD, member, timeout_s=node.config.commit_timeout_ms / 1000)
+            added = True
+        finally:
+            if not added:
+                await raft.stop_learner(member.node_id)
+    log.info("member %s added after %d ms of catching up (match index %d)",
+             member.node_id, mono_ms() - started, match)
+    return MembershipChange(changed=True, match_index=match, catch_up_ms=mono_ms() - started)
+
+
+def _check_addable(members: tuple[Member, ...], member: Member) -> None:
+    for m in members:
+        if m.node_id == member.node_id and m != member:
+            raise OperationError(
+                f"node_id: {m.node_id} is a member at {m.raft_addr} (Raft) and {m.grpc_addr} "
+                f"(gRPC): remove it first to add it with other addresses")
+        if m.node_id != member.node_id and member.raft_addr == m.raft_addr:
+            raise OperationError(f"raft_address: {m.raft_addr} is {m.node_id}'s")
+        if m.node_id != member.node_id and member.grpc_addr == m.grpc_addr:
+            raise OperationError(f"grpc_address: {m.grpc_addr} is {m.node_id}'s")
+
+
+async def _caught_up(node, node_id: str, timeout_s: float) -> int:
+    raft = node.raft
+    lag = node.config.membership_catch_up_lag_entries
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        match, commit = raft.learner_match(node_id), raft.commit_index()
+        if match >= max(1, commit - lag):
+            return match
+        if not raft.is_leader():
+            raise LeadershipLost("this node stopped leading while the new node caught up")
+        if loop.time() > deadline:
+            raise OperationError(
+                f"catch_up_timeout_ms: {node_id} did not catch up within {timeout_s:.0f}s "
+                f"(match index {max(match, 0)} of {commit}); is it running with --join, the "
+                f"members list and a certificate of the cluster CA naming it?")
+        await asyncio.sleep(0.05)
+
+
+async def remove_node(node, node_id: str) -> MembershipChange:
+    """Remove a member; the caller checked that this node leads and is not `node_id`."""
+    raft = node.raft
+    async with raft.change_lock:
+        member = raft.membership.get(node_id)
+        if member is None:
+            return MembershipChange(changed=False)
+        if len(raft.membership.members()) == 1:
+            raise OperationError(f"node_id: {node_id} is the only member")
+        await raft.propose_change(REMOVE, member, timeout_s=node.config.commit_timeout_ms / 1000)
+        told = await raft.remove_learner_after(node_id, raft.commit_index(),
+                                               timeout_s=REMOVED_GRACE_S)
+    log.info("member %s removed (%s)", node_id,
+             "it has the entry" if told else "it did not get the entry: stop it")
+    return MembershipChange(changed=True)
 
 
 @dataclass

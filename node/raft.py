@@ -8,24 +8,37 @@ and every callback; the asyncio loop thread proposes. Results cross over with
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import functools
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE  # noqa: F401 - re-exported for tests
+from pysyncobj.node import TCPNode
 
 from gnomon.node import codec, entries, journal, storage
 from gnomon.node.clock import mono_ms, wall_ms
-from gnomon.node.config import Config
+from gnomon.node.config import Config, Member
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.history import HistoryError
+from gnomon.node.membership import (
+    ADD,
+    MEMBERSHIP_COMMAND,
+    REMOVE,
+    Membership,
+    decode_change,
+    encode_change,
+    from_records,
+    to_records,
+)
 from gnomon.node.replica import LoadedSnapshot, crash_process
 from gnomon.node.snapshot import SnapshotError
 from gnomon.node.snapshotter import ForkSnapshotter
@@ -56,13 +69,21 @@ class ApplyHost(Protocol):
 class _StateMachine(SyncObj):
     def __init__(self, self_addr: str, others: list[str], conf: SyncObjConf, host: ApplyHost,
                  snapshots: ForkSnapshotter, loaded: LoadedSnapshot | None,
-                 crash: Callable[[str], None], transport_class: Callable):
+                 crash: Callable[[str], None], transport_class: Callable,
+                 membership: Membership, joining: bool):
         # Set before super().__init__(): excluded from pysyncobj's own bookkeeping.
         self._host = host
         self._snapshots = snapshots
         self._loaded_at_start = loaded
         self._crash = crash
         self._storage_started = False
+        self._membership = membership
+        # A new node waits to be added (it must not stand for election before: its term
+        # would depose the leader once it is a member); a removed one stays out.
+        membership.joining = joining
+        self._removed = False
+        self._learners: dict[str, TCPNode] = {}  # leader only: node id -> node catching up
+        self._tick_calls: deque[Callable[[], None]] = deque()  # run on the tick thread
         entries.restrict_pysyncobj_unpickling()
         super().__init__(self_addr, others, conf, transportClass=transport_class)
 
@@ -98,7 +119,116 @@ class _StateMachine(SyncObj):
             # the snapshot load, which was done (verified, decoded) before the constructor.
             self._storage_started = True
             self._guarded("starting from the snapshot", self._start_storage)
+        while self._tick_calls:
+            self._tick_calls.popleft()()
+        if self._membership.joining or self._removed:
+            self._SyncObj__raftElectionDeadline = (
+                time.monotonic() + self._SyncObj__generateRaftTimeout())
         super()._onTick(timeToWait)
+
+    # -- membership (node/MEMBERSHIP.md) --------------------------------------------------
+
+    def _SyncObj__doChangeCluster(self, request, reverse=False):  # noqa: N802 - pysyncobj's
+        # Called on append (leader and followers), on rollback (reverse) and on apply.
+        change = decode_change(request)
+        if change is None:
+            log.error("ignoring a membership entry of pysyncobj's own shape: %r", request)
+            return False
+        kind, member = change
+        adding = (kind == ADD) != reverse
+        if member.node_id == self._membership.self_id:
+            self._change_self(adding, member, rollback=reverse)
+            return False
+        transport = self._SyncObj__transport
+        if adding:
+            self._drop_learner(member.node_id, keep_link=True)
+            transport.set_member(member.node_id, member.raft_addr)
+            changed = SyncObj._SyncObj__doChangeCluster(self, [kind, member.raft_addr], reverse)
+            if self._membership.get(member.node_id) != member:
+                self._membership.add(member)
+                log.info("member %s added (%s)", member.node_id, member.raft_addr)
+            return changed
+        changed = SyncObj._SyncObj__doChangeCluster(self, [kind, member.raft_addr], reverse)
+        if changed and self._isLeader() and not reverse:
+            # Keep sending to it, uncounted, so that it appends its own removal and stops
+            # standing for election; RaftNode.remove_learner_after drops it afterwards.
+            self._start_learner(member)
+        elif member.node_id not in self._learners:  # (apply calls this again after append)
+            transport.drop_member(member.node_id)
+        if self._membership.get(member.node_id) is not None:
+            self._membership.remove(member.node_id)
+            log.info("member %s removed (%s)", member.node_id, member.raft_addr)
+        return changed
+
+    def _change_self(self, adding: bool, member: Member, *, rollback: bool) -> None:
+        # pysyncobj rolls back and re-applies the changes of entries a follower receives
+        # again (an overlapping append): only a removal that is no rollback is news.
+        if adding:
+            if self._membership.joining:
+                log.info("this node is a member now: it may stand for election")
+            self._membership.joining = False
+            self._removed = False
+            if self._membership.get(member.node_id) != member:
+                self._membership.add(member)
+            else:
+                self._membership.save()
+        elif not self._isLeader():
+            if not self._removed and not rollback:
+                log.warning("this node was removed from the cluster: it no longer stands for "
+                            "election; stop it (it refuses to start again with this data "
+                            "directory)")
+            self._removed = True
+            self._membership.remove(member.node_id)
+
+    def _install_members(self, loaded: LoadedSnapshot) -> None:
+        # A received snapshot carries the configuration at its index (node/membership.py).
+        members = from_records(loaded.raft_data[2]) if len(loaded.raft_data) > 2 else None
+        if members is None or to_records(members) == to_records(self._membership.members()):
+            return
+        transport = self._SyncObj__transport
+        for m in self._membership.members():
+            if m.node_id not in {x.node_id for x in members}:
+                transport.drop_member(m.node_id)
+        for m in members:
+            transport.set_member(m.node_id, m.raft_addr)
+        others = [m.raft_addr for m in members if m.node_id != self._membership.self_id]
+        self._SyncObj__updateClusterConfiguration(others)
+        if any(m.node_id == self._membership.self_id for m in members):
+            self._membership.joining = False
+        self._membership.replace(members)
+        log.info("members from the leader's snapshot: %s",
+                 ", ".join(m.node_id for m in members))
+
+    def _start_learner(self, member: Member) -> None:
+        """Leader: replicate to `member` without counting it (pysyncobj's read-only nodes)."""
+        if not self._isLeader():
+            raise LeadershipLost("this node no longer leads: ask the leader")
+        node = TCPNode(member.raft_addr)
+        transport = self._SyncObj__transport
+        transport.set_member(member.node_id, member.raft_addr)
+        transport.addNode(node)
+        self._SyncObj__readonlyNodes.add(node)
+        self._SyncObj__raftNextIndex[node] = self._SyncObj__getCurrentLogIndex() + 1
+        self._SyncObj__raftMatchIndex[node] = 0
+        self._learners[member.node_id] = node
+
+    def _drop_learner(self, node_id: str, *, keep_link: bool = False) -> None:
+        node = self._learners.pop(node_id, None)
+        if node is None:
+            return
+        self._SyncObj__readonlyNodes.discard(node)
+        if not keep_link:
+            self._SyncObj__raftNextIndex.pop(node, None)
+            self._SyncObj__raftMatchIndex.pop(node, None)
+            self._SyncObj__transport.dropNode(node)
+            self._SyncObj__transport.drop_member(node_id)
+
+    def _learner_match(self, node_id: str) -> int:
+        node = self._learners.get(node_id)
+        return -1 if node is None else int(self._SyncObj__raftMatchIndex.get(node, 0))
+
+    def _propose_change(self, kind: str, member: Member, callback) -> None:
+        self._applyCommand(encode_change(kind, member), callback, MEMBERSHIP_COMMAND)
 
     def _start_storage(self) -> None:
         self._SyncObj__serializer = self._snapshots
@@ -119,6 +249,7 @@ class _StateMachine(SyncObj):
         if loaded is None:
             raise RuntimeError("pysyncobj asked to load a snapshot that was not received")
         self._host.install(loaded)
+        self._install_members(loaded)
         if clear_journal:
             # Raft's rule for an installed snapshot: the follower's log is replaced (the
             # leader then counts this node's match index from the snapshot's last entry).
@@ -173,7 +304,8 @@ def build_conf(config: Config, on_role: Callable[[int, int], None]) -> SyncObjCo
         logCompactionMinTime=config.snapshot_min_time_s,
         logCompactionBatchSize=config.snapshot_send_chunk_bytes,
         onStateChanged=on_role,
-        dynamicMembershipChange=False,
+        # Membership entries are gnomon's own (node/membership.py, node/MEMBERSHIP.md).
+        dynamicMembershipChange=True,
         commandsWaitLeader=False,
         useFork=False,
     )
@@ -233,16 +365,26 @@ class RaftNode:
             chunk_bytes=config.snapshot_send_chunk_bytes,
             child_timeout_s=config.snapshot_child_timeout_s,
             retry_s=config.snapshot_retry_s)
+        # config.members is the configuration of this node's log (cli.py read members.json).
+        self.membership = Membership(config.data_dir, config.node_id, config.members)
+        self.snapshots.member_records = lambda: to_records(self.membership.members())
+        joining = config.join and not os.path.exists(self.membership.path)
+        if joining:
+            log.info("joining: waiting to be added as a member (gnomon cluster add-node %s)",
+                     config.node_id)
         try:
-            self._sync = self._open(config, host, on_role)
+            self._sync = self._open(config, host, on_role, joining)
         except (StorageError, SnapshotError, journal.JournalError, HistoryError) as exc:
             storage.refuse_to_start(config.data_dir, exc)
-        self._by_raft = {m.raft_addr: m for m in config.members}
+        if not joining:
+            self.membership.save()
+        # One membership change at a time (loop thread; pysyncobj refuses overlaps too).
+        self.change_lock = asyncio.Lock()
         # Test-only jepsen canary "fire-on-isleader": act on pysyncobj's belief.
         self.canary_apply_before_commit = False
 
     def _open(self, config: Config, host: ApplyHost,
-              on_role: Callable[[int, int], None]) -> _StateMachine:
+              on_role: Callable[[int, int], None], joining: bool) -> _StateMachine:
         snap_path = snapshot_path(config)
         conf = build_conf(config, on_role)
         transport = build_transport(config)  # cli.py checked the files before the start
@@ -253,7 +395,8 @@ class RaftNode:
         journal.patch_pysyncobj(prepare=functools.partial(
             storage.align_journal, last=last, before=before, snapshot_path=snap_path))
         return _StateMachine(config.self_member.raft_addr, [m.raft_addr for m in config.peers],
-                             conf, host, self.snapshots, loaded, self._crash, transport)
+                             conf, host, self.snapshots, loaded, self._crash, transport,
+                             self.membership, joining)
 
     # -- proposing ------------------------------------------------------------------------
 
@@ -285,7 +428,7 @@ class RaftNode:
 
     def leader(self):
         node = self._sync._getLeader()
-        return self._by_raft.get(node.id) if node is not None else None
+        return self.membership.by_raft(node.id) if node is not None else None
 
     def term(self) -> int:
         return self._sync._getTerm()
@@ -315,6 +458,68 @@ class RaftNode:
         self._sync.transferLeadership(raft_addr, callback=lambda _r, err: reasons.append(err))
         return reasons == [FAIL_REASON.SUCCESS]
 
+    # -- membership (loop thread; pysyncobj's fields are touched on the tick thread) --------
+
+    def commit_index(self) -> int:
+        return int(self._sync._SyncObj__raftCommitIndex)
+
+    def learner_match(self, node_id: str) -> int:
+        """The learner's match index as the leader knows it (-1: not a learner here)."""
+        return self._sync._learner_match(node_id)
+
+    async def start_learner(self, member: Member) -> None:
+        await self._on_tick_thread(lambda: self._sync._start_learner(member))
+
+    async def stop_learner(self, node_id: str) -> None:
+        await self._on_tick_thread(lambda: self._sync._drop_learner(node_id))
+
+    async def remove_learner_after(self, node_id: str, index: int, timeout_s: float) -> bool:
+        """Drop a removed member once it has the entries up to `index` (its removal), or
+        after `timeout_s`; True when it had them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.learner_match(node_id) >= 0 and self.learner_match(node_id) < index \
+                and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        seen = self.learner_match(node_id) >= index
+        await self.stop_learner(node_id)
+        return seen
+
+    async def propose_change(self, kind: str, member: Member, timeout_s: float) -> None:
+        """Append one membership entry and wait for its commit (NotCommitted otherwise)."""
+        if kind not in (ADD, REMOVE):
+            raise ValueError(kind)
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+
+        def callback(_result, reason):  # tick thread
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(reason))
+
+        self._sync._tick_calls.append(lambda: self._sync._propose_change(kind, member, callback))
+        try:
+            async with asyncio.timeout(timeout_s):
+                reason = await done
+        except TimeoutError:
+            raise NotCommitted(f"the membership entry did not commit within {timeout_s:.0f}s "
+                               f"(the outcome is unknown: see gnomon cluster status)") from None
+        if reason == FAIL_REASON.REQUEST_DENIED:
+            raise NotCommitted("refused by Raft: another membership change has not committed "
+                               "yet, or this leader's first entry has not; retry")
+        if reason != FAIL_REASON.SUCCESS:
+            raise NotCommitted(f"the membership entry did not commit (reason {reason})")
+
+    async def _on_tick_thread(self, fn: Callable[[], object]) -> object:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                fut.set_exception(exc)
+
+        self._sync._tick_calls.append(run)
+        return await asyncio.wrap_future(fut)
+
     def destroy(self) -> None:
         # A snapshot child dies with the tick thread (PR_SET_PDEATHSIG); its file is removed
         # at the next start.
@@ -326,6 +531,10 @@ class _Pending:
     command: c.Command
     future: asyncio.Future
     size: int
+
+
+class LeadershipLost(Exception):
+    """A leader-only Raft action was asked of a node that does not lead."""
 
 
 class Overloaded(Exception):
@@ -485,4 +694,4 @@ def is_rejected(reply: object, code: str | None = None) -> bool:
     return isinstance(reply, Rejected) and (code is None or reply.code == code)
 
 
-__all__ = ["Code", "LEADER", "NotCommitted", "Overloaded", "Proposer", "RaftNode", "ROLE_NAMES"]
+__all__ = ["Code", "LEADER", "LeadershipLost", "NotCommitted", "Overloaded", "Proposer", "RaftNode", "ROLE_NAMES"]

@@ -29,6 +29,7 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
@@ -123,6 +124,8 @@ class ForkSnapshotter:
         self._incoming: IO[bytes] | None = None
         self._received: Any = None
         self.figures = SnapshotFigures()
+        # The cluster's members as plain tuples, written in place of pysyncobj's node set.
+        self.member_records: Callable[[], tuple] | None = None
         self._remove_leftovers()
 
     # -- writing (pysyncobj: serialize, then checkSerializing every tick) ---------------------
@@ -134,6 +137,9 @@ class ForkSnapshotter:
         if self._child is not None or time.monotonic() < self._retry_at:
             return
         raft_data = tuple(data[1:])
+        if self.member_records is not None:
+            # pysyncobj's node objects would need globals to read back (node/membership.py).
+            raft_data = (raft_data[0], raft_data[1], self.member_records())
         index = int(raft_data[0][1])
         tmp = f"{self.path}.{os.getpid()}-{index}.tmp"
         mark = self._host.history_mark()

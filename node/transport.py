@@ -130,6 +130,8 @@ class TlsTransport(Transport):
         self._settings = settings
         self._limits = settings.limits
         self._self = selfNode
+        # Who may connect, and as which node: changed by membership entries (set_member).
+        self._members = dict(settings.members)
         self._id_by_addr = {addr: node_id for node_id, addr in settings.members.items()}
         self._nodes: dict[str, Node] = {}  # peer address -> pysyncobj's node object
         self._links: dict[Node, _Conn] = {}  # the one connection per peer (dialing or open)
@@ -174,6 +176,20 @@ class TlsTransport(Transport):
         conn = self._links.get(node)
         if conn is not None:
             self._close(conn, "node dropped", kind="info")
+
+    def set_member(self, node_id: str, raft_addr: str) -> None:
+        """Accept `node_id`'s certificate at `raft_addr` (tick thread; before `addNode`)."""
+        old = self._members.pop(node_id, None)
+        if old is not None:
+            self._id_by_addr.pop(old, None)
+        self._members[node_id] = raft_addr
+        self._id_by_addr[raft_addr] = node_id
+
+    def drop_member(self, node_id: str) -> None:
+        """Refuse `node_id` from now on (tick thread; after `dropNode`)."""
+        addr = self._members.pop(node_id, None)
+        if addr is not None:
+            self._id_by_addr.pop(addr, None)
 
     def send(self, node, message) -> bool:
         """Queue `message` on the link to `node`; False when there is no live link."""
@@ -443,7 +459,7 @@ class TlsTransport(Transport):
                         kind="warn", key="identity")
             return
         peer_id = ids[0]
-        addr = self._settings.members.get(peer_id)
+        addr = self._members.get(peer_id)
         node = self._nodes.get(addr) if addr is not None else None
         if node is None:
             self._close(conn, f"its certificate names {peer_id!r}, which is not a peer of "

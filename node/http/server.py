@@ -138,7 +138,7 @@ class HttpServer:
         p.headers.setdefault("Retry-After", "1")
         if not p.leader:
             return None
-        http = next((m.http_addr for m in self.node.config.members
+        http = next((m.http_addr for m in self.node.raft.membership.members()
                      if m.grpc_addr == p.leader and m.http_addr), "")
         if not http:
             return None

@@ -181,6 +181,8 @@ RULES: dict[str, Rule] = {
     CLUSTER + "SetLimits": Rule(ADMIN),
     CLUSTER + "ExportHistory": Rule(ADMIN),
     OPS + "ListActiveRuns": Rule(TENANT_READER, _listing),
+    OPS + "AddNode": Rule(ADMIN),
+    OPS + "RemoveNode": Rule(ADMIN),
     ACCESS + "WhoAmI": Rule(TENANT_READER, _any),
     ACCESS + "CreateToken": Rule(TENANT_ADMIN, _any),  # AccessServicer checks the scope
     ACCESS + "ListTokens": Rule(TENANT_ADMIN, _any),
@@ -196,6 +198,7 @@ RULES: dict[str, Rule] = {
 AUDITED = frozenset({
     ACCESS + "CreateToken", ACCESS + "RevokeToken", ACCESS + "CreateTenant",
     ACCESS + "UpdateTenant", CLUSTER + "SetLimits", OPS + "TransferLeadership",
+    OPS + "AddNode", OPS + "RemoveNode",
     JOBS + "DeleteJob",
 })
 MAX_AUDIT_DETAIL_CHARS = 2000

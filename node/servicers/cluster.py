@@ -43,7 +43,7 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
             version=VERSION,
         )
         role = ROLE_NAMES.get(raw.get("state"), "unknown")
-        for m in node.config.members:
+        for m in node.raft.membership.members():
             if m.node_id == me.node_id:
                 out.nodes.add(node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,
                               role=role, match_index=out.applied_index, connected=True)

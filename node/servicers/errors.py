@@ -6,7 +6,7 @@ import grpc
 
 from gnomon.node.auth import AuthError
 from gnomon.node.core.errors import Code, Rejected
-from gnomon.node.raft import NotCommitted, Overloaded
+from gnomon.node.raft import LeadershipLost, NotCommitted, Overloaded
 from gnomon.node.validate import ValidationError
 
 LEADER_METADATA_KEY = "gnomon-leader"
@@ -65,6 +65,7 @@ EXCEPTION_CODES: dict[type, grpc.StatusCode] = {
     Overloaded: grpc.StatusCode.RESOURCE_EXHAUSTED,
     NotCommitted: grpc.StatusCode.UNAVAILABLE,
     NotLeader: grpc.StatusCode.UNAVAILABLE,
+    LeadershipLost: grpc.StatusCode.UNAVAILABLE,
 }
 
 

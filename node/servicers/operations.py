@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 
 import grpc
 
 from gnomon.node import codec
 from gnomon.node.clock import wall_ms
+from gnomon.node.config import Member
 from gnomon.node.core.model import RunState
 from gnomon.node.observe import queue_views
 from gnomon.node.operations import (
     OperationError,
     TransferTimeout,
+    add_node,
     create_backup,
+    remove_node,
     transfer_leadership,
 )
 from gnomon.node.servicers.base import ServicerBase, translated
@@ -23,6 +27,8 @@ from gnomon.v1 import api_pb2, api_pb2_grpc
 
 CHUNK_BYTES = 1 << 20
 MAX_ACTIVE_RUNS = 1_000
+NODE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+MAX_CATCH_UP_TIMEOUT_MS = 3_600_000
 
 
 class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
@@ -48,6 +54,48 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
         return api_pb2.TransferLeadershipResponse(
             previous_leader_node_id=node.config.node_id, leader_node_id=leader.node_id,
             leader_grpc_address=leader.grpc_addr, term=node.raft.term())
+
+    @translated
+    async def AddNode(self, request, context):  # noqa: N802
+        member = _member(request)
+        timeout_ms = request.catch_up_timeout_ms or self.node.config.membership_catch_up_timeout_ms
+        if not 0 < timeout_ms <= MAX_CATCH_UP_TIMEOUT_MS:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"catch_up_timeout_ms: must be between 1 and "
+                               f"{MAX_CATCH_UP_TIMEOUT_MS}")
+        self.require_leader()
+        try:
+            change = await add_node(self.node, member, timeout_ms / 1000)
+        except OperationError as exc:
+            raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+        return self._membership_response(change)
+
+    @translated
+    async def RemoveNode(self, request, context):  # noqa: N802
+        if not NODE_ID_RE.fullmatch(request.node_id):
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               "node_id: 1-63 letters, digits, '.', '_' or '-'")
+        self.require_leader()
+        node = self.node
+        try:
+            if request.node_id == node.config.node_id:
+                # A leader cannot remove itself (Raft would count it until the entry
+                # commits): hand over first; the client's retry removes it on the new one.
+                await transfer_leadership(node, "", timeout_s=10)
+                self.require_leader()  # raises: UNAVAILABLE naming the new leader
+            change = await remove_node(node, request.node_id)
+        except (OperationError, TransferTimeout) as exc:
+            raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+        return self._membership_response(change)
+
+    def _membership_response(self, change) -> api_pb2.MembershipResponse:
+        out = api_pb2.MembershipResponse(changed=change.changed, match_index=change.match_index,
+                                         catch_up_ms=change.catch_up_ms)
+        for m in self.node.raft.membership.members():
+            out.members.add(node_id=m.node_id, raft_address=m.raft_addr,
+                            grpc_address=m.grpc_addr,
+                            role="leader" if m.node_id == self.node.config.node_id else "follower")
+        return out
 
     async def CreateBackup(self, request, context):  # noqa: N802
         try:
@@ -113,3 +161,20 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
             for run in runs[:limit]:
                 codec.run_to_proto(run, out.runs.add())
         return out
+
+
+def _member(request) -> Member:
+    """The AddNode request's member, or INVALID_ARGUMENT naming the field."""
+    if not NODE_ID_RE.fullmatch(request.node_id):
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                           "node_id: 1-63 letters, digits, '.', '_' or '-'")
+    for name in ("raft_address", "grpc_address", "http_address"):
+        value = getattr(request, name)
+        if name == "http_address" and not value:
+            continue
+        host, _, port = value.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"{name}: {value!r} is not host:port (port 1-65535)")
+    return Member(request.node_id, request.raft_address, request.grpc_address,
+                  request.http_address)

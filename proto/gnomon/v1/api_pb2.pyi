@@ -351,6 +351,38 @@ class GetStatusResponse(_message.Message):
     dead_letters_evicted: int
     def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ...) -> None: ...
 
+class AddNodeRequest(_message.Message):
+    __slots__ = ("node_id", "raft_address", "grpc_address", "http_address", "catch_up_timeout_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    raft_address: str
+    grpc_address: str
+    http_address: str
+    catch_up_timeout_ms: int
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., http_address: _Optional[str] = ..., catch_up_timeout_ms: _Optional[int] = ...) -> None: ...
+
+class RemoveNodeRequest(_message.Message):
+    __slots__ = ("node_id",)
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    def __init__(self, node_id: _Optional[str] = ...) -> None: ...
+
+class MembershipResponse(_message.Message):
+    __slots__ = ("changed", "members", "match_index", "catch_up_ms")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CATCH_UP_MS_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    members: _containers.RepeatedCompositeFieldContainer[NodeStatus]
+    match_index: int
+    catch_up_ms: int
+    def __init__(self, changed: _Optional[bool] = ..., members: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., match_index: _Optional[int] = ..., catch_up_ms: _Optional[int] = ...) -> None: ...
+
 class TransferLeadershipRequest(_message.Message):
     __slots__ = ("to_node_id", "timeout_ms")
     TO_NODE_ID_FIELD_NUMBER: _ClassVar[int]

@@ -1043,6 +1043,16 @@ class OperationsServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsResponse.FromString,
                 _registered_method=True)
+        self.AddNode = channel.unary_unary(
+                '/gnomon.v1.OperationsService/AddNode',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.AddNodeRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.MembershipResponse.FromString,
+                _registered_method=True)
+        self.RemoveNode = channel.unary_unary(
+                '/gnomon.v1.OperationsService/RemoveNode',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.RemoveNodeRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.MembershipResponse.FromString,
+                _registered_method=True)
 
 
 class OperationsServiceServicer:
@@ -1089,6 +1099,30 @@ class OperationsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AddNode(self, request, context):
+        """Makes a node a voting member (node/MEMBERSHIP.md). The node must be running, started
+        with --join and the members' list, with a certificate of the cluster CA naming it. It
+        first catches up as a learner (a snapshot when the leader's log no longer reaches back,
+        then the log), not counted in any quorum; once its match index is within
+        `membership_catch_up_lag_entries` of the commit index, one membership entry adds it.
+        One change at a time (FAILED_PRECONDITION while another runs). Adding a member that is
+        there with the same addresses changes nothing (changed = false).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveNode(self, request, context):
+        """Removes a member (one change at a time). Removing the leader hands leadership to
+        another member first; the call then fails UNAVAILABLE with the new leader in
+        `gnomon-leader`, and the client's retry removes it there. Removing a node that is not a
+        member changes nothing (changed = false). A removed node stops standing for election
+        and refuses to start again with its data directory.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_OperationsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1116,6 +1150,16 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ListActiveRuns,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsResponse.SerializeToString,
+            ),
+            'AddNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddNode,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.AddNodeRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.MembershipResponse.SerializeToString,
+            ),
+            'RemoveNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveNode,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.RemoveNodeRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.MembershipResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1256,6 +1300,60 @@ class OperationsService:
             '/gnomon.v1.OperationsService/ListActiveRuns',
             gnomon_dot_v1_dot_api__pb2.ListActiveRunsRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ListActiveRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/AddNode',
+            gnomon_dot_v1_dot_api__pb2.AddNodeRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.MembershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/RemoveNode',
+            gnomon_dot_v1_dot_api__pb2.RemoveNodeRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.MembershipResponse.FromString,
             options,
             channel_credentials,
             insecure,

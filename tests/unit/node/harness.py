@@ -48,6 +48,7 @@ from gnomon.node.history import HistoryStore
 from gnomon.node.leadership import Leadership
 from gnomon.node.leases import LeaseTable, LeaseTiming
 from gnomon.node.localcluster import wait_for_async
+from gnomon.node.membership import Membership
 from gnomon.node.raft import LEADER, Proposer
 from gnomon.node.replica import HistorySink, Replica
 from gnomon.node.server import Node
@@ -150,6 +151,7 @@ class LocalRaft:
         self._failures: list[_Failure] = []
         self.leader_flag = True
         self.leader_member: Member | None = config.self_member
+        self.membership = Membership(str(config.data_dir), config.node_id, config.members)
         self.current_term = 1
         self.refuse_submits: Exception | None = None
         # Like raft.py's _StateMachine: a node that is not leader fails queued proposals

@@ -14,7 +14,7 @@ from gnomon.node.core import digest
 from gnomon.node.core.commands import Barrier, CompleteTask, CreateJob
 from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.core.model import AttemptOutcome, RunState, TaskState
-from gnomon.node.raft import NotCommitted, Overloaded
+from gnomon.node.raft import LeadershipLost, NotCommitted, Overloaded
 from gnomon.node.schedules import ScheduleError
 from gnomon.node.servicers import errors
 from gnomon.node.servicers.access import set_principal
@@ -81,6 +81,8 @@ EXCEPTIONS = {
     NotCommitted: (lambda: NotCommitted("entry not committed (reason 5)"),
                    S.UNAVAILABLE, "not committed"),
     NotLeader: (lambda: NotLeader("10.0.0.2:8001"), S.UNAVAILABLE, "the leader is 10.0.0.2:8001"),
+    LeadershipLost: (lambda: LeadershipLost("this node no longer leads: ask the leader"),
+                     S.UNAVAILABLE, "no longer leads"),
 }
 
 
