@@ -176,6 +176,8 @@ class StateCollector:
                      status.get("last_applied", 0))
         yield _gauge("gnomon_raft_has_leader", "1 while this node knows a leader",
                      1 if raft.leader() is not None else 0)
+        yield _gauge("gnomon_raft_members", "Voting members in this node's configuration "
+                     "(node/MEMBERSHIP.md)", len(raft.membership.members()))
 
     def _state(self):
         node = self.node

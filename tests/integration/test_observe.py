@@ -132,7 +132,7 @@ def test_every_metric_moves(cluster):
     assert after["gnomon_jobs"] == 2
     for name in ("gnomon_raft_term", "gnomon_raft_commit_index", "gnomon_raft_applied_index",
                  "gnomon_leader_changes_total", "gnomon_is_leader", "gnomon_health_serving",
-                 "gnomon_raft_has_leader", "gnomon_snapshot_size_bytes",
+                 "gnomon_raft_has_leader", "gnomon_raft_members", "gnomon_snapshot_size_bytes",
                  "gnomon_snapshot_index", "gnomon_history_store_bytes",
                  "gnomon_data_dir_free_bytes", "process_resident_memory_bytes"):
         assert after[name] > 0, name
