@@ -614,14 +614,16 @@ class AsyncClient(AccessCalls):
             node_id=node_id, raft_address=raft_address, grpc_address=grpc_address,
             http_address=http_address,
             catch_up_timeout_ms=int((catch_up_timeout_s or 0) * 1000))
-        resp = await self._call(_OPS, "AddNode", req, timeout_s=timeout_s)
+        if timeout_s is None:  # the leader's default catch-up bound is 120 s
+            timeout_s = max(self._timeout_s, (catch_up_timeout_s or 120.0) + 15.0)
+        resp = await self._call(_OPS, "AddNode", req, timeout_s=timeout_s, waits=True)
         return membership_from_proto(resp)
 
     async def remove_node(self, node_id: str, *, timeout_s: float | None = None
                           ) -> MembershipChange:
         """Remove a member (the leader hands over first when it is the one removed)."""
         resp = await self._call(_OPS, "RemoveNode", api_pb2.RemoveNodeRequest(node_id=node_id),
-                                timeout_s=timeout_s)
+                                timeout_s=timeout_s, waits=True)
         return membership_from_proto(resp)
 
     async def create_backup(self, *, path: str, timeout_s: float | None = None) -> BackupResult:
@@ -680,10 +682,12 @@ class AsyncClient(AccessCalls):
         *,
         timeout_s: float | None,
         address: str | None = None,
+        waits: bool = False,
     ) -> Any:
         """One logical call: attempts until success, a non-retryable status, ``retries``
         retries or the deadline. The request object (with its request_id) is sent unchanged by
-        every attempt."""
+        every attempt. ``waits``: the server works for a while before it answers (a member
+        catching up): an attempt may take the whole remaining budget."""
         loop = asyncio.get_running_loop()
         budget = self._timeout_s if timeout_s is None else timeout_s
         start = loop.time()
@@ -699,7 +703,7 @@ class AsyncClient(AccessCalls):
             if remaining <= 0 or attempts > self._retries:
                 raise self._gave_up(last, last_addr, attempts, loop.time() - start)
             per_attempt = remaining
-            if self._attempt_timeout_s is not None:
+            if self._attempt_timeout_s is not None and not waits:
                 per_attempt = min(remaining, self._attempt_timeout_s)
             rpc = getattr(self._stub(service, addr), method)
             attempts += 1

@@ -135,13 +135,14 @@ class DB:
 
     # -- processes ---------------------------------------------------------------------------
 
-    def start(self, node_id: str) -> None:
+    def start(self, node_id: str, *, join: bool = False) -> None:
+        """Start the node (`join`: a new member, waiting for AddNode; node/MEMBERSHIP.md)."""
         node = self.nodes[node_id]
         self._note_exit(node)
         node.dir.mkdir(parents=True, exist_ok=True)
         args = [*self.net.exec_prefix(node_id), sys.executable, "-m", "gnomon.node.cli",
                 "--node-id", node_id, "--data-dir", str(node.data_dir),
-                *self.tls_files()[node_id].flags()]
+                *self.tls_files()[node_id].flags(), *(["--join"] if join else [])]
         for n in self.nodes.values():
             args += ["--member", n.member]
         for key, value in {**self.overrides, **self.node_flags.get(node_id, {})}.items():

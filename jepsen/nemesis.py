@@ -17,6 +17,8 @@ Second tier (outage.py, storage.py, drift.py):
                    start; healed by wiping its data directory)
     disk-full      fill the tmpfs under one node's data directory (it must stop)
     config-drift   nodes with different local configs; restart one with fresh values
+    membership     member-replace: wipe a follower, remove it, add it back empty
+                   (membership.py)
 
 Node partitions cut node-to-node links only (Raft and node-to-node gRPC): workers and clients
 still reach every node, as in Jepsen. `worker-cut` cuts one worker off from every node.
@@ -36,7 +38,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from gnomon.jepsen import drift, outage, storage
+from gnomon.jepsen import drift, membership, outage, storage
 from gnomon.jepsen.context import Context, TestOptions
 from gnomon.jepsen.disk import DiskError
 from gnomon.jepsen.fault import Skip, StartFn, wall_ms
@@ -61,9 +63,11 @@ GROUPS = {
     "corrupt": tuple(storage.CORRUPT_FILES),
     "disk-full": ("disk-full",),
     "config-drift": ("config-drift",),
+    "membership": membership.KINDS,
 }
 FIRST_TIER = ("partition", "kill", "pause", "clock", "client")
-SECOND_TIER = ("outage", "snapshot-kill", "corrupt", "disk-full", "config-drift")
+SECOND_TIER = ("outage", "snapshot-kill", "corrupt", "disk-full", "config-drift",
+               "membership")
 FIVE_ONLY = {"ring", "bridge"}
 ALL_KINDS = tuple(k for kinds in GROUPS.values() for k in kinds)
 # Node flags a kind needs (under the user's --node-flag): snapshots often enough that a run
@@ -71,7 +75,7 @@ ALL_KINDS = tuple(k for kinds in GROUPS.values() for k in kinds)
 KIND_NODE_FLAGS = {
     "snapshot-kill": {"snapshot_min_entries": "100", "snapshot_min_time_s": "1"},
     **{k: {"snapshot_min_entries": "200", "snapshot_min_time_s": "2"}
-       for k in storage.CORRUPT_FILES},
+       for k in (*storage.CORRUPT_FILES, *membership.KINDS)},
 }
 OUTAGE_KINDS = set(outage.KINDS)
 
@@ -427,4 +431,5 @@ START: dict[str, StartFn] = {
     "outage-clock": outage.outage_clock, "snapshot-kill": storage.snapshot_kill,
     **{k: functools.partial(storage.corrupt, kind=k) for k in storage.CORRUPT_FILES},
     "disk-full": storage.disk_full, "config-drift": drift.config_drift,
+    "member-replace": membership.member_replace,
 }

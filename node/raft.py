@@ -223,6 +223,10 @@ class _StateMachine(SyncObj):
             self._SyncObj__transport.dropNode(node)
             self._SyncObj__transport.drop_member(node_id)
 
+    def _learner_connected(self, node_id: str) -> bool:
+        node = self._learners.get(node_id)
+        return node is not None and node in self._SyncObj__connectedNodes
+
     def _learner_match(self, node_id: str) -> int:
         node = self._learners.get(node_id)
         return -1 if node is None else int(self._SyncObj__raftMatchIndex.get(node, 0))
@@ -478,8 +482,12 @@ class RaftNode:
         after `timeout_s`; True when it had them."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        while self.learner_match(node_id) >= 0 and self.learner_match(node_id) < index \
-                and loop.time() < deadline:
+        # Its link was re-dialled when it left the configuration; a node that is down does
+        # not come back within a second and is not waited for.
+        dial_until = loop.time() + min(timeout_s, 1.0)
+        while 0 <= self.learner_match(node_id) < index and loop.time() < deadline:
+            if not self._sync._learner_connected(node_id) and loop.time() > dial_until:
+                break
             await asyncio.sleep(0.05)
         seen = self.learner_match(node_id) >= index
         await self.stop_learner(node_id)

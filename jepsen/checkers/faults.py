@@ -14,7 +14,9 @@ Read off the nemesis events (their start and stop values carry the evidence):
 - outage-*: every node was stopped (`outage-incomplete`); outage-clock moved every clock.
 - config-drift: the nodes' first configs differ in a replicated limit (vacuity), and every
   node reports the same replicated limits, one node's first values (`drift.limits_check`).
-- while one node is down (corrupt-*, disk-full), the others carry on: some client operation
+- member-replace: the wiped follower was removed and added back (`member-not-added`), then
+  caught up (`rejoin-timeout`).
+- while one node is down (corrupt-*, disk-full, member-replace), the others carry on: some client operation
   succeeded and some task executed between the fault's start and stop
   (`no-progress-while-one-node-down`; the correctness of what they did is every other checker's).
 """
@@ -28,7 +30,8 @@ from gnomon.jepsen import drift
 from gnomon.jepsen.history import NEMESIS, OK, WITNESS, Event
 
 FULL_BYTES = 64 << 10
-ONE_NODE_DOWN = {"corrupt-snapshot", "corrupt-journal", "corrupt-meta", "disk-full"}
+ONE_NODE_DOWN = {"corrupt-snapshot", "corrupt-journal", "corrupt-meta", "disk-full",
+                 "member-replace"}
 MIN_PROGRESS_WINDOW_S = 2.0
 
 
@@ -173,8 +176,21 @@ def _outage(start: dict[str, Any], stop: dict[str, Any] | None, st: Counter,
     return out
 
 
+def _member_replace(start: dict[str, Any], stop: dict[str, Any] | None, st: Counter,
+                    nodes: int) -> list[dict[str, Any]]:
+    st["replaced"] += 1
+    if stop is None:
+        return []
+    if not stop.get("added"):
+        return [{"type": "member-not-added", "node": start["node"], "stop": stop,
+                 "explanation": "the wiped node was removed but AddNode did not make it a "
+                                "member again"}]
+    st["catch_up_ms"] += stop.get("catch_up_ms", 0)
+    return _rejoin(start, stop)
+
+
 CHECKS = {"corrupt": _corrupt, "disk-full": _disk_full, "snapshot-kill": _snapshot_kill,
-          "outage-stop": _outage, "outage-kill": _outage, "outage-clock": _outage}
+          "member-replace": _member_replace, "outage-stop": _outage, "outage-kill": _outage, "outage-clock": _outage}
 
 
 def _vacuity(kinds: list[str], stats: dict[str, Counter]) -> list[dict[str, Any]]:

@@ -4,7 +4,8 @@ operations succeeded.
 
 Second tier: a whole-cluster outage with 300 jobs (catch-up checked slot by slot), storage
 faults on one node (corrupt files and a full disk: it must refuse to run, the others carry
-on), and kills during snapshot writes with different local configs. Faults are shorter there
+on), kills during snapshot writes with different local configs, and a wiped follower
+replaced through RemoveNode and AddNode. Faults are shorter there
 so that every requested kind happens in the run."""
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ SECOND_TIER = [
     ("outage", ("outage",), 6, 45, {}),
     ("storage", ("corrupt", "disk-full"), 7, 50, QUICK),
     ("snapshots-drift", ("snapshot-kill", "config-drift"), 8, 45, QUICK),
+    ("membership", ("membership",), 9, 40, QUICK),
 ]
 
 
@@ -67,3 +69,5 @@ def test_smoke_second_tier(tmp_path, name, nemeses, seed, limit, extra):
         assert stats["disk-full"]["stopped"] >= 1, stats
     if name == "snapshots-drift":
         assert stats["snapshot-kill"]["hits"] >= 1, stats
+    if name == "membership":
+        assert stats["member-replace"]["replaced"] >= 1, stats
