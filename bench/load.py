@@ -104,6 +104,84 @@ async def create_jobs_async(servers: Sequence[str], specs: Sequence[types_pb2.Jo
             "latency_ms": summary(latencies, 2)}
 
 
+async def create_jobs_bulk_async(servers: Sequence[str], specs: Sequence[types_pb2.JobSpec],
+                                 *, per_call: int = 1000, concurrency: int = 4,
+                                 prefix: str = "bulk", deadline_s: float = 3600.0,
+                                 progress_every: int = 0) -> dict[str, Any]:
+    """CreateJobs calls of `per_call` specs (request ids `<prefix>-<k>`), `concurrency` in
+    flight, following the leader and retrying with the same request id; an item refused as
+    ALREADY_EXISTS counts as created (a retry after an unknown outcome)."""
+    leader = {"addr": servers[0]}
+    chans: dict[str, grpc.aio.Channel] = {}
+
+    def stub() -> api_pb2_grpc.JobServiceStub:
+        addr = leader["addr"]
+        if addr not in chans:
+            chans[addr] = grpc.aio.insecure_channel(addr, options=[
+                ("grpc.max_send_message_length", 64 << 20)])
+        return api_pb2_grpc.JobServiceStub(chans[addr])
+
+    t_end = time.monotonic() + deadline_s
+    sem = asyncio.Semaphore(concurrency)
+    stats = {"created": 0, "retries": 0, "failed": 0, "calls": 0}
+    errors: dict[str, int] = {}
+    latencies: list[float] = []
+    t0 = time.perf_counter()
+
+    async def one(k: int, chunk: Sequence[types_pb2.JobSpec]) -> None:
+        req = api_pb2.CreateJobsRequest(request_id=f"{prefix}-{k}", specs=chunk)
+        async with sem:
+            attempt = 0
+            while time.monotonic() < t_end:
+                t = time.perf_counter()
+                try:
+                    resp = await stub().CreateJobs(req, timeout=60)
+                except grpc.aio.AioRpcError as exc:
+                    if exc.code() not in _RETRY:
+                        stats["failed"] += len(chunk)
+                        errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
+                        return
+                    stats["retries"] += 1
+                    hint = dict(exc.trailing_metadata() or ()).get("gnomon-leader")
+                    if hint:
+                        leader["addr"] = hint
+                    elif exc.code() == grpc.StatusCode.UNAVAILABLE:
+                        i = servers.index(leader["addr"]) if leader["addr"] in servers else -1
+                        leader["addr"] = servers[(i + 1) % len(servers)]
+                    attempt += 1
+                    await asyncio.sleep(min(1.0, 0.02 * 2 ** min(attempt, 6)))
+                    continue
+                latencies.append((time.perf_counter() - t) * 1000)
+                stats["calls"] += 1
+                for r in resp.results:
+                    if r.HasField("job") or r.error.code == "ALREADY_EXISTS":
+                        stats["created"] += 1
+                    else:
+                        stats["failed"] += 1
+                        errors[r.error.code] = errors.get(r.error.code, 0) + 1
+                if progress_every and stats["calls"] % progress_every == 0:
+                    el = time.perf_counter() - t0
+                    print(f"[bench] created {stats['created']:,} jobs in {el:.0f}s "
+                          f"({stats['created'] / max(el, 1e-9):,.0f}/s)", flush=True)
+                return
+            stats["failed"] += len(chunk)
+
+    chunks = [specs[i:i + per_call] for i in range(0, len(specs), per_call)]
+    await asyncio.gather(*(one(k, c) for k, c in enumerate(chunks)))
+    elapsed = time.perf_counter() - t0
+    for ch in chans.values():
+        await ch.close()
+    return {**stats, "errors": errors, "seconds": round(elapsed, 2),
+            "per_s": round(stats["created"] / max(elapsed, 1e-9), 1),
+            "call_latency_ms": summary(latencies, 2), "per_call": per_call,
+            "concurrency": concurrency}
+
+
+def create_jobs_bulk(servers: Sequence[str], specs: Sequence[types_pb2.JobSpec], **kw: Any
+                     ) -> dict[str, Any]:
+    return asyncio.run(create_jobs_bulk_async(servers, specs, **kw))
+
+
 def create_jobs(servers: Sequence[str], specs: Sequence[types_pb2.JobSpec], **kw: Any
                 ) -> dict[str, Any]:
     return asyncio.run(create_jobs_async(servers, specs, **kw))

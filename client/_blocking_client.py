@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -17,6 +17,7 @@ from ._client import AsyncClient
 from ._models import (
     ClusterStatus,
     Consistency,
+    CreateJobResult,
     DeadLetter,
     Job,
     JobSpec,
@@ -150,6 +151,21 @@ class Client(BlockingAccessCalls):
         """Create a job; AlreadyExists if the tenant has a job of that name. A retry with the
         same ``request_id`` has one effect (every attempt of this call reuses it)."""
         return self._run(self._async.create_job(spec, request_id=request_id, timeout_s=timeout_s))
+
+    def create_jobs(
+        self,
+        specs: Iterable[JobSpec],
+        *,
+        request_id: str | None = None,
+        batch_size: int = 1000,
+        timeout_s: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[CreateJobResult]:
+        """Create many jobs, ``batch_size`` per call; one result per spec, in order (a spec
+        that cannot be created fails alone); see ``AsyncClient.create_jobs``."""
+        return self._run(self._async.create_jobs(
+            specs, request_id=request_id, batch_size=batch_size, timeout_s=timeout_s,
+            progress=progress))
 
     def get_job(
         self,

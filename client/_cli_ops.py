@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from ._cli_errors import EXIT_OK
+from ._cli_errors import EXIT_OK, EXIT_REFUSED
 from ._cli_render import fmt_duration, fmt_time, run_json, table
 from ._cli_spec import spec_from_data, spec_to_data
 from ._cli_values import UsageError
@@ -62,6 +62,9 @@ def add_job_ops(job: Any, leaf: Leaf) -> None:
              "idempotent: an unchanged spec is left alone")
     p.add_argument("file", metavar="FILE", help="YAML file of one or more specs (- for stdin)")
     p.add_argument("--dry-run", action="store_true", help="say what would change, change nothing")
+    p.add_argument("--batch-size", type=int, default=1000, metavar="N",
+                   help="jobs created per call (CreateJobs; at most the cluster's "
+                        "create_jobs_max_specs, default 1000)")
 
 
 def add_run_active(run: Any, leaf: Leaf) -> None:
@@ -169,11 +172,44 @@ def read_spec_documents(path: str, text: str | None = None) -> list[dict[str, An
             for d in docs]
 
 
+# Up to this many specs, import looks each one up by name; above, it lists their tenants once.
+_LOOKUP_EACH_MAX = 100
+
+
 def _cmd_job_import(ctx: Any) -> int:
     a = ctx.args
     label = "<stdin>" if a.file == "-" else a.file
+    specs = _import_specs(a.file, label)
+    current = _existing_jobs(ctx.client, specs)
+    outcome: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": [],
+                                     "failed": []}
+    to_create = []
+    for spec in specs:
+        name = f"{spec.tenant}/{spec.name}"
+        job = current.get((spec.tenant, spec.name))
+        if job is None:
+            to_create.append(spec)
+        elif spec_to_data(job.spec) == spec_to_data(spec):
+            outcome["unchanged"].append(name)
+        else:
+            if not a.dry_run:
+                ctx.client.update_job(job.job_id, spec, expected_version=job.version)
+            outcome["updated"].append(name)
+    errors = _create_all(ctx, to_create, outcome)
+    verb = "would be " if a.dry_run else ""
+    lines = [", ".join(f"{len(v)} {verb}{k}" for k, v in outcome.items() if k != "failed"
+                       or v)]
+    lines += [f"  {k}: {n}" for k, v in outcome.items() if k not in ("unchanged", "failed")
+              for n in v]
+    lines += [f"  failed: {n}: {e}" for n, e in errors]
+    ctx.emit("\n".join(lines), {**outcome, "errors": [{"job": n, "error": e} for n, e in errors],
+                                "dry_run": a.dry_run})
+    return EXIT_REFUSED if errors else EXIT_OK
+
+
+def _import_specs(path: str, label: str) -> list[Any]:
     specs = []
-    for i, doc in enumerate(read_spec_documents(a.file)):
+    for i, doc in enumerate(read_spec_documents(path)):
         try:
             specs.append(spec_from_data(doc, path=f"document {i + 1}"))
         except UsageError as e:
@@ -184,27 +220,58 @@ def _cmd_job_import(ctx: Any) -> int:
         if key in seen:
             raise UsageError(f"{label}: job {spec.tenant}/{spec.name} appears twice")
         seen.add(key)
-    outcome: dict[str, list[str]] = {"created": [], "updated": [], "unchanged": []}
-    for spec in specs:
-        name = f"{spec.tenant}/{spec.name}"
-        try:
-            current = ctx.client.get_job(tenant=spec.tenant, name=spec.name)
-        except NotFound:
-            if not a.dry_run:
-                ctx.client.create_job(spec, request_id=f"import:{name}:{_digest(spec)}")
+    return specs
+
+
+def _existing_jobs(client: Any, specs: list[Any]) -> dict[tuple[str, str], Any]:
+    """The jobs the specs name that exist: looked up one by one for a few specs, else by
+    listing each of their tenants once (a call per page, not per spec)."""
+    if len(specs) <= _LOOKUP_EACH_MAX:
+        found = {}
+        for spec in specs:
+            try:
+                found[(spec.tenant, spec.name)] = client.get_job(tenant=spec.tenant,
+                                                                 name=spec.name)
+            except NotFound:
+                pass
+        return found
+    wanted = {(s.tenant, s.name) for s in specs}
+    return {(j.tenant, j.name): j for tenant in sorted({s.tenant for s in specs})
+            for j in client.iter_jobs(tenant, page_size=1000) if (j.tenant, j.name) in wanted}
+
+
+def _create_all(ctx: Any, specs: list[Any], outcome: dict[str, list[str]]
+                ) -> list[tuple[str, str]]:
+    """Create `specs` with bulk calls (CreateJobs, 1000 per call), progress on stderr for
+    long imports; (job, error) for the specs that failed."""
+    if ctx.args.dry_run or not specs:
+        outcome["created"].extend(f"{s.tenant}/{s.name}" for s in specs)
+        return []
+    key = _digest_all(specs)
+
+    def progress(done: int, total: int) -> None:
+        if total > ctx.args.batch_size:
+            print(f"created {done:,} of {total:,} jobs", file=ctx.err)
+
+    errors = []
+    for r in ctx.client.create_jobs(specs, request_id=f"import:{key}",
+                                    batch_size=ctx.args.batch_size, progress=progress):
+        name = f"{r.spec.tenant}/{r.spec.name}"
+        if r.ok:
             outcome["created"].append(name)
-            continue
-        if spec_to_data(current.spec) == spec_to_data(spec):
-            outcome["unchanged"].append(name)
-            continue
-        if not a.dry_run:
-            ctx.client.update_job(current.job_id, spec, expected_version=current.version)
-        outcome["updated"].append(name)
-    verb = "would be " if a.dry_run else ""
-    lines = [", ".join(f"{len(v)} {verb}{k}" for k, v in outcome.items())]
-    lines += [f"  {k}: {n}" for k, v in outcome.items() if k != "unchanged" for n in v]
-    ctx.emit("\n".join(lines), {**outcome, "dry_run": a.dry_run})
-    return EXIT_OK
+        else:
+            outcome["failed"].append(name)
+            errors.append((name, str(r.error)))
+    return errors
+
+
+def _digest_all(specs: list[Any]) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    for spec in specs:
+        h.update(_digest(spec).encode())
+    return h.hexdigest()[:16]
 
 
 def _digest(spec: Any) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import uuid
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ from ._models import (
     ClusterLimits,
     ClusterStatus,
     Consistency,
+    CreateJobResult,
     DeadLetter,
     Job,
     JobSpec,
@@ -167,6 +168,39 @@ class AsyncClient(AccessCalls):
         )
         resp = await self._call(_JOBS, "CreateJob", req, timeout_s=timeout_s)
         return cv.job_from_proto(resp.job)
+
+    async def create_jobs(
+        self,
+        specs: Iterable[JobSpec],
+        *,
+        request_id: str | None = None,
+        batch_size: int = 1000,
+        timeout_s: float | None = None,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> list[CreateJobResult]:
+        """Create many jobs, ``batch_size`` specs per call (at most the cluster's
+        ``create_jobs_max_specs``, 1000 by default); one result per spec, in order. A spec
+        that cannot be created (bad, name taken, tenant at its quota) fails alone, in its
+        result; the others are created. Each call is one Raft entry with its own request id
+        (``request_id`` plus ``:<call number>`` when given), so a retry has one effect.
+        ``progress(done, total)`` is called after each call. Raises only when a whole call
+        fails (InvalidArgument for an oversized call, Unavailable...): the calls before it
+        stand."""
+        items = list(specs)
+        if not 0 < batch_size:
+            raise InvalidArgument("batch_size must be positive")
+        base = request_id or _new_request_id()
+        out: list[CreateJobResult] = []
+        for number, start in enumerate(range(0, len(items), batch_size)):
+            chunk = items[start:start + batch_size]
+            req = api_pb2.CreateJobsRequest(
+                request_id=f"{base}:{number}", specs=[cv.job_spec_to_proto(s) for s in chunk])
+            resp = await self._call(_JOBS, "CreateJobs", req, timeout_s=timeout_s)
+            out.extend(cv.create_result_from_proto(start + i, spec, r)
+                       for i, (spec, r) in enumerate(zip(chunk, resp.results, strict=True)))
+            if progress is not None:
+                progress(len(out), len(items))
+        return out
 
     async def get_job(
         self,

@@ -7,13 +7,16 @@ trip yields the normalised message. Enum values a newer server may send map to `
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
+
+import grpc
 
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
 from ._context import LeaseState, OutputTail, TaskContext
-from ._errors import InvalidArgument
+from ._errors import InvalidArgument, error_for_status
 from ._models import (
     CLUSTER_LIMIT_NAMES,
     Attempt,
@@ -23,6 +26,7 @@ from ._models import (
     ClusterLimits,
     ClusterStatus,
     Consistency,
+    CreateJobResult,
     CronDialect,
     CronSchedule,
     DeadLetter,
@@ -285,6 +289,20 @@ def job_to_proto(job: Job) -> types_pb2.Job:
             opens=job.circuit.opens,
         ),
     )
+
+
+_ITEM_INDEX = re.compile(r"^specs\[\d+\]")
+
+
+def create_result_from_proto(index: int, spec: JobSpec,
+                             msg: api_pb2.CreateJobsResult) -> CreateJobResult:
+    """One CreateJobs result; an item error's `specs[i]` is renumbered to `index` (the spec's
+    place in the whole ``create_jobs`` call, which may have taken several RPCs)."""
+    if msg.HasField("job"):
+        return CreateJobResult(index, spec, job=job_from_proto(msg.job))
+    code = getattr(grpc.StatusCode, msg.error.code, grpc.StatusCode.UNKNOWN)
+    text = _ITEM_INDEX.sub(f"specs[{index}]", msg.error.message, count=1)
+    return CreateJobResult(index, spec, error=error_for_status(code, text))
 
 
 def job_from_proto(msg: types_pb2.Job) -> Job:

@@ -177,6 +177,23 @@ class CircuitState:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateJobResult:
+    """One spec's outcome in ``create_jobs``: ``job`` when it was created, else ``error``
+    (the typed error a ``create_job`` of that spec alone would have raised; its message
+    names the field as ``specs[i].field``, ``i`` the spec's index in the whole call)."""
+
+    index: int
+    spec: JobSpec
+    job: Job | None = None
+    error: Exception | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the job was created."""
+        return self.job is not None
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A stored job. ``version`` increments on every change (see ``expected_version``)."""
 

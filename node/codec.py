@@ -59,6 +59,7 @@ COMMAND_FIELDS: dict[type, str] = {
     c.RerunRun: "rerun_run",
     c.CancelTask: "cancel_task",
     c.ResetCircuit: "reset_circuit",
+    c.CreateJobs: "create_jobs",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Repeated scalar fields of commands (tuples in the dataclasses).
@@ -70,6 +71,7 @@ _NESTED: dict[str, type] = {
     "tasks": c.TaskKey,
     "checkpoints": c.LeaseCheckpoint,
     "payloads": c.TaskPayload,
+    "items": c.CreateJobItem,
 }
 
 
@@ -486,22 +488,33 @@ def batch_from_bytes(data: bytes) -> c.Batch:
 
 _REPLY_CLASSES = {
     cls.__name__: cls
-    for cls in (r.JobReply, r.RunReply, r.Done, r.Replayed, r.LimitsReply, Rejected,
+    for cls in (r.JobReply, r.JobsReply, r.RunReply, r.Done, r.Replayed, r.LimitsReply, Rejected,
                 access.TokenReply, access.TenantReply)
 }
 
 
+def _reply_fields(reply: object) -> dict:
+    if isinstance(reply, r.JobsReply):  # nested replies keep their type tag
+        return {"items": [{"type": type(i).__name__, **_reply_fields(i)} for i in reply.items]}
+    return dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else {}
+
+
 def reply_to_bytes(reply: object) -> bytes:
-    fields = dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else {}
-    return json.dumps({"type": type(reply).__name__, **fields}, sort_keys=True).encode()
+    return json.dumps({"type": type(reply).__name__, **_reply_fields(reply)},
+                      sort_keys=True).encode()
 
 
-def reply_from_bytes(data: bytes) -> object:
-    fields = json.loads(data)
+def _reply_from_fields(fields: dict) -> object:
     cls = _REPLY_CLASSES[fields.pop("type")]
     if cls is r.Replayed:
         fields["tasks"] = tuple(tuple(t) for t in fields["tasks"])
+    elif cls is r.JobsReply:
+        fields["items"] = tuple(_reply_from_fields(i) for i in fields["items"])
     return cls(**fields)
+
+
+def reply_from_bytes(data: bytes) -> object:
+    return _reply_from_fields(json.loads(data))
 
 
 # --- access ------------------------------------------------------------------------------

@@ -135,6 +135,8 @@ class Config:
     max_attempts: int = 100
     min_interval_ms: int = 100
     max_jobs_per_tenant: int = 100_000
+    # Specs one CreateJobs call may carry (more: INVALID_ARGUMENT, nothing created).
+    create_jobs_max_specs: int = 1_000
     max_worker_credits: int = 1_000
     # Most tasks of a queue leased at once, as "queue=N,queue2=M" (others: no cap). Work
     # over it waits (gnomon_tasks_over_cap_total), never fails. Leader-local.

@@ -691,10 +691,13 @@ def _fatal_if_failed(task: asyncio.Task) -> None:
 
 def approx_size(cmd: c.Command) -> int:
     """Bytes a command adds to an entry, roughly: the variable parts plus a fixed overhead."""
+    specs = [item.spec for item in getattr(cmd, "items", ())]
     spec = getattr(cmd, "spec", None)
-    size = 96
     if spec is not None:
-        size += sum(len(t.payload) + 64 for t in spec.tasks)
+        specs.append(spec)
+    size = 96 * max(1, len(specs))
+    for one in specs:
+        size += sum(len(t.payload) + 64 for t in one.tasks)
     return size + len(getattr(cmd, "result", b"")) + len(getattr(cmd, "error", ""))
 
 

@@ -21,6 +21,7 @@ from gnomon.node.core.commands import (
     Command,
     CompleteTask,
     CreateJob,
+    CreateJobs,
     DeleteJob,
     ExpireLeases,
     FailTask,
@@ -65,6 +66,7 @@ from gnomon.node.core.results import (
     Effects,
     Granted,
     JobReply,
+    JobsReply,
     LimitsReply,
     Replayed,
     Reply,
@@ -192,6 +194,14 @@ def _create_job(ctx: Ctx, cmd: CreateJob) -> Reply:
     index_job(state, state.job_seq, spec.tenant)
     ctx.effects.jobs.append(job_id)
     return JobReply(job_id=job_id, version=1)
+
+
+def _create_jobs(ctx: Ctx, cmd: CreateJobs) -> Reply:
+    """Each item on its own, in order: a rejected item changes nothing, the others apply."""
+    return JobsReply(items=tuple(
+        cast(JobReply | Rejected, _create_job(
+            ctx, CreateJob("", item.spec, item.next_fire_ms, cmd.max_jobs_per_tenant)))
+        for item in cmd.items))
 
 
 def index_job(state: State, seq: int, tenant: str) -> None:
@@ -1149,6 +1159,7 @@ def handler_table(pairs: list[tuple[type, Handler]]) -> dict[type, Handler]:
 
 HANDLERS: dict[type, Handler] = handler_table([
     (CreateJob, _create_job),
+    (CreateJobs, _create_jobs),
     (UpdateJob, _update_job),
     (DeleteJob, _delete_job),
     (SetPaused, _set_paused),

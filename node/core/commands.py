@@ -21,6 +21,22 @@ class CreateJob:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateJobItem:
+    spec: JobSpec
+    next_fire_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CreateJobs:
+    """Bulk create: each item applies like a CreateJob of its own (its own rejection; the
+    items before it count for names and quotas); `request_id` dedupes the whole command."""
+
+    request_id: str
+    items: tuple[CreateJobItem, ...]
+    max_jobs_per_tenant: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class UpdateJob:
     request_id: str
     job_id: str
@@ -226,6 +242,7 @@ Command = (
     | RerunRun
     | CancelTask
     | ResetCircuit
+    | CreateJobs
 )
 
 

@@ -16,6 +16,13 @@ class JobReply:
 
 
 @dataclass(frozen=True, slots=True)
+class JobsReply:
+    """CreateJobs: per item, in order, the job created or why not."""
+
+    items: tuple[JobReply | Rejected, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class RunReply:
     """TriggerJob / CancelRun / Fire: the run concerned ("" for a Fire that was a no-op)."""
 
@@ -46,7 +53,7 @@ class Replayed:
     tasks: tuple[tuple[str, str], ...]
 
 
-Reply = JobReply | RunReply | Done | Granted | Replayed | LimitsReply | Rejected
+Reply = JobReply | JobsReply | RunReply | Done | Granted | Replayed | LimitsReply | Rejected
 
 
 @dataclass(slots=True)

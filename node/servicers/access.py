@@ -134,6 +134,10 @@ def _spec(p, r, look):
     return [r.spec.tenant or DEFAULT_TENANT]
 
 
+def _specs(p, r, look):
+    return sorted({s.tenant or DEFAULT_TENANT for s in r.specs}) or [DEFAULT_TENANT]
+
+
 def _update(p, r, look):
     return [look.job(r.job), r.spec.tenant or DEFAULT_TENANT]
 
@@ -160,6 +164,8 @@ JOBS, CLUSTER, OPS, ACCESS = ("/gnomon.v1.JobService/", "/gnomon.v1.ClusterServi
                               "/gnomon.v1.OperationsService/", "/gnomon.v1.AccessService/")
 RULES: dict[str, Rule] = {
     JOBS + "CreateJob": Rule(TENANT_WRITER, _spec),
+    # Every tenant of the specs; one call counts once against each one's api_rate_per_s.
+    JOBS + "CreateJobs": Rule(TENANT_WRITER, _specs),
     JOBS + "GetJob": Rule(TENANT_READER, _job),
     JOBS + "ListJobs": Rule(TENANT_READER, _listing),
     JOBS + "UpdateJob": Rule(TENANT_WRITER, _update),

@@ -10,8 +10,9 @@ import grpc
 from gnomon.node import codec
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
+from gnomon.node.core.errors import Rejected
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind
-from gnomon.node.core.results import Done, JobReply, Replayed, RunReply
+from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.schedules import (
     bounded_first,
     check_schedule,
@@ -19,7 +20,7 @@ from gnomon.node.schedules import (
     preview,
 )
 from gnomon.node.servicers.base import ServicerBase, translated
-from gnomon.node.servicers.errors import ServiceError, check
+from gnomon.node.servicers.errors import REJECTED_CODES, ServiceError, check, status_of
 from gnomon.node.state_codec import decode_run
 from gnomon.node.validate import (
     merge_params,
@@ -60,7 +61,7 @@ def _check_overlap_number(field: str, number: int) -> None:
                            f"{field}: must be one of {names}, got {number}")
 
 
-_REPLIES = {c.CreateJob: JobReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
+_REPLIES = {c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
             c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply,
             c.RerunRun: RunReply, c.CancelTask: RunReply, c.ResetCircuit: JobReply,
             c.ReplayDeadLetters: Replayed}
@@ -72,11 +73,24 @@ def _answering(command, reply):
     this one's (it crashed ReplayDeadLetters and made a DeleteJob report success)."""
     job_id = getattr(command, "job_id", None)
     if isinstance(reply, _REPLIES[type(command)]) and (
-            not isinstance(reply, JobReply) or not job_id or reply.job_id == job_id):
+            not isinstance(reply, JobReply) or not job_id or reply.job_id == job_id) and (
+            not isinstance(reply, JobsReply) or len(reply.items) == len(command.items)):
         return reply
     raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION,
                        f"request_id: {command.request_id!r} already answered a different "
                        "request; use a new request_id for each request")
+
+
+def item_detail(index: int, detail: str) -> str:
+    """A single-spec message ("spec.name: ...") as the bulk request's ("specs[3].name: ...")."""
+    if detail.startswith("spec.") or detail.startswith("spec:"):
+        return f"specs[{index}]{detail[4:]}"
+    return f"specs[{index}]: {detail}"
+
+
+def _item_error(index: int, code: grpc.StatusCode, detail: str) -> api_pb2.CreateJobsResult:
+    return api_pb2.CreateJobsResult(error=api_pb2.ItemError(
+        code=code.name, message=item_detail(index, detail)))
 
 
 def _check_ref(ref: api_pb2.JobRef) -> None:
@@ -211,6 +225,63 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         reply = await self._propose(c.CreateJob(request.request_id, spec, first,
                                                 self.node.config.max_jobs_per_tenant))
         return api_pb2.CreateJobResponse(job=self._job_as_written(reply, spec))
+
+    @translated
+    async def CreateJobs(self, request, context):  # noqa: N802
+        """Every spec validated on its own, the valid ones created by one command (one Raft
+        entry, one request id); `results[i]` answers `specs[i]`."""
+        validate_request_id(request.request_id)
+        self._check_bulk_size(len(request.specs), request.ByteSize())
+        results: list[api_pb2.CreateJobsResult | None] = [None] * len(request.specs)
+        items: list[tuple[int, c.CreateJobItem]] = []
+        now = self._now_ms()
+        for index, msg in enumerate(request.specs):
+            try:
+                spec = self._spec(msg)
+                first = bounded_first(spec, now, hash_id=job_hash_id(spec.tenant, spec.name))
+            except Exception as exc:  # noqa: BLE001 - only mapped (input) errors are items
+                mapped = status_of(exc)
+                if mapped is None:
+                    raise
+                results[index] = _item_error(index, *mapped)
+                continue
+            items.append((index, c.CreateJobItem(spec, first)))
+        if items:
+            reply = await self._propose(c.CreateJobs(
+                request.request_id, tuple(item for _, item in items),
+                self.node.config.max_jobs_per_tenant))
+            self._fill_results(results, items, reply)
+        return api_pb2.CreateJobsResponse(results=results)
+
+    def _check_bulk_size(self, count: int, size_bytes: int) -> None:
+        limit = self.node.config.create_jobs_max_specs
+        if not 0 < count <= limit:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"specs: {count} specs; a call takes 1 to {limit} "
+                               "(create_jobs_max_specs)")
+        # The call is one log entry: it must fit the largest entry the Raft port carries.
+        entry = self.node.config.max_entry_bytes
+        if size_bytes > entry:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"specs: {size_bytes} bytes of specs, more than one log entry "
+                               f"holds ({entry} bytes); send fewer specs per call")
+
+    def _fill_results(self, results: list, items: list[tuple[int, c.CreateJobItem]],
+                      reply: JobsReply) -> None:
+        """Each created job as this call left it (see `_job_as_written`), under one lock."""
+        with self.lock:
+            jobs = self.node.replica.state.jobs
+            for (index, item), one in zip(items, reply.items, strict=True):
+                if isinstance(one, Rejected):
+                    results[index] = _item_error(index, REJECTED_CODES[one.code], one.detail)
+                    continue
+                job = jobs.get(one.job_id)
+                out = codec.job_to_proto(job) if job is not None else types_pb2.Job(
+                    job_id=one.job_id)
+                if job is None or out.version != one.version:
+                    out.version = one.version
+                    out.spec.CopyFrom(codec.spec_to_proto(item.spec))
+                results[index] = api_pb2.CreateJobsResult(job=out)
 
     @translated
     async def GetJob(self, request, context):  # noqa: N802

@@ -31,6 +31,36 @@ class CreateJobResponse(_message.Message):
     job: _types_pb2.Job
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
 
+class CreateJobsRequest(_message.Message):
+    __slots__ = ("request_id", "specs")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    SPECS_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    specs: _containers.RepeatedCompositeFieldContainer[_types_pb2.JobSpec]
+    def __init__(self, request_id: _Optional[str] = ..., specs: _Optional[_Iterable[_Union[_types_pb2.JobSpec, _Mapping]]] = ...) -> None: ...
+
+class CreateJobsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[CreateJobsResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[CreateJobsResult, _Mapping]]] = ...) -> None: ...
+
+class CreateJobsResult(_message.Message):
+    __slots__ = ("job", "error")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    error: ItemError
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class ItemError(_message.Message):
+    __slots__ = ("code", "message")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    message: str
+    def __init__(self, code: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
 class JobRef(_message.Message):
     __slots__ = ("job_id", "tenant", "name")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

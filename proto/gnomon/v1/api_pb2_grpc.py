@@ -39,6 +39,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.CreateJobRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.CreateJobResponse.FromString,
                 _registered_method=True)
+        self.CreateJobs = channel.unary_unary(
+                '/gnomon.v1.JobService/CreateJobs',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.CreateJobsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.CreateJobsResponse.FromString,
+                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/gnomon.v1.JobService/GetJob',
                 request_serializer=gnomon_dot_v1_dot_api__pb2.GetJobRequest.SerializeToString,
@@ -131,6 +136,17 @@ class JobServiceServicer:
 
     def CreateJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateJobs(self, request, context):
+        """Creates up to `create_jobs_max_specs` (node config, default 1000) jobs in one call and one
+        Raft entry. Each spec succeeds or fails on its own (`results[i]` answers `specs[i]`):
+        a malformed spec, a taken name or a tenant at its job quota fails that item only. The
+        call itself fails (changing nothing) only for an empty or oversized request, a bad
+        request_id, or when it cannot be committed. One request_id covers the whole call.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -257,6 +273,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.CreateJobRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.CreateJobResponse.SerializeToString,
             ),
+            'CreateJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateJobs,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.CreateJobsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.CreateJobsResponse.SerializeToString,
+            ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.GetJobRequest.FromString,
@@ -370,6 +391,33 @@ class JobService:
             '/gnomon.v1.JobService/CreateJob',
             gnomon_dot_v1_dot_api__pb2.CreateJobRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.CreateJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/CreateJobs',
+            gnomon_dot_v1_dot_api__pb2.CreateJobsRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.CreateJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,7 +16,7 @@ class CommandBatch(_message.Message):
     def __init__(self, now_ms: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[Command, _Mapping]]] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_token", "revoke_token", "set_tenant", "record_audit", "rerun_run", "cancel_task", "reset_circuit")
+    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_jobs", "create_token", "revoke_token", "set_tenant", "record_audit", "rerun_run", "cancel_task", "reset_circuit")
     CREATE_JOB_FIELD_NUMBER: _ClassVar[int]
     UPDATE_JOB_FIELD_NUMBER: _ClassVar[int]
     DELETE_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +32,7 @@ class Command(_message.Message):
     BARRIER_FIELD_NUMBER: _ClassVar[int]
     SET_LIMITS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_LEASES_FIELD_NUMBER: _ClassVar[int]
+    CREATE_JOBS_FIELD_NUMBER: _ClassVar[int]
     CREATE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     REVOKE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     SET_TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +55,7 @@ class Command(_message.Message):
     barrier: BarrierCmd
     set_limits: SetLimitsCmd
     checkpoint_leases: CheckpointLeasesCmd
+    create_jobs: CreateJobsCmd
     create_token: CreateTokenCmd
     revoke_token: RevokeTokenCmd
     set_tenant: SetTenantCmd
@@ -61,7 +63,7 @@ class Command(_message.Message):
     rerun_run: RerunRunCmd
     cancel_task: CancelTaskCmd
     reset_circuit: ResetCircuitCmd
-    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ..., rerun_run: _Optional[_Union[RerunRunCmd, _Mapping]] = ..., cancel_task: _Optional[_Union[CancelTaskCmd, _Mapping]] = ..., reset_circuit: _Optional[_Union[ResetCircuitCmd, _Mapping]] = ...) -> None: ...
+    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_jobs: _Optional[_Union[CreateJobsCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ..., rerun_run: _Optional[_Union[RerunRunCmd, _Mapping]] = ..., cancel_task: _Optional[_Union[CancelTaskCmd, _Mapping]] = ..., reset_circuit: _Optional[_Union[ResetCircuitCmd, _Mapping]] = ...) -> None: ...
 
 class CreateJobCmd(_message.Message):
     __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant")
@@ -74,6 +76,24 @@ class CreateJobCmd(_message.Message):
     next_fire_ms: int
     max_jobs_per_tenant: int
     def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., next_fire_ms: _Optional[int] = ..., max_jobs_per_tenant: _Optional[int] = ...) -> None: ...
+
+class CreateJobsCmd(_message.Message):
+    __slots__ = ("request_id", "items", "max_jobs_per_tenant")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    MAX_JOBS_PER_TENANT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    items: _containers.RepeatedCompositeFieldContainer[CreateJobItem]
+    max_jobs_per_tenant: int
+    def __init__(self, request_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[CreateJobItem, _Mapping]]] = ..., max_jobs_per_tenant: _Optional[int] = ...) -> None: ...
+
+class CreateJobItem(_message.Message):
+    __slots__ = ("spec", "next_fire_ms")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    spec: _types_pb2.JobSpec
+    next_fire_ms: int
+    def __init__(self, spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
 
 class UpdateJobCmd(_message.Message):
     __slots__ = ("request_id", "job_id", "spec", "expected_version", "next_fire_ms")

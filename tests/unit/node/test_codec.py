@@ -205,6 +205,9 @@ REPLIES = [
     r.Replayed((("j1@5", "a"), ("j1@5", "b-é"))),
     r.Replayed(()),
     r.LimitsReply(4),
+    r.JobsReply((r.JobReply("j1", 1), Rejected(Code.ALREADY_EXISTS, "spec.name: taken"),
+                 r.JobReply("j2", 1))),
+    r.JobsReply(()),
     *[Rejected(code, f"field: rule for {code} ü") for code in
       sorted(v for k, v in vars(Code).items() if k.isupper())],
 ]
