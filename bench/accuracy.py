@@ -164,6 +164,11 @@ def run(opts: Options) -> Report:
             report.add(f"herd {herd_peer_n:,}: started within {herd_timeout:.0f}s vs {name}",
                        gp["started"], peer=name, peer_value=p["started"])
     s0 = steady_res["gnomon"][0]
+    per_task = [(r.get("cpu_ms_per_task") or {}).get("all") for r in steady_res["gnomon"]]
+    report.add("steady: CPU per task, all gnomon processes (ms; per round)",
+               " ; ".join(str(x) for x in per_task))
+    report.add(f"herd {herd_n:,}: CPU per task started, all gnomon processes (ms)",
+               (g.get("cpu_ms_per_task") or {}).get("all"))
     report.add("steady: CPU % of one core, leader (round 1)",
                next(v["core_pct"] for k, v in s0["cpu"].items() if "leader" in k))
     report.setup.append(s0["setup"] + ". Herd: " + g["setup"] + ".")

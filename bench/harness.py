@@ -14,7 +14,7 @@ from typing import Any
 
 from gnomon.bench.cluster import BenchCluster, log_offsets, node_log_lines, start_cluster
 from gnomon.bench.load import WorkerFleet, create_jobs, spec_for
-from gnomon.bench.meters import CpuMeter
+from gnomon.bench.meters import CpuMeter, cpu_ms_per_task
 from gnomon.bench.peers import JobSet
 from gnomon.bench.report import log, now_ms
 from gnomon.bench.stats import rate_in_window, summary
@@ -38,6 +38,19 @@ def profile(pid: int, seconds: float, out: Path, rate: int = 100) -> dict[str, A
     if proc.returncode != 0 or not out.exists():
         return {"error": (proc.stderr or proc.stdout)[-500:]}
     return fold_top(out)
+
+
+def profile_many(pids: list[int], seconds: float, outs: list[Path]) -> list[dict | None]:
+    """py-spy on several processes at once (same seconds); the top frames of each."""
+    procs = [_profile_async(pid, seconds, out) for pid, out in zip(pids, outs, strict=True)]
+    result: list[dict | None] = []
+    for proc, out in zip(procs, outs, strict=True):
+        if proc is None:
+            result.append(None)
+            continue
+        proc.wait(timeout=seconds + 60)
+        result.append(fold_top(out) if out.exists() else {"error": "py-spy wrote nothing"})
+    return result
 
 
 _LOC = re.compile(r" \((.*?):\d+\)$")
@@ -138,19 +151,27 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
         time.sleep(measure_s)
         t1 = now_ms()
         cpu = meter.stop()
-        prof = None
+        prof = prof_follower = None
         if profile_s:
-            log(f"gnomon: profiling the leader for {profile_s:.0f}s (py-spy)")
-            prof = profile(leader.proc.pid, profile_s, root / "leader.folded")
+            log(f"gnomon: profiling the leader and a follower for {profile_s:.0f}s (py-spy)")
+            follower = next(n for n in cluster.nodes if n is not leader)
+            prof, prof_follower = profile_many(
+                [leader.proc.pid, follower.proc.pid], profile_s,
+                [root / "leader.folded", root / "follower.folded"])
         res = fleet.stop()
         fleet = None
         in_window = [r for r in res["assigns"] if t0 <= r[1] < t1]
+        rate = rate_in_window(res["acks_per_100ms"], t0, t1)
+        tasks = rate * (t1 - t0) / 1000
         return {
             "offered_per_s": jobs.offered_per_s,
-            "completions_per_s": round(rate_in_window(res["acks_per_100ms"], t0, t1), 1),
+            "completions_per_s": round(rate, 1),
+            "tasks_in_window": round(tasks),
+            "cpu_ms_per_task": task_cpu(cpu, tasks),
             "assigns_per_s": round(rate_in_window(res["assigns_per_100ms"], t0, t1), 1),
             "lateness_ms": summary([r[1] - r[0] for r in in_window]),
             "cpu": cpu, "counts": res["counts"], "created": created, "profile": prof,
+            "profile_follower": prof_follower,
             "window": [t0, t1], "per_100ms": res["acks_per_100ms"],
             "node_log": node_log_summary(cluster, since),
             "setup": f"3 gnomon nodes; {worker_procs} raw-protocol worker processes x "
@@ -160,6 +181,12 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
         if fleet is not None:
             fleet.stop(timeout_s=10)
         cluster.kill_all()
+
+
+def task_cpu(cpu: dict[str, Any], tasks: float) -> dict[str, float | None]:
+    """CPU ms per completed task: every gnomon process (3 nodes + raw workers) and the
+    nodes alone, summed from /proc over the window (the bench driver is not counted)."""
+    return {"all": cpu_ms_per_task(cpu, tasks), "nodes": cpu_ms_per_task(cpu, tasks, ("(leader)", "(follower)"))}
 
 
 def node_log_summary(cluster: BenchCluster, since: dict[str, int]) -> dict[str, Any]:
@@ -262,7 +289,8 @@ def run_gnomon_herd(count: int, root: Path, *, timeout_s: float = 120.0, worker_
                 "reexecuted": reexecuted,
                 "lateness_ms": summary(lateness), "lateness_sorted": lateness,
                 "all_started_s": round(lateness[-1] / 1000, 2) if len(firsts) == count else None,
-                "cpu": cpu, "counts": res["counts"], "worker_errors": res["errors"],
+                "cpu": cpu, "cpu_ms_per_task": task_cpu(cpu, len(firsts)),
+                "counts": res["counts"], "worker_errors": res["errors"],
                 "profile": prof,
                 "setup": f"3 gnomon nodes; {worker_procs} raw-protocol worker processes x "
                          f"{streams} streams x {credits} credits; {create_procs} job-creation "

@@ -108,3 +108,14 @@ class CpuMeter:
                          "peak_rss_mib": round(self.peak_rss.get(name, 0) / 2**20, 1)}
         out["_wall_s"] = {"wall_s": round(wall, 2)}
         return out
+
+
+def cpu_ms_per_task(cpu: dict[str, dict[str, float]], tasks: float,
+                    only: tuple[str, ...] = ()) -> float | None:
+    """CPU (user + system, from /proc) of every measured group over the window, summed, in
+    ms per task completed in it; `only`: just the groups whose name contains one of these."""
+    if not tasks or not cpu:
+        return None
+    used = sum(v.get("cpu_s", 0.0) for k, v in cpu.items() if not k.startswith("_")
+               and (not only or any(o in k for o in only)))
+    return round(1000 * used / tasks, 3)

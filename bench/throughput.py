@@ -20,6 +20,7 @@ from typing import Any
 from gnomon.bench import Options
 from gnomon.bench.etcd_peer import EtcdCluster
 from gnomon.bench.harness import profile_text, run_gnomon
+from gnomon.bench.meters import cpu_ms_per_task
 from gnomon.bench.peers import JobSet, not_installed, run_apscheduler, run_celery
 from gnomon.bench.report import Report, log, plot
 from gnomon.bench.stats import median, rate_series, summary
@@ -106,7 +107,7 @@ def run(opts: Options) -> Report:
             r = run_gnomon(JobSet("interval", count=rate // 10, interval_ms=100),
                            root / f"ramp{rate}", warmup_s=4.0, measure_s=8.0)
             ramp.append({"offered_per_s": rate, **{k: r[k] for k in (
-                "completions_per_s", "lateness_ms", "cpu")}})
+                "completions_per_s", "lateness_ms", "cpu", "cpu_ms_per_task")}})
             log(f"ramp {rate:,}/s: {r['completions_per_s']} completions/s, p99 "
                 f"{r['lateness_ms'].get('p99')} ms")
         etcd = None
@@ -137,6 +138,7 @@ def run(opts: Options) -> Report:
         report.add(f"lateness {q} in the window (ms; saturated systems fall behind)",
                    med("gnomon", "lateness_ms", q), peer="celery beat",
                    peer_value=peers["celery beat"] or med("celery beat", "lateness_ms", q))
+    _cpu_rows(report, results, peers, measure, med)
     g_grants = med("gnomon", "assigns_per_s")
     report.add("lease grants/s (gnomon: committed GrantLeases per task; etcd: LeaseGrant)",
                g_grants, peer="etcd 3.4",
@@ -150,7 +152,8 @@ def run(opts: Options) -> Report:
                    max(kept) if kept else None)
         report.add("gnomon ramp, completions/s per offered rate", ", ".join(
             f"{r['offered_per_s']:,}: {r['completions_per_s']:,.0f} (p99 "
-            f"{r['lateness_ms'].get('p99', float('nan')):,.0f} ms)" for r in ramp))
+            f"{r['lateness_ms'].get('p99', float('nan')):,.0f} ms, "
+            f"{(r.get('cpu_ms_per_task') or {}).get('all')} ms CPU/task)" for r in ramp))
     g0 = results["gnomon"][0]
     for proc_name, c in g0["cpu"].items():
         if not proc_name.startswith("_"):
@@ -166,6 +169,9 @@ def run(opts: Options) -> Report:
     if g0.get("profile"):
         report.notes.append("leader profile (py-spy, 10 s after the window):\n"
                             + profile_text(g0["profile"]))
+    if g0.get("profile_follower"):
+        report.notes.append("follower profile (py-spy, the same 10 s):\n"
+                            + profile_text(g0["profile_follower"]))
     report.data = {"job_set": jobs.__dict__, "results": _strip(results), "etcd": etcd,
                    "ramp": ramp}
     if ramp:
@@ -185,6 +191,30 @@ def run(opts: Options) -> Report:
     plot(report, opts.out, "rate", "Completions per second (last round)",
          "seconds since the warm-up began", "tasks/s", series)
     return report
+
+
+GOAL_CPU_MS_PER_TASK = 0.4
+
+
+def _cpu_rows(report: Report, results: dict[str, list[dict[str, Any]]], peers: dict[str, str],
+              measure: float, med) -> None:
+    """CPU per completed task: gnomon's processes summed (nodes + workers; nodes alone), and
+    each peer's (all its processes: scheduler, workers, broker) over the same window."""
+    for r in results["gnomon"]:
+        r["cpu_ms_all"] = (r.get("cpu_ms_per_task") or {}).get("all")
+        r["cpu_ms_nodes"] = (r.get("cpu_ms_per_task") or {}).get("nodes")
+    for name in PEERS:
+        for r in results[name]:
+            if "cpu" in r and r.get("completions_per_s"):
+                r["cpu_ms_per_task"] = cpu_ms_per_task(r["cpu"], r["completions_per_s"] * measure)
+    g_all = med("gnomon", "cpu_ms_all")
+    report.add("CPU per completed task, all gnomon processes (3 nodes + workers; ms)", g_all,
+               goal=f"<= {GOAL_CPU_MS_PER_TASK}", met=g_all is not None
+               and g_all <= GOAL_CPU_MS_PER_TASK)
+    report.add("CPU per completed task, the 3 nodes only (ms)", med("gnomon", "cpu_ms_nodes"))
+    for name in PEERS:
+        report.add(f"CPU per completed task (ms, lower is better) vs {name}", g_all, peer=name,
+                   peer_value=peers[name] or med(name, "cpu_ms_per_task"))
 
 
 def _strip(results: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
