@@ -55,6 +55,17 @@ def _session(hello: worker_pb2.Hello, principal: Principal) -> WorkerSession:
                          tenants=principal.tenants)
 
 
+def _ack_for(reply: object, turned_into: str) -> worker_pb2.ReportAck:
+    if isinstance(reply, Rejected):
+        return worker_pb2.ReportAck(accepted=False, detail=reply.detail,
+                                    reason=rejected_reason(reply))
+    if turned_into:
+        # Recorded, but not as sent: the worker must not believe all is well.
+        return worker_pb2.ReportAck(accepted=False, detail=turned_into,
+                                    reason=Reason.RECORDED_AS_FAILURE)
+    return worker_pb2.ReportAck(accepted=True)
+
+
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, node: NodeApi, dispatcher: Dispatcher, leases: LeaseTable):
         self.node = node
@@ -95,6 +106,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
 
     async def _read(self, request_iterator, session: WorkerSession) -> None:
+        reports: list[tuple[str, object]] = []
         try:
             async for msg in request_iterator:
                 kind = msg.WhichOneof("msg")
@@ -103,8 +115,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                 elif kind == "heartbeat":
                     self._heartbeat(session, msg.heartbeat)
                 elif kind in ("complete", "fail"):
-                    self.node.supervisor.spawn(self._report(session, kind, getattr(msg, kind)),
-                                               name=f"report-{session.worker_id}")
+                    if not reports:  # the first of a burst: one proposal for the burst
+                        self.node.supervisor.spawn(self._report_burst(session, reports),
+                                                   name=f"report-{session.worker_id}")
+                    reports.append((kind, getattr(msg, kind)))
         except Exception as exc:  # noqa: BLE001 - the stream broke: end the session
             log.info("worker %s stream ended: %r", session.worker_id, exc,
                      extra=logs.fields(worker=session.worker_id))
@@ -123,35 +137,45 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         session.send(worker_pb2.ServerMessage(heartbeat_ack=worker_pb2.HeartbeatAck(
             valid_tokens=valid, revoked_tokens=revoked)))
 
-    async def _report(self, session: WorkerSession, kind: str, msg) -> None:
-        if session.tenants is not None and not self._holds(session, msg.lease.fencing_token):
-            # A scoped worker reports only leases granted to it (its worker id is its own).
-            ack = worker_pb2.ReportAck(accepted=False, reason=Reason.NOT_YOURS,
-                                       detail="lease: not held by this worker")
-            ack.lease.CopyFrom(msg.lease)
-            session.send(worker_pb2.ServerMessage(report_ack=ack))
+    async def _report_burst(self, session: WorkerSession, reports: list) -> None:
+        """The Complete/Fail reports the reader queued by the time this task runs (one loop
+        turn after the first): proposed in one call, acknowledged one by one in order. One
+        call per report cost a future, a timer and a task each (issue 14's profile)."""
+        burst = reports[:]
+        reports.clear()
+        proposed: list[tuple[object, str]] = []
+        cmds = []
+        for kind, msg in burst:
+            if session.tenants is not None and not self._holds(session,
+                                                               msg.lease.fencing_token):
+                # A scoped worker reports only leases granted to it (its worker id is its own).
+                self._ack(session, msg, worker_pb2.ReportAck(
+                    accepted=False, reason=Reason.NOT_YOURS,
+                    detail="lease: not held by this worker"))
+                continue
+            cmd, turned_into = self._report_command(kind, msg)
+            if "skip-token-check" in self.node.config.canaries:
+                cmd = self._canary_current_token(cmd)
+            cmds.append(cmd)
+            proposed.append((msg, turned_into))
+        if not cmds:
             return
-        cmd, turned_into = self._report_command(kind, msg)
-        if "skip-token-check" in self.node.config.canaries:
-            cmd = self._canary_current_token(cmd)
         try:
-            reply = await self.node.proposer.propose(cmd)
+            replies = await self.node.proposer.propose_many(cmds)
         except (NotCommitted, Overloaded) as exc:
-            ack = worker_pb2.ReportAck(accepted=False, retry=True, reason=Reason.NOT_RECORDED,
-                                       detail=f"not recorded: {exc}; report again")
+            for msg, _ in proposed:
+                self._ack(session, msg, worker_pb2.ReportAck(
+                    accepted=False, retry=True, reason=Reason.NOT_RECORDED,
+                    detail=f"not recorded: {exc}; report again"))
         else:
-            if isinstance(reply, Rejected):
-                ack = worker_pb2.ReportAck(accepted=False, detail=reply.detail,
-                                           reason=rejected_reason(reply))
-            elif turned_into:
-                # Recorded, but not as sent: the worker must not believe all is well.
-                ack = worker_pb2.ReportAck(accepted=False, detail=turned_into,
-                                           reason=Reason.RECORDED_AS_FAILURE)
-            else:
-                ack = worker_pb2.ReportAck(accepted=True)
+            for (msg, turned_into), reply in zip(proposed, replies, strict=True):
+                self._ack(session, msg, _ack_for(reply, turned_into))
+        self.dispatcher.add_credits(session, 0)
+
+    @staticmethod
+    def _ack(session: WorkerSession, msg, ack: worker_pb2.ReportAck) -> None:
         ack.lease.CopyFrom(msg.lease)
         session.send(worker_pb2.ServerMessage(report_ack=ack))
-        self.dispatcher.add_credits(session, 0)
 
     def _holds(self, session: WorkerSession, token: int) -> bool:
         holder = self.leases.holder(token)
