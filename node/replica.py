@@ -50,6 +50,10 @@ def crash_process(reason: str) -> None:
     os._exit(70)
 
 
+# Batches of evicted runs the history writer puts into one LMDB transaction at most.
+MAX_BATCHES_PER_TXN = 256
+
+
 class HistorySink:
     """Writes evicted runs to the LMDB history store on its own thread (the tick thread must
     not wait for fsync); runs stay readable from the pending map until written.
@@ -131,15 +135,30 @@ class HistorySink:
             item = self._queue.get()
             if item is None:
                 return
-            seq, records, audit = item
+            # Group commit: every batch already waiting goes into the same synced txn (one
+            # fsync for all; in order, so a run put twice keeps its latest record).
+            items, stopping = [item], False
+            while len(items) < MAX_BATCHES_PER_TXN:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is None:
+                    stopping = True
+                    break
+                items.append(nxt)
+            records = [rec for _seq, recs, _audit in items for rec in recs]
+            audit = [entry for _seq, _recs, entries in items for entry in entries]
             if not self._write(records, audit):
                 return  # the node is stopping (crash returned: only in tests)
             with self._lock:
-                self._written = seq
+                self._written = items[-1][0]
                 for rec in records:
                     if self._pending.get(rec[2]) is rec:
                         del self._pending[rec[2]]
                 self._lock.notify_all()
+            if stopping:
+                return
 
     def _write(self, records: list[Record], audit: list[AuditEntry]) -> bool:
         """Store one batch, retrying; False once the node was told to stop."""
