@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from gnomon.bench.cluster import BenchCluster, log_offsets, node_log_lines, start_cluster
-from gnomon.bench.load import WorkerFleet, create_jobs, spec_for
+from gnomon.bench.load import WorkerFleet, create_jobs_bulk, spec_for
 from gnomon.bench.meters import CpuMeter, cpu_ms_per_task
 from gnomon.bench.peers import JobSet
 from gnomon.bench.report import log, now_ms
@@ -139,7 +139,7 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
         params = {"interval_ms": jobs.interval_ms, "anchor_ms": anchor, "at_ms": jobs.at_ms,
                   "prefix": "j", "count": jobs.count}
         specs = [spec_for(jobs.kind, i, params) for i in range(jobs.count)]
-        created = create_jobs(servers, specs, concurrency=64, prefix="bench")
+        created = create_jobs_bulk(servers, specs, per_call=200, prefix="bench")
         log(f"gnomon: created {created['created']} jobs in {created['seconds']}s")
         start_ms = max(now_ms(), anchor) if jobs.kind == "interval" else jobs.at_ms
         wait = (start_ms + warmup_s * 1000 - now_ms()) / 1000
@@ -206,7 +206,7 @@ def run_gnomon_herd(count: int, root: Path, *, timeout_s: float = 120.0, worker_
     T is set from a create rate measured first on 1,000 never-due jobs, so that every herd job
     is in before T. Figures: start - T per task, lost (never started) and doubled fires.
     """
-    from gnomon.bench.load import create_jobs_parallel, once_spec
+    from gnomon.bench.load import once_spec
 
     root.mkdir(parents=True, exist_ok=True)
     cluster, leader = start_cluster(root / "cluster")
@@ -216,10 +216,9 @@ def run_gnomon_herd(count: int, root: Path, *, timeout_s: float = 120.0, worker_
         servers = [leader.grpc_addr] + [n.grpc_addr for n in cluster.nodes if n is not leader]
         calib_n = min(1000, max(100, count // 10))
         far = now_ms() + 100 * 365 * 86_400_000
-        calib = create_jobs(servers, [once_spec(f"calib-{i}", far) for i in range(calib_n)],
-                            concurrency=64, prefix="calib")
-        # Two client processes do not go twice as fast (the leader is the bottleneck).
-        rate = max(50.0, calib["per_s"] * (1.2 if create_procs > 1 else 1.0))
+        calib = create_jobs_bulk(servers, [once_spec(f"calib-{i}", far)
+                                           for i in range(calib_n)], prefix="calib")
+        rate = max(50.0, calib["per_s"])
         due = now_ms() + int(1000 * (count / rate * 1.3 + 5))
         log(f"gnomon herd: {count} jobs due in {(due - now_ms()) / 1000:.0f}s "
             f"(calibrated create rate {calib['per_s']}/s)")
@@ -228,12 +227,8 @@ def run_gnomon_herd(count: int, root: Path, *, timeout_s: float = 120.0, worker_
                             max_s=(due - now_ms()) / 1000 + timeout_s + 120).start()
         fleet.wait_connected(worker_procs * streams)
         t_create = time.monotonic()
-        if create_procs > 1:
-            created = create_jobs_parallel(servers, "once", {"at_ms": due, "prefix": "h"}, count,
-                                           create_procs, root / "jobgen")
-        else:
-            created = create_jobs(servers, [once_spec(f"h-{i}", due) for i in range(count)],
-                                  concurrency=64, prefix="herd")
+        created = create_jobs_bulk(servers, [once_spec(f"h-{i}", due) for i in range(count)],
+                                   prefix="herd")
         create_s = time.monotonic() - t_create
         late_by = (now_ms() - due) / 1000
         log(f"gnomon herd: created {created['created']} in {create_s:.0f}s"
@@ -293,8 +288,8 @@ def run_gnomon_herd(count: int, root: Path, *, timeout_s: float = 120.0, worker_
                 "counts": res["counts"], "worker_errors": res["errors"],
                 "profile": prof,
                 "setup": f"3 gnomon nodes; {worker_procs} raw-protocol worker processes x "
-                         f"{streams} streams x {credits} credits; {create_procs} job-creation "
-                         "client processes before the due instant"}
+                         f"{streams} streams x {credits} credits; the jobs created with "
+                         "CreateJobs (1,000 per call) before the due instant"}
     finally:
         if fleet is not None:
             fleet.stop(timeout_s=10)

@@ -1,7 +1,10 @@
 """Scenario 4, scale: 10k, 100k and 1,000,000 active jobs.
 
-Creating a million jobs through the API would take most of an hour here (~500-900
-CreateJob/s), so the jobs are put in by the node's own code, offline: the cluster is started
+By default the jobs are created end to end through the API, with the bulk CreateJobs call
+(1,000 specs per call and Raft entry), timed; the cluster then restarts from the snapshots
+its nodes wrote. With GNOMON_BENCH_SCALE_SEED=snapshot (the way before CreateJobs existed:
+one CreateJob per job took most of an hour for 1M here) the jobs are put in by the node's
+own code, offline: the cluster is started
 once so every node has a snapshot file, stopped, and each node's snapshot is replaced by one
 whose state is the same empty state plus N CreateJob commands applied by `core.apply_batch`
 (the replicated state machine), keeping the node's own Raft data (index, term, members).
@@ -38,14 +41,17 @@ import grpc
 
 from gnomon.bench import Options
 from gnomon.bench.cluster import NODE_DEFAULTS, BenchCluster, log_offsets, node_log_lines
-from gnomon.bench.load import create_jobs, once_spec
-from gnomon.bench.meters import cpu_seconds, rss_bytes
+from gnomon.bench.load import create_jobs, create_jobs_bulk, interval_spec, once_spec
+from gnomon.bench.meters import CpuMeter, cpu_ms_per_task, cpu_seconds, rss_bytes
 from gnomon.bench.report import Report, log, now_ms, plot
 from gnomon.bench.stats import summary
 from gnomon.node.localcluster import wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
-GOAL_RSS_GIB = 2.0
+GOAL_RSS_GIB = 1.0
+# GNOMON_BENCH_SCALE_SEED=snapshot: the jobs are put into the snapshots offline (the old way)
+# instead of being created through the API.
+SEEDED = os.environ.get("GNOMON_BENCH_SCALE_SEED") == "snapshot"
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
 
@@ -281,16 +287,21 @@ def run(opts: Options) -> Report:
         sizes = [int(x) for x in os.environ["GNOMON_BENCH_SCALE_SIZES"].split(",")]
     herd = int(os.environ.get("GNOMON_BENCH_SCALE_HERD", herd))
     report = Report("scale", quick, "memory, snapshot, restart and fire cost vs job count")
+    how = ("put into every node's snapshot by the node's own apply/snapshot code (see the "
+           "module docstring)") if SEEDED else (
+        "created end to end through the API (CreateJobs, 1,000 per call, 4 calls in flight, "
+        "one client process), then every node's snapshot of them waited for and the cluster "
+        "killed -9")
     report.setup.append(
-        f"Sizes {', '.join(f'{s:,}' for s in sizes)} daily interval jobs (one task each) put "
-        "into every node's snapshot by the node's own apply/snapshot code (see the module "
-        f"docstring); then 3 nodes restarted from it (snapshot_min_time_s {SNAPSHOT_EVERY_S}: "
+        f"Sizes {', '.join(f'{s:,}' for s in sizes)} daily interval jobs (one task each) "
+        f"{how}; then 3 nodes restarted from it (snapshot_min_time_s {SNAPSHOT_EVERY_S}: "
         "they snapshot again while measured); fire cost: a herd of "
         f"{herd:,} one-shot jobs created through the API, due at one instant, no workers.")
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="gnomon-bench-scale-") as tmp:
         for n in sizes:
-            rows.append(_one_size(n, herd, Path(tmp) / f"n{n}"))
+            one = _one_size if SEEDED else _one_size_api
+            rows.append(one(n, herd, Path(tmp) / f"n{n}"))
     by_n = {r["jobs"]: r for r in rows}
     top = by_n[sizes[-1]]
     max_rss = max(top["rss_after_mib"].values()) / 1024
@@ -322,6 +333,58 @@ def run(opts: Options) -> Report:
     return report
 
 
+def _one_size_api(n: int, herd: int, root: Path) -> dict[str, Any]:
+    """N jobs created end to end through the API (CreateJobs, 1,000 specs per call, 4 calls
+    in flight) on a fresh cluster; once every node wrote a snapshot holding them, the
+    cluster is killed (-9) and measured like a seeded one (restart, memory, fire cost)."""
+    cluster = BenchCluster(root / "cluster", 3, {**NODE_DEFAULTS,
+                                                 "snapshot_min_time_s": str(SNAPSHOT_EVERY_S)})
+    cluster.start()
+    try:
+        leader = cluster.find_leader()
+        servers = [leader.grpc_addr] + [x.grpc_addr for x in cluster.nodes if x is not leader]
+        now = now_ms()
+        specs = [interval_spec(f"s-{i}", DAY_MS, now + HOUR_MS + (i * (23 * HOUR_MS)) // n,
+                               tenant="default") for i in range(n)]
+        since = log_offsets(cluster)
+        meter = CpuMeter({x.node_id: (lambda x=x: [x.proc.pid]) for x in cluster.nodes}).start()
+        log(f"scale {n:,}: creating the jobs through the API (CreateJobs)")
+        created = create_jobs_bulk(servers, specs, per_call=1000, concurrency=4,
+                                   prefix=f"scale{n}", progress_every=max(1, n // 10_000))
+        cpu = meter.stop()
+        del specs
+        log(f"scale {n:,}: created {created['created']:,} in {created['seconds']}s "
+            f"({created['per_s']:,.0f}/s)")
+        info = {"create_s": created["seconds"], "creates_per_s": created["per_s"],
+                "create_failed": created["failed"], "create_errors": created["errors"],
+                "create_call_ms": created["call_latency_ms"],
+                "create_node_cpu_ms_per_job": cpu_ms_per_task(cpu, created["created"]),
+                "create_cpu": cpu,
+                "rss_created_mib": {x.node_id: round(rss_bytes(x.proc.pid) / 2**20, 1)
+                                    for x in cluster.nodes}}
+        def full_snapshots() -> list:
+            return [(nid, m) for nid, m in node_log_lines(cluster, SNAPSHOT_LINE, since)
+                    if int(m.group(1)) >= n]
+
+        wait_for(lambda: {nid for nid, _ in full_snapshots()} >= {x.node_id
+                                                                  for x in cluster.nodes},
+                 timeout_s=300 + n / 1_000, what="a snapshot of every node with all the jobs",
+                 interval_s=1.0)
+        snaps = full_snapshots()
+        info["snapshot_fork_ms"] = [float(m.group(3)) for _nid, m in snaps]
+        info["snapshot_child_s"] = [round(int(m.group(5)) / 1000, 2) for _nid, m in snaps]
+        info["snapshot_bytes"] = max(int(m.group(4)) for _nid, m in snaps)
+    finally:
+        cluster.kill_all()
+    try:
+        m = measure(cluster, n, herd, root)
+    finally:
+        cluster.kill_all()
+    m.update(info)
+    log(f"scale {n:,}: {m}")
+    return m
+
+
 def _one_size(n: int, herd: int, root: Path) -> dict[str, Any]:
     log(f"scale {n:,}: seeding a cluster")
     cluster = seed(root / "cluster", {"snapshot_min_time_s": str(SNAPSHOT_EVERY_S)})
@@ -345,6 +408,11 @@ def _one_size(n: int, herd: int, root: Path) -> dict[str, Any]:
 
 def _rows_for(report: Report, r: dict[str, Any], herd: int) -> None:
     n = r["jobs"]
+    if "create_s" in r:
+        report.add(f"{n:,} jobs: created through the API (CreateJobs): s / jobs per s / node "
+                   "CPU per job (ms, 3 nodes summed)",
+                   f"{r['create_s']} / {r['creates_per_s']:,.0f} / "
+                   f"{r['create_node_cpu_ms_per_job']}")
     report.add(f"{n:,} jobs: RSS per node after the herd (MiB)",
                " / ".join(f"{v:.0f}" for v in r["rss_after_mib"].values()))
     report.add(f"{n:,} jobs: snapshot: tick-thread pause (fork, ms) / child write (s) / MiB",
