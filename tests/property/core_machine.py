@@ -33,6 +33,8 @@ from gnomon.node.core.commands import (
     CheckpointLeases,
     CompleteTask,
     CreateJob,
+    CreateJobItem,
+    CreateJobs,
     DeleteJob,
     ExpiredLease,
     ExpireLeases,
@@ -58,7 +60,16 @@ from gnomon.node.core.model import (
     TaskInstance,
     TaskState,
 )
-from gnomon.node.core.results import Done, Effects, JobReply, LimitsReply, Replayed, Reply, RunReply
+from gnomon.node.core.results import (
+    Done,
+    Effects,
+    JobReply,
+    JobsReply,
+    LimitsReply,
+    Replayed,
+    Reply,
+    RunReply,
+)
 from gnomon.node.core.validate import effective_max_active_runs
 from gnomon.node.snapshot import FORMAT_VERSION, SnapshotMeta, read_snapshot, write_snapshot
 from tests.property.core_checks import (
@@ -338,6 +349,31 @@ class CoreMachine(RuleBasedStateMachine):
         command = CreateJob(self.request_id(with_id), spec,
                             self.next_slot(offset), max_jobs_per_tenant=quota)
         self.remember(command, self.propose(command)[0])
+
+    @rule(names=st.lists(index, min_size=1, max_size=4), dag=index, policy=index,
+          interval=index, offset=st.integers(0, 20_000), quota=st.sampled_from([0, 0, 3]),
+          with_id=st.booleans())
+    def create_jobs(self, names, dag, policy, interval, offset, quota, with_id):
+        """Bulk create: each item as a CreateJob of its own, in order (names taken by an
+        earlier item and the quota filled by earlier ones reject the later items only)."""
+        items = tuple(CreateJobItem(make_spec(n, dag, policy, interval), self.next_slot(offset))
+                      for n in names)
+        before = dict(self.primary.job_names)
+        command = CreateJobs(self.request_id(with_id), items, quota)
+        reply = self.propose(command)[0]
+        self.remember(command, reply)
+        assert isinstance(reply, JobsReply) and len(reply.items) == len(items)
+        taken = set(before)
+        for item, one in zip(items, reply.items, strict=True):
+            key = (item.spec.tenant, item.spec.name)
+            if key in taken:
+                assert isinstance(one, Rejected) and one.code == Code.ALREADY_EXISTS, one
+            elif isinstance(one, JobReply):
+                assert self.primary.job_names[key] == one.job_id and one.version == 1
+                taken.add(key)
+            else:
+                assert one.code == Code.RESOURCE_EXHAUSTED and quota, one
+        assert set(self.primary.job_names) == taken
 
     @rule(job=index, dag=index, policy=index, interval=index, version=st.sampled_from([0, 1, -1]),
           offset=st.integers(0, 20_000), with_id=st.booleans(), overlap=index)
