@@ -21,7 +21,7 @@ import grpc
 from gnomon.bench import Options
 from gnomon.bench.cluster import running_cluster
 from gnomon.bench.harness import node_groups, profile, profile_text
-from gnomon.bench.load import interval_spec
+from gnomon.bench.load import create_jobs_bulk, interval_spec
 from gnomon.bench.meters import CpuMeter
 from gnomon.bench.peers import not_installed
 from gnomon.bench.report import Report, log, plot
@@ -102,6 +102,12 @@ def run(opts: Options) -> Report:
             conc = concurrent("gnomon", leader.grpc_addr, root, seconds,
                               groups=node_groups(cluster, leader.node_id))
             log(f"gnomon 100 clients: {conc['per_s']}/s {conc['latency_ms']}")
+            bulk = create_jobs_bulk([leader.grpc_addr] + [n.grpc_addr for n in cluster.nodes
+                                                          if n is not leader],
+                                    [interval_spec(f"bulk-{i}", 3_600_000, 0)
+                                     for i in range(5_000 if quick else 50_000)],
+                                    prefix="apibulk")
+            log(f"gnomon CreateJobs: {bulk['per_s']} jobs/s")
             if not quick:
                 log("gnomon: profiling the leader under 100 clients (py-spy)")
                 ps = subprocess.Popen([sys.executable, "-m", "gnomon.bench.apiload", "gnomon",
@@ -136,6 +142,9 @@ def run(opts: Options) -> Report:
                f"{conc['latency_ms'].get('p50')} / {conc['latency_ms'].get('p99')}",
                peer="etcd Put", peer_value=etcd_status or
                f"{e_conc['latency_ms'].get('p50')} / {e_conc['latency_ms'].get('p99')}")
+    report.add("jobs created/s with CreateJobs (1,000 per call, 4 calls in flight, one client "
+               "process) vs etcd Put/s with 100 clients", bulk["per_s"], peer="etcd Put",
+               peer_value=etcd_status or (e_conc or {}).get("per_s"))
     if conc["errors"]:
         report.add("errors with 100 clients", json.dumps(conc["errors"]))
     lead = next(v for k, v in conc["cpu"].items() if "leader" in k)
@@ -143,7 +152,7 @@ def run(opts: Options) -> Report:
     if prof:
         report.notes.append("leader profile under 100 clients (py-spy, 10 s):\n"
                             + profile_text(prof))
-    report.data = {"sequential_ms": s, "concurrent": conc, "etcd_sequential_ms": es,
+    report.data = {"sequential_ms": s, "concurrent": conc, "bulk": bulk, "etcd_sequential_ms": es,
                    "etcd_concurrent": e_conc, "profile": prof}
     series = {"gnomon CreateJob": (sorted(seq), [100 * (i + 1) / len(seq)
                                                  for i in range(len(seq))])}
