@@ -28,6 +28,9 @@ from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
+# Reports of one burst proposed in one call at most: a call is committed, refused
+# (Overloaded) or timed out as a whole, so a herd's thousands of reports are not.
+MAX_REPORTS_PER_PROPOSAL = 256
 # A worker's error message is kept up to this many bytes (the start: it names the error).
 MAX_ERROR_BYTES = 4096
 
@@ -141,8 +144,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         """The Complete/Fail reports the reader queued by the time this task runs (one loop
         turn after the first): proposed in one call, acknowledged one by one in order. One
         call per report cost a future, a timer and a task each (issue 14's profile)."""
-        burst = reports[:]
-        reports.clear()
+        burst = reports[:MAX_REPORTS_PER_PROPOSAL]
+        del reports[:MAX_REPORTS_PER_PROPOSAL]
+        if reports:  # a long burst: the rest in calls of their own (one refusal each)
+            self.node.supervisor.spawn(self._report_burst(session, reports),
+                                       name=f"report-{session.worker_id}")
         proposed: list[tuple[object, str]] = []
         cmds = []
         for kind, msg in burst:
