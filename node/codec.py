@@ -20,12 +20,14 @@ from gnomon.node.core.errors import Rejected, UnknownCommand
 from gnomon.node.core.model import (
     CLOSED_CIRCUIT,
     Attempt,
+    Backfill,
     Circuit,
     CircuitBreaker,
     DeadLetter,
     Job,
     JobSpec,
     Limits,
+    QueueCircuit,
     RetryPolicy,
     Run,
     Schedule,
@@ -60,10 +62,14 @@ COMMAND_FIELDS: dict[type, str] = {
     c.CancelTask: "cancel_task",
     c.ResetCircuit: "reset_circuit",
     c.CreateJobs: "create_jobs",
+    c.StartBackfill: "start_backfill",
+    c.BackfillStep: "backfill_step",
+    c.CancelBackfill: "cancel_backfill",
+    c.SetQueueCircuit: "set_queue_circuit",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Repeated scalar fields of commands (tuples in the dataclasses).
-_REPEATED_SCALARS = frozenset({"tenants", "task_names"})
+_REPEATED_SCALARS = frozenset({"tenants", "task_names", "slots_ms"})
 # Nested repeated dataclasses inside commands, by field name.
 _NESTED: dict[str, type] = {
     "grants": c.LeaseGrant,
@@ -244,6 +250,63 @@ def circuit_from_proto(m: types_pb2.CircuitState) -> Circuit:
                    tuple(m.recent_failures), m.probe_run_id, m.opens)
 
 
+def breaker_to_proto(breaker: CircuitBreaker, out: types_pb2.CircuitBreaker) -> None:
+    _copy_fields(breaker, out, _BREAKER_FIELDS)
+
+
+def breaker_from_proto(m: types_pb2.CircuitBreaker) -> CircuitBreaker:
+    return CircuitBreaker(**{n: getattr(m, n) for n in _BREAKER_FIELDS})
+
+
+def queue_circuit_to_proto(qc: QueueCircuit, out: types_pb2.QueueCircuit | None = None
+                           ) -> types_pb2.QueueCircuit:
+    out = types_pb2.QueueCircuit() if out is None else out
+    out.tenant, out.queue = qc.tenant, qc.queue
+    breaker_to_proto(qc.breaker, out.breaker)
+    circuit_to_proto(qc.circuit, out.circuit)
+    return out
+
+
+def queue_circuit_from_proto(m: types_pb2.QueueCircuit) -> QueueCircuit:
+    return QueueCircuit(m.tenant, m.queue, breaker_from_proto(m.breaker),
+                        circuit_from_proto(m.circuit))
+
+
+_BACKFILL_STATUS = types_pb2.BackfillStatus.DESCRIPTOR
+_BACKFILL_SCALARS = ("from_ms", "to_ms", "next_slot_ms", "total_slots", "created", "skipped",
+                     "started_ms", "finished_ms", "span_hi_ms")
+
+
+def backfill_to_proto(bf: Backfill, out: types_pb2.BackfillState) -> None:
+    _copy_fields(bf, out, _BACKFILL_SCALARS)
+    out.overlap_policy = overlap_to_proto(bf.overlap_policy)
+    out.status = enum_to_proto(_BACKFILL_STATUS, bf.status)
+
+
+def backfill_from_proto(m: types_pb2.BackfillState) -> Backfill:
+    return Backfill(overlap_policy=overlap_from_proto(m.overlap_policy, ""),
+                    status=enum_from_proto(_BACKFILL_STATUS, m.status, "running"),
+                    **{n: getattr(m, n) for n in _BACKFILL_SCALARS})
+
+
+def job_extras_to_proto(job: Job, out: types_pb2.Job) -> None:
+    """The job's backfill and ran spans (fields added with backfills)."""
+    if job.backfill is not None:
+        backfill_to_proto(job.backfill, out.backfill)
+    for lo, hi in job.ran_spans:
+        out.ran_spans.add(lo_ms=lo, hi_ms=hi)
+    out.span_open = job.span_open
+
+
+def job_extras_from_proto(m: types_pb2.Job) -> dict:
+    """Job keyword arguments of the fields job_extras_to_proto writes."""
+    return {
+        "backfill": backfill_from_proto(m.backfill) if m.HasField("backfill") else None,
+        "ran_spans": tuple((s.lo_ms, s.hi_ms) for s in m.ran_spans),
+        "span_open": m.span_open,
+    }
+
+
 def tasks_message(tasks: tuple[TaskSpec, ...], out):
     """Add `tasks` to the repeated `tasks` field of `out` (a JobSpec or a TaskSet)."""
     for t in tasks:
@@ -310,6 +373,7 @@ def job_to_proto(job: Job, out: types_pb2.Job | None = None, *,
                             "updated_ms", "last_fired_ms", "runs_started"))
     if job.circuit is not CLOSED_CIRCUIT:
         circuit_to_proto(job.circuit, out.circuit)
+    job_extras_to_proto(job, out)
     if with_spec:
         spec_to_proto(job.spec, out.spec)
     return out
@@ -327,6 +391,7 @@ def job_from_proto(m: types_pb2.Job) -> Job:
         last_fired_ms=m.last_fired_ms,
         runs_started=m.runs_started,
         circuit=circuit_from_proto(m.circuit),
+        **job_extras_from_proto(m),
     )
 
 
@@ -420,7 +485,8 @@ def dead_letter_from_proto(m: types_pb2.DeadLetter) -> DeadLetter:
 # proto field types and the first value seen) instead of per command: the generic walk with
 # dataclasses.fields() and isinstance checks was most of the codec's cost, which every node
 # pays for every command of every entry (issue 14's follower profile: 18%).
-_K_PLAIN, _K_SPEC, _K_LIMITS, _K_OPTIONAL, _K_OVERLAP, _K_NEST, _K_TUPLE, _K_TENANT, _K_BYTES = range(9)
+(_K_PLAIN, _K_SPEC, _K_LIMITS, _K_OPTIONAL, _K_OVERLAP, _K_NEST, _K_TUPLE, _K_TENANT, _K_BYTES,
+ _K_BREAKER) = range(10)
 _ENCODE_PLANS: dict[type, tuple[tuple[str, int], ...]] = {}
 _DECODE_PLANS: dict[type, tuple[tuple[str, int], ...]] = {}
 
@@ -430,6 +496,7 @@ def _encode_plan(cmd) -> tuple[tuple[str, int], ...]:
     for f in dataclasses.fields(cmd):
         value = getattr(cmd, f.name)
         kind = (_K_SPEC if isinstance(value, JobSpec) else _K_LIMITS if isinstance(value, Limits)
+                else _K_BREAKER if f.name == "breaker"
                 else _K_OVERLAP if f.name == "overlap_policy" else _K_NEST if f.name in _NESTED
                 else _K_TUPLE if f.name in _REPEATED_SCALARS
                 else _K_TENANT if isinstance(value, access.Tenant) else _K_PLAIN)
@@ -459,6 +526,8 @@ def _command_to_proto(cmd, out: Message) -> None:
             out.overlap_policy = overlap_to_proto(value)
         elif kind == _K_TUPLE:
             getattr(out, name).extend(value)
+        elif kind == _K_BREAKER:
+            breaker_to_proto(value, getattr(out, name))
         else:
             tenant_to_proto(value, getattr(out, name))
 
@@ -468,6 +537,7 @@ def _decode_plan(cls: type, m: Message) -> tuple[tuple[str, int], ...]:
     for f in dataclasses.fields(cls):
         fd = m.DESCRIPTOR.fields_by_name[f.name]
         kind = (_K_SPEC if f.name == "spec" else _K_LIMITS if f.name == "limits"
+                else _K_BREAKER if f.name == "breaker"
                 else _K_OPTIONAL if f.name == "exit_code" else _K_OVERLAP
                 if f.name == "overlap_policy" else _K_NEST if f.name in _NESTED
                 else _K_TUPLE if f.name in _REPEATED_SCALARS
@@ -502,6 +572,8 @@ def _command_from_proto(cls: type, m: Message):
             value = tuple(value)
         elif kind == _K_LIMITS:
             value = limits_from_proto(value)
+        elif kind == _K_BREAKER:
+            value = breaker_from_proto(value) if m.HasField(name) else None
         else:
             value = tenant_from_proto(value)
         args.append(value)

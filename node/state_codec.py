@@ -24,6 +24,7 @@ from gnomon.node.core.model import (
     Schedule,
     State,
     TaskSpec,
+    queue_key,
 )
 from gnomon.node.core.transitions import track_open
 from gnomon.v1 import snapshot_pb2, types_pb2
@@ -83,7 +84,8 @@ def _decode_job(data: bytes, schedules: list[Schedule], task_sets: list[tuple]) 
                    s.priority, codec.misfire_from_proto(s.misfire_policy), s.misfire_grace_ms,
                    s.paused, **codec.overlap_fields_from_proto(s))
     return Job(m.job_id, spec, m.version, m.next_fire_ms, m.paused, m.created_ms,
-               m.updated_ms, m.last_fired_ms, m.runs_started, codec.circuit_from_proto(m.circuit))
+               m.updated_ms, m.last_fired_ms, m.runs_started, codec.circuit_from_proto(m.circuit),
+               **codec.job_extras_from_proto(m))
 
 
 def encode_tables(st: State) -> dict[str, Table]:
@@ -94,6 +96,8 @@ def encode_tables(st: State) -> dict[str, Table]:
         dead_letters_evicted=st.dead_letters_evicted, token_seq=st.access.token_seq,
     )
     codec.limits_to_proto(st.limits, meta.limits)
+    for qc in st.queue_circuits.values():
+        codec.queue_circuit_to_proto(qc, meta.queue_circuits.add())
     jobs, schedules, task_sets = _encode_jobs(st)
     return {
         "state": [(b"meta", meta.SerializeToString())],
@@ -143,6 +147,9 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
         st.limits = codec.limits_from_proto(m.limits)
         st.limits_version, st.dead_letters_evicted = m.limits_version, m.dead_letters_evicted
         st.access.token_seq = m.token_seq
+        for item in m.queue_circuits:
+            qc = codec.queue_circuit_from_proto(item)
+            st.queue_circuits[queue_key(qc.tenant, qc.queue)] = qc
     schedules = [codec.schedule_from_proto(types_pb2.Schedule.FromString(v))
                  for _, v in tables["schedules"]]
     task_sets = [codec.tasks_from_proto(snapshot_pb2.TaskSet.FromString(v).tasks)

@@ -11,10 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
-from gnomon.node.core import access
+from gnomon.node.core import access, spans
 from gnomon.node.core.commands import (
+    BackfillStep,
     Barrier,
     Batch,
+    CancelBackfill,
     CancelRun,
     CancelTask,
     CheckpointLeases,
@@ -33,6 +35,8 @@ from gnomon.node.core.commands import (
     ResetCircuit,
     SetLimits,
     SetPaused,
+    SetQueueCircuit,
+    StartBackfill,
     TaskPayload,
     TriggerJob,
     UpdateJob,
@@ -42,11 +46,16 @@ from gnomon.node.core.errors import Code, Rejected, UnknownCommand
 from gnomon.node.core.index import JobOrder
 from gnomon.node.core.model import (
     CLOSED_CIRCUIT,
+    DEFAULT_QUEUE,
     OVERLAP_POLICIES,
     TERMINAL_RUN_STATES,
     TERMINAL_TASK_STATES,
     Attempt,
     AttemptOutcome,
+    Backfill,
+    BackfillStatus,
+    Circuit,
+    CircuitBreaker,
     CircuitStatus,
     DeadLetter,
     DedupeEntry,
@@ -54,12 +63,14 @@ from gnomon.node.core.model import (
     JobSpec,
     Limits,
     OverlapPolicy,
+    QueueCircuit,
     Run,
     RunState,
     RunTrigger,
     State,
     TaskInstance,
     TaskState,
+    queue_key,
 )
 from gnomon.node.core.results import (
     Done,
@@ -81,6 +92,7 @@ from gnomon.node.core.transitions import (
     track_open,
 )
 from gnomon.node.core.validate import (
+    check_breaker,
     effective_buffer,
     effective_max_active_runs,
     queue_limit,
@@ -241,6 +253,7 @@ def _update_job(ctx: Ctx, cmd: UpdateJob) -> Reply:
     # An unchanged schedule keeps its slot: an already-due fire must not be lost.
     if cmd.spec.schedule != job.spec.schedule:
         job.next_fire_ms = cmd.next_fire_ms
+        job.span_open = False  # the next fire's slot is no neighbour of the last one
     ctx.state.access.add_payload(job.spec.tenant, access.payload_bytes(cmd.spec)
                                  - access.payload_bytes(job.spec))
     job.spec = cmd.spec
@@ -296,6 +309,7 @@ def _set_paused(ctx: Ctx, cmd: SetPaused) -> Reply:
     if job.paused == cmd.paused:
         return JobReply(job_id=job.job_id, version=job.version)
     job.paused = cmd.paused
+    job.span_open = False  # the slots of the paused time never fire
     if not cmd.paused:
         # No catch-up of the paused period: resume at the leader's next slot after now.
         job.next_fire_ms = cmd.next_fire_ms
@@ -380,24 +394,40 @@ def _fire(ctx: Ctx, cmd: Fire) -> Reply:
     run_id = f"{job.job_id}@{cmd.scheduled_for_ms}"
     if cmd.scheduled_for_ms <= job.last_fired_ms or run_id in ctx.state.runs:
         return RunReply(run_id="")
-    job.last_fired_ms = cmd.scheduled_for_ms
-    held = "" if cmd.skip else _circuit_holds(ctx, job)
+    previous_ms, job.last_fired_ms = job.last_fired_ms, cmd.scheduled_for_ms
+    held = "" if cmd.skip else _circuit_holds(ctx, job) or _queue_circuit_holds(ctx, job)
     if cmd.skip or held:
         _record_skipped_run(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE,
                             held or "misfire")
+        if held:
+            ctx.effects.circuit_skipped.append("queue" if ": queue " in held else "job")
     else:
         _admit(ctx, job, run_id, cmd.scheduled_for_ms, RunTrigger.SCHEDULE,
                job.spec.overlap_policy)
     run = ctx.state.runs.get(run_id)
+    _note_fired(job, cmd.scheduled_for_ms, previous_ms,
+                ran=run is not None and run.state != RunState.SKIPPED)
     if run is not None:
         run.fire_delay_ms = max(0, cmd.delay_ms)
         if run.state in (RunState.RUNNING, RunState.QUEUED):
             if job.circuit.status == CircuitStatus.HALF_OPEN and not job.circuit.probe_run_id:
                 job.circuit = replace(job.circuit, probe_run_id=run_id)
+            _claim_queue_probes(ctx, job, run_id)
             job.runs_started += 1
             if job.spec.max_runs and job.runs_started >= job.spec.max_runs:
                 job.next_fire_ms = 0  # max_runs reached: nothing left to fire
     return RunReply(run_id=run_id)
+
+
+def _note_fired(job: Job, slot_ms: int, previous_ms: int, *, ran: bool) -> None:
+    """A scheduled slot that ran joins the job's ran spans (extending the last one while
+    the fires before it ran too); a skipped one closes the span."""
+    if not ran:
+        job.span_open = False
+        return
+    lo = previous_ms if job.span_open and previous_ms else slot_ms
+    job.ran_spans = spans.add(job.ran_spans, lo, slot_ms)
+    job.span_open = True
 
 
 def _trigger_job(ctx: Ctx, cmd: TriggerJob) -> Reply:
@@ -879,30 +909,260 @@ def _circuit_records(ctx: Ctx, run: Run) -> None:
         return
     if run.state not in (RunState.SUCCEEDED, RunState.FAILED):
         return
-    failed, breaker, circuit = run.state == RunState.FAILED, job.spec.circuit_breaker, job.circuit
-    if circuit.status == CircuitStatus.HALF_OPEN and run.run_id == circuit.probe_run_id:
-        job.circuit = (replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now,
-                               probe_run_id="", opens=circuit.opens + 1) if failed
-                       else replace(circuit, status=CircuitStatus.CLOSED, probe_run_id="",
-                                    recent_failures=(), opened_ms=0))
-        return
+    job.circuit = _next_circuit(ctx, job.spec.circuit_breaker, job.circuit,
+                                run.state == RunState.FAILED, run.run_id, ("job", job.job_id))
+
+
+def _next_circuit(ctx: Ctx, breaker: CircuitBreaker, circuit: Circuit, failed: bool,
+                  run_id: str, name: tuple[str, str]) -> Circuit:
+    """The breaker's state after a finished run's verdict: the half-open probe closes or
+    reopens it; while closed, the window opens it at failure_percent of window_runs."""
+    if circuit.status == CircuitStatus.HALF_OPEN and run_id == circuit.probe_run_id:
+        if not failed:
+            return replace(circuit, status=CircuitStatus.CLOSED, probe_run_id="",
+                           recent_failures=(), opened_ms=0)
+        ctx.effects.circuit_opened.append(name)
+        return replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now, probe_run_id="",
+                       opens=circuit.opens + 1)
     if circuit.status != CircuitStatus.CLOSED:
-        return
+        return circuit
     recent = (*circuit.recent_failures, failed)[-max(1, breaker.window_runs):]
     if (len(recent) >= breaker.window_runs
             and 100 * sum(recent) >= breaker.failure_percent * len(recent)):
-        job.circuit = replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now,
-                              recent_failures=(), opens=circuit.opens + 1)
-    else:
-        job.circuit = replace(circuit, recent_failures=recent)
+        ctx.effects.circuit_opened.append(name)
+        return replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now,
+                       recent_failures=(), opens=circuit.opens + 1)
+    return replace(circuit, recent_failures=recent)
+
+
+# --- circuit breaker per queue ---------------------------------------------------------------
+
+
+def _job_queues(spec: JobSpec) -> list[str]:
+    """The queues of the job's tasks, in task order, each once."""
+    return list(dict.fromkeys(t.queue or DEFAULT_QUEUE for t in spec.tasks))
+
+
+def _run_open(state: State, run_id: str) -> bool:
+    run = state.runs.get(run_id)
+    return run is not None and run.state in (RunState.RUNNING, RunState.QUEUED)
+
+
+def _queue_circuit_holds(ctx: Ctx, job: Job) -> str:
+    """Why a breaker of one of the job's queues holds this scheduled fire ("": none). An
+    open one whose cool-down passed turns half-open: this fire may be its probe."""
+    table = ctx.state.queue_circuits
+    if not table:
+        return ""
+    for queue in _job_queues(job.spec):
+        key = queue_key(job.spec.tenant, queue)
+        qc = table.get(key)
+        if qc is None or qc.circuit.status == CircuitStatus.CLOSED:
+            continue
+        circuit = qc.circuit
+        if circuit.status == CircuitStatus.OPEN:
+            if ctx.now < circuit.opened_ms + qc.breaker.cooldown_ms:
+                return f"circuit open: queue {queue}"
+            table[key] = replace(qc, circuit=replace(circuit, status=CircuitStatus.HALF_OPEN,
+                                                     probe_run_id=""))
+            continue
+        if circuit.probe_run_id and _run_open(ctx.state, circuit.probe_run_id):
+            return f"circuit half-open: queue {queue}: probe {circuit.probe_run_id} running"
+        table[key] = replace(qc, circuit=replace(circuit, probe_run_id=""))
+    return ""
+
+
+def _claim_queue_probes(ctx: Ctx, job: Job, run_id: str) -> None:
+    """A started scheduled run is the probe of every half-open breaker of its queues."""
+    table = ctx.state.queue_circuits
+    if not table:
+        return
+    for queue in _job_queues(job.spec):
+        key = queue_key(job.spec.tenant, queue)
+        qc = table.get(key)
+        if qc is not None and qc.circuit.status == CircuitStatus.HALF_OPEN \
+                and not qc.circuit.probe_run_id:
+            table[key] = replace(qc, circuit=replace(qc.circuit, probe_run_id=run_id))
+
+
+def _queue_verdicts(run: Run) -> dict[str, bool]:
+    """Per queue of the run's tasks: True if one of its tasks there died, False if all of
+    them succeeded (a queue whose tasks were only cancelled or blocked gives no verdict)."""
+    verdicts: dict[str, bool] = {}
+    undecided: dict[str, None] = {}
+    for task in run.spec.tasks:
+        queue, state = task.queue or DEFAULT_QUEUE, run.tasks[task.name].state
+        if state == TaskState.DEAD:
+            verdicts[queue] = True
+        elif state != TaskState.SUCCEEDED:
+            undecided[queue] = None
+        elif queue not in verdicts:
+            verdicts[queue] = False
+    return {q: v for q, v in verdicts.items() if v or q not in undecided}
+
+
+def _queue_circuit_records(ctx: Ctx, run: Run) -> None:
+    """A scheduled run that succeeded or failed moves the breakers of its queues."""
+    table = ctx.state.queue_circuits
+    if not table or run.trigger != RunTrigger.SCHEDULE:
+        return
+    if run.state not in (RunState.SUCCEEDED, RunState.FAILED):
+        return
+    for queue, failed in _queue_verdicts(run).items():
+        key = queue_key(run.tenant, queue)
+        qc = table.get(key)
+        if qc is not None:
+            table[key] = replace(qc, circuit=_next_circuit(ctx, qc.breaker, qc.circuit, failed,
+                                                           run.run_id, ("queue", key)))
+
+
+def _set_queue_circuit(ctx: Ctx, cmd: SetQueueCircuit) -> Reply:
+    table, key = ctx.state.queue_circuits, queue_key(cmd.tenant, cmd.queue)
+    if not cmd.tenant:
+        return Rejected(Code.INVALID_ARGUMENT, "tenant: required")
+    if not cmd.queue:
+        return Rejected(Code.INVALID_ARGUMENT, "queue: required")
+    old = table.get(key)
+    if cmd.breaker is None:
+        if old is None:
+            return Rejected(Code.NOT_FOUND, f"queue: queue {cmd.queue!r} of tenant "
+                            f"{cmd.tenant!r} has no circuit breaker")
+        del table[key]
+        return Done()
+    rejected = check_breaker(cmd.breaker, "breaker")
+    if rejected:
+        return rejected
+    if old is not None and old.breaker == cmd.breaker:
+        return Done()  # the same rule again keeps the state
+    opens = old.circuit.opens if old is not None else 0
+    table[key] = QueueCircuit(cmd.tenant, cmd.queue, cmd.breaker,
+                              replace(CLOSED_CIRCUIT, opens=opens))
+    return Done()
 
 
 def _reset_circuit(ctx: Ctx, cmd: ResetCircuit) -> Reply:
+    if cmd.queue:
+        key = queue_key(cmd.tenant, cmd.queue)
+        qc = ctx.state.queue_circuits.get(key)
+        if qc is None:
+            return Rejected(Code.NOT_FOUND, f"queue: queue {cmd.queue!r} of tenant "
+                            f"{cmd.tenant!r} has no circuit breaker")
+        ctx.state.queue_circuits[key] = replace(
+            qc, circuit=replace(CLOSED_CIRCUIT, opens=qc.circuit.opens))
+        return Done()
     job = _find_job(ctx.state, cmd.job_id)
     if isinstance(job, Rejected):
         return job
     job.circuit = replace(CLOSED_CIRCUIT, opens=job.circuit.opens)
     ctx.effects.jobs.append(job.job_id)
+    return JobReply(job_id=job.job_id, version=job.version)
+
+
+# --- backfill --------------------------------------------------------------------------------
+
+
+def _start_backfill(ctx: Ctx, cmd: StartBackfill) -> Reply:
+    job = _find_job(ctx.state, cmd.job_id)
+    if isinstance(job, Rejected):
+        return job
+    rejected = _check_backfill(ctx, job, cmd)
+    if rejected:
+        return rejected
+    done = cmd.total_slots == 0
+    job.backfill = Backfill(
+        from_ms=cmd.from_ms, to_ms=cmd.to_ms, next_slot_ms=cmd.from_ms,
+        total_slots=cmd.total_slots, overlap_policy=cmd.overlap_policy,
+        status=BackfillStatus.DONE if done else BackfillStatus.RUNNING,
+        started_ms=ctx.now, finished_ms=ctx.now if done else 0)
+    ctx.effects.jobs.append(job.job_id)
+    ctx.effects.backfills.append(job.job_id)
+    return JobReply(job_id=job.job_id, version=job.version)
+
+
+def _check_backfill(ctx: Ctx, job: Job, cmd: StartBackfill) -> Rejected | None:
+    if cmd.overlap_policy and cmd.overlap_policy not in OVERLAP_POLICIES:
+        return Rejected(Code.INVALID_ARGUMENT,
+                        f"overlap_policy: must be one of {', '.join(OVERLAP_POLICIES)}, "
+                        f"got {cmd.overlap_policy!r}")
+    if cmd.from_ms < 0:
+        return Rejected(Code.INVALID_ARGUMENT, f"from_ms: must be >= 0, got {cmd.from_ms}")
+    if cmd.to_ms <= cmd.from_ms:
+        return Rejected(Code.INVALID_ARGUMENT, f"to_ms: must be after from_ms ({cmd.from_ms}), "
+                        f"got {cmd.to_ms}")
+    if cmd.to_ms > ctx.now:
+        return Rejected(Code.INVALID_ARGUMENT, f"to_ms: must not be after now ({ctx.now}), got "
+                        f"{cmd.to_ms}: slots to come are the schedule's")
+    if cmd.total_slots < 0:
+        return Rejected(Code.INVALID_ARGUMENT,
+                        f"total_slots: must be >= 0, got {cmd.total_slots}")
+    bf = job.backfill
+    if bf is not None and bf.status == BackfillStatus.RUNNING:
+        return Rejected(Code.FAILED_PRECONDITION,
+                        f"job_id: job {job.job_id!r} has a backfill running ({bf.created} runs "
+                        f"created, {bf.skipped} slots skipped of {bf.total_slots}): cancel it "
+                        "first")
+    return None
+
+
+def _backfill_step(ctx: Ctx, cmd: BackfillStep) -> Reply:
+    state = ctx.state
+    job = state.jobs.get(cmd.job_id)
+    bf = job.backfill if job is not None else None
+    if (job is None or bf is None or bf.status != BackfillStatus.RUNNING
+            or bf.next_slot_ms != cmd.cursor_ms):
+        return Done()  # a retried or stale step (deposed leader, cancelled): a no-op
+    last = cmd.cursor_ms - 1
+    for index, slot in enumerate(cmd.slots_ms):
+        if slot <= last or slot >= bf.to_ms:
+            return Rejected(Code.INVALID_ARGUMENT,
+                            f"slots_ms[{index}]: {slot} is not after {last} and before "
+                            f"to_ms {bf.to_ms}")
+        last = slot
+    if cmd.next_cursor_ms <= last:
+        return Rejected(Code.INVALID_ARGUMENT,
+                        f"next_cursor_ms: must be after the last slot {last}, got "
+                        f"{cmd.next_cursor_ms}")
+    created, skipped, span_hi = bf.created, bf.skipped, bf.span_hi_ms
+    policy = bf.overlap_policy or job.spec.overlap_policy
+    for slot in cmd.slots_ms:
+        if spans.covers(job.ran_spans, slot):
+            if span_hi:  # consecutive slots: nothing between them to leave out
+                job.ran_spans = spans.add(job.ran_spans, span_hi, slot)
+            skipped, span_hi = skipped + 1, slot  # it ran already: never twice
+            continue
+        run_id = f"{job.job_id}@backfill-{slot}"
+        if (job.next_fire_ms and slot >= job.next_fire_ms) or slot > ctx.now \
+                or run_id in state.runs:
+            skipped, span_hi = skipped + 1, 0  # the schedule's own slot
+            continue
+        _admit(ctx, job, run_id, slot, RunTrigger.BACKFILL, policy)
+        run = state.runs.get(run_id)
+        if run is None or run.state == RunState.SKIPPED:
+            skipped, span_hi = skipped + 1, 0  # the overlap policy skipped it
+            continue
+        created += 1
+        job.ran_spans = spans.add(job.ran_spans, span_hi or slot, slot)
+        span_hi = slot
+    done = cmd.done or cmd.next_cursor_ms >= bf.to_ms
+    job.backfill = replace(
+        bf, next_slot_ms=min(cmd.next_cursor_ms, bf.to_ms), created=created, skipped=skipped,
+        span_hi_ms=span_hi, status=BackfillStatus.DONE if done else BackfillStatus.RUNNING,
+        finished_ms=ctx.now if done else 0)
+    ctx.effects.backfills.append(job.job_id)
+    return Done()
+
+
+def _cancel_backfill(ctx: Ctx, cmd: CancelBackfill) -> Reply:
+    job = _find_job(ctx.state, cmd.job_id)
+    if isinstance(job, Rejected):
+        return job
+    bf = job.backfill
+    if bf is None or bf.status != BackfillStatus.RUNNING:
+        return Rejected(Code.FAILED_PRECONDITION,
+                        f"job_id: job {job.job_id!r} has no backfill running")
+    job.backfill = replace(bf, status=BackfillStatus.CANCELLED, finished_ms=ctx.now)
+    ctx.effects.jobs.append(job.job_id)
+    ctx.effects.backfills.append(job.job_id)
     return JobReply(job_id=job.job_id, version=job.version)
 
 
@@ -1077,6 +1337,7 @@ def _finish_if_done(ctx: Ctx, run: Run, *, retain: bool = True) -> None:
     move_run(ctx.state, run, _final_run_event(run))
     run.finished_ms = ctx.now
     _circuit_records(ctx, run)
+    _queue_circuit_records(ctx, run)
     if retain:
         _enforce_retention(ctx, run.job_id)
         _start_queued(ctx, run.job_id)
@@ -1177,5 +1438,9 @@ HANDLERS: dict[type, Handler] = handler_table([
     (RerunRun, _rerun_run),
     (CancelTask, _cancel_task),
     (ResetCircuit, _reset_circuit),
+    (StartBackfill, _start_backfill),
+    (BackfillStep, _backfill_step),
+    (CancelBackfill, _cancel_backfill),
+    (SetQueueCircuit, _set_queue_circuit),
     *access.HANDLER_PAIRS,
 ])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gnomon.node.core.access import CreateToken, RecordAudit, RevokeToken, SetTenant
-from gnomon.node.core.model import JobSpec, Limits
+from gnomon.node.core.model import CircuitBreaker, JobSpec, Limits
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,8 +204,56 @@ class RerunRun:
 
 @dataclass(frozen=True, slots=True)
 class ResetCircuit:
+    """Close a job's breaker, or with `queue` set the breaker of (tenant, queue)."""
+
     request_id: str
     job_id: str
+    tenant: str = ""
+    queue: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StartBackfill:
+    """Backfill the job's slots in [from_ms, to_ms); `total_slots` is the leader's count
+    (it checked backfill_max_slots). `overlap_policy` "" means the job's."""
+
+    request_id: str
+    job_id: str
+    from_ms: int
+    to_ms: int
+    total_slots: int
+    overlap_policy: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class BackfillStep:
+    """The leader's next slots of a running backfill: applies only while the backfill's
+    next_slot_ms equals `cursor_ms` (a retried or stale step is a no-op); `slots_ms` are the
+    schedule's consecutive slots from the cursor, then next_slot_ms becomes `next_cursor_ms`;
+    `done`: the range is exhausted."""
+
+    job_id: str
+    cursor_ms: int
+    slots_ms: tuple[int, ...]
+    next_cursor_ms: int
+    done: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CancelBackfill:
+    request_id: str
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class SetQueueCircuit:
+    """Give (tenant, queue) a breaker, replace its rule (the state closes), or remove it
+    (`breaker` None)."""
+
+    request_id: str
+    tenant: str
+    queue: str
+    breaker: CircuitBreaker | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +291,10 @@ Command = (
     | CancelTask
     | ResetCircuit
     | CreateJobs
+    | StartBackfill
+    | BackfillStep
+    | CancelBackfill
+    | SetQueueCircuit
 )
 
 

@@ -30,7 +30,8 @@ _LATER_FIELDS: dict[str, dict[str, object]] = {
     "JobSpec": {"overlap_policy": "allow_all", "max_active_runs": None, "max_buffered_runs": 0,
                 "jitter_ms": 0, "start_at_ms": 0, "end_at_ms": 0, "max_runs": 0,
                 "delete_after_success": False, "circuit_breaker": None},
-    "Job": {"runs_started": 0, "circuit": Circuit()},
+    "Job": {"runs_started": 0, "circuit": Circuit(), "ran_spans": (), "span_open": False,
+            "backfill": None},
     "Run": {"reason": "", "cancel_requested": False, "fire_delay_ms": 0, "params": b""},
     "Schedule": {"dialect": "", "dst_nonexistent": "", "dst_ambiguous": ""},
 }
@@ -47,6 +48,8 @@ def digest(state: State) -> str:
             if value.token_seq or value.tenants:  # once used: older states keep their digest
                 encoder.text(f.name)
                 encoder.value((value.token_seq, value.tokens, value.tenants))  # not by_hash
+            continue
+        if f.name == "queue_circuits" and not value:  # older states keep their digest
             continue
         encoder.text(f.name)
         if f.name in _ORDERED_FIELDS:

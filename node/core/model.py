@@ -82,6 +82,14 @@ class RunState:
 class RunTrigger:
     SCHEDULE = "schedule"
     MANUAL = "manual"
+    # A slot of a BackfillJob range (run id "<job>@backfill-<slot>").
+    BACKFILL = "backfill"
+
+
+class BackfillStatus:
+    RUNNING = "running"
+    DONE = "done"
+    CANCELLED = "cancelled"
 
 
 class TaskState:
@@ -188,6 +196,51 @@ CLOSED_CIRCUIT = Circuit()
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCircuit:
+    """A queue's breaker (SetQueueCircuit): its rule and its state, replaced on each change.
+    Keyed by queue_key(tenant, queue): queues are namespaced by tenant."""
+
+    tenant: str
+    queue: str
+    breaker: CircuitBreaker
+    circuit: Circuit = CLOSED_CIRCUIT
+
+
+def queue_key(tenant: str, queue: str) -> str:
+    return f"{tenant}/{queue}"
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """A job's backfill of the slots in [from_ms, to_ms) (replicated intent): the leader
+    proposes the slots from next_slot_ms on in paced steps (BackfillStep); the core creates
+    their runs. The latest one stays on the job after it ended, for GetJob."""
+
+    from_ms: int
+    to_ms: int
+    next_slot_ms: int
+    # Slots in the range as the leader counted them at the start (progress).
+    total_slots: int
+    # "" means the job's overlap policy.
+    overlap_policy: str = ""
+    status: str = BackfillStatus.RUNNING
+    created: int = 0
+    # Slots not run: already ran (ran_spans), the schedule's own (at or after next_fire_ms),
+    # or skipped by the overlap policy (those get a SKIPPED run).
+    skipped: int = 0
+    started_ms: int = 0
+    finished_ms: int = 0
+    # The last slot this backfill added to the job's ran_spans (0: none, or a skip broke
+    # the chain): the next slot it runs extends that span.
+    span_hi_ms: int = 0
+
+
+# Spans kept per job in Job.ran_spans; beyond it the two oldest merge (conservative: the
+# slots between them then count as ran, so a backfill never runs one twice).
+MAX_RAN_SPANS = 128
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     tenant: str
     name: str
@@ -234,6 +287,13 @@ class Job:
     # Runs its schedule started or queued (max_runs).
     runs_started: int = 0
     circuit: Circuit = CLOSED_CIRCUIT
+    # Inclusive (lo, hi) slot ranges, sorted and disjoint, in which every slot of the job's
+    # schedule got a run that was not skipped (scheduled fires and backfills): a backfill
+    # does not run those slots again. span_open: the last Fire ran, so the next one extends
+    # the last span (a skip, pause or schedule change closes it).
+    ran_spans: tuple[tuple[int, int], ...] = ()
+    span_open: bool = False
+    backfill: Backfill | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,5 +443,7 @@ class State:
     tenant_job_order: dict[str, JobOrder] = field(default_factory=dict)
     # Bearer tokens (node/core/access.py).
     access: AccessState = field(default_factory=AccessState)
+    # queue_key(tenant, queue) -> that queue's breaker (SetQueueCircuit), in creation order.
+    queue_circuits: dict[str, QueueCircuit] = field(default_factory=dict)
 
 

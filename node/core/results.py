@@ -76,3 +76,9 @@ class Effects:
     evicted_runs: list[object] = field(default_factory=list)
     # (at_ms, actor, action, detail) administrative actions to keep in the history store.
     audit: list[tuple[int, str, str, str]] = field(default_factory=list)
+    # Jobs whose backfill started, stepped, ended or was cancelled (the backfill loop).
+    backfills: list[str] = field(default_factory=list)
+    # Breakers that opened: ("job", job_id) or ("queue", queue_key); and the scope
+    # ("job" / "queue") of each scheduled fire a breaker held (SKIPPED).
+    circuit_opened: list[tuple[str, str]] = field(default_factory=list)
+    circuit_skipped: list[str] = field(default_factory=list)

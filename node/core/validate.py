@@ -12,6 +12,7 @@ from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.core.model import (
     DEFAULT_MAX_BUFFERED_RUNS,
     OVERLAP_POLICIES,
+    CircuitBreaker,
     JobSpec,
     Limits,
     OverlapPolicy,
@@ -44,21 +45,26 @@ def validate_spec(spec: JobSpec) -> Rejected | None:
     return check_dag(spec.tasks) or check_overlap(spec) or check_bounds(spec)
 
 
+def check_breaker(breaker: CircuitBreaker, field: str) -> Rejected | None:
+    """A breaker's rule (a job's `spec.circuit_breaker` or a queue's `breaker`)."""
+    if breaker.window_runs < 1:
+        return _invalid(f"{field}.window_runs: must be >= 1, got {breaker.window_runs}")
+    if not 1 <= breaker.failure_percent <= 100:
+        return _invalid(f"{field}.failure_percent: must be in 1..100, got "
+                        f"{breaker.failure_percent}")
+    if breaker.cooldown_ms < 1_000:
+        return _invalid(f"{field}.cooldown_ms: must be >= 1000, got {breaker.cooldown_ms}")
+    return None
+
+
 def check_bounds(spec: JobSpec) -> Rejected | None:
     """The bounds apply() acts on: max_runs >= 0; delete_after_success only for a one-shot."""
     if spec.max_runs < 0:
         return _invalid(f"spec.max_runs: must be >= 0 (0 means no bound), got {spec.max_runs}")
-    breaker = spec.circuit_breaker
-    if breaker is not None:
-        if breaker.window_runs < 1:
-            return _invalid(f"spec.circuit_breaker.window_runs: must be >= 1, got "
-                            f"{breaker.window_runs}")
-        if not 1 <= breaker.failure_percent <= 100:
-            return _invalid(f"spec.circuit_breaker.failure_percent: must be in 1..100, got "
-                            f"{breaker.failure_percent}")
-        if breaker.cooldown_ms < 1_000:
-            return _invalid(f"spec.circuit_breaker.cooldown_ms: must be >= 1000, got "
-                            f"{breaker.cooldown_ms}")
+    if spec.circuit_breaker is not None:
+        rejected = check_breaker(spec.circuit_breaker, "spec.circuit_breaker")
+        if rejected:
+            return rejected
     if spec.delete_after_success and spec.schedule.kind != ScheduleKind.ONCE:
         return _invalid(
             f"spec.delete_after_success: applies to a one-shot (once) schedule only, the "

@@ -722,6 +722,46 @@ class RetryTaskResponse(_message.Message):
     def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ...) -> None: ...
 
 class ResetCircuitRequest(_message.Message):
+    __slots__ = ("request_id", "job", "tenant", "queue")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    tenant: str
+    queue: str
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...
+
+class ResetCircuitResponse(_message.Message):
+    __slots__ = ("job", "queue_circuit")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    queue_circuit: _types_pb2.QueueCircuit
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ..., queue_circuit: _Optional[_Union[_types_pb2.QueueCircuit, _Mapping]] = ...) -> None: ...
+
+class BackfillJobRequest(_message.Message):
+    __slots__ = ("request_id", "job", "from_ms", "to_ms", "overlap_policy")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job: JobRef
+    from_ms: int
+    to_ms: int
+    overlap_policy: _types_pb2.OverlapPolicy
+    def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ...) -> None: ...
+
+class BackfillJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: _types_pb2.Job
+    def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class CancelBackfillRequest(_message.Message):
     __slots__ = ("request_id", "job")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
@@ -729,8 +769,40 @@ class ResetCircuitRequest(_message.Message):
     job: JobRef
     def __init__(self, request_id: _Optional[str] = ..., job: _Optional[_Union[JobRef, _Mapping]] = ...) -> None: ...
 
-class ResetCircuitResponse(_message.Message):
+class CancelBackfillResponse(_message.Message):
     __slots__ = ("job",)
     JOB_FIELD_NUMBER: _ClassVar[int]
     job: _types_pb2.Job
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
+
+class SetQueueCircuitRequest(_message.Message):
+    __slots__ = ("request_id", "tenant", "queue", "breaker")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tenant: str
+    queue: str
+    breaker: _types_pb2.CircuitBreaker
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., breaker: _Optional[_Union[_types_pb2.CircuitBreaker, _Mapping]] = ...) -> None: ...
+
+class SetQueueCircuitResponse(_message.Message):
+    __slots__ = ("queue_circuit",)
+    QUEUE_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
+    queue_circuit: _types_pb2.QueueCircuit
+    def __init__(self, queue_circuit: _Optional[_Union[_types_pb2.QueueCircuit, _Mapping]] = ...) -> None: ...
+
+class ListQueueCircuitsRequest(_message.Message):
+    __slots__ = ("tenant", "consistency")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    consistency: Consistency
+    def __init__(self, tenant: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ListQueueCircuitsResponse(_message.Message):
+    __slots__ = ("queue_circuits",)
+    QUEUE_CIRCUITS_FIELD_NUMBER: _ClassVar[int]
+    queue_circuits: _containers.RepeatedCompositeFieldContainer[_types_pb2.QueueCircuit]
+    def __init__(self, queue_circuits: _Optional[_Iterable[_Union[_types_pb2.QueueCircuit, _Mapping]]] = ...) -> None: ...

@@ -129,6 +129,26 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitResponse.FromString,
                 _registered_method=True)
+        self.BackfillJob = channel.unary_unary(
+                '/gnomon.v1.JobService/BackfillJob',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.BackfillJobRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.BackfillJobResponse.FromString,
+                _registered_method=True)
+        self.CancelBackfill = channel.unary_unary(
+                '/gnomon.v1.JobService/CancelBackfill',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.CancelBackfillRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.CancelBackfillResponse.FromString,
+                _registered_method=True)
+        self.SetQueueCircuit = channel.unary_unary(
+                '/gnomon.v1.JobService/SetQueueCircuit',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.SetQueueCircuitRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.SetQueueCircuitResponse.FromString,
+                _registered_method=True)
+        self.ListQueueCircuits = channel.unary_unary(
+                '/gnomon.v1.JobService/ListQueueCircuits',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -259,7 +279,37 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ResetCircuit(self, request, context):
-        """Closes a job's circuit breaker by hand (`Job.circuit` shows its state and counters).
+        """Closes a job's circuit breaker by hand (`Job.circuit` shows its state and counters),
+        or with `queue` set a queue's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BackfillJob(self, request, context):
+        """Runs every slot of the job's schedule in [from_ms, to_ms) that has not run (trigger
+        BACKFILL), paced by the leader; progress in GetJob (`Job.backfill`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelBackfill(self, request, context):
+        """Stops a running backfill: no further slots get runs (created runs go on).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetQueueCircuit(self, request, context):
+        """Gives a queue of a tenant a circuit breaker, replaces its rule, or removes it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQueueCircuits(self, request, context):
+        """The queues' circuit breakers (of one tenant, or every tenant the caller may read).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -362,6 +412,26 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ResetCircuit,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ResetCircuitResponse.SerializeToString,
+            ),
+            'BackfillJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackfillJob,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.BackfillJobRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.BackfillJobResponse.SerializeToString,
+            ),
+            'CancelBackfill': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelBackfill,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.CancelBackfillRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.CancelBackfillResponse.SerializeToString,
+            ),
+            'SetQueueCircuit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQueueCircuit,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.SetQueueCircuitRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.SetQueueCircuitResponse.SerializeToString,
+            ),
+            'ListQueueCircuits': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueueCircuits,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -877,6 +947,114 @@ class JobService:
             '/gnomon.v1.JobService/ResetCircuit',
             gnomon_dot_v1_dot_api__pb2.ResetCircuitRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ResetCircuitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackfillJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/BackfillJob',
+            gnomon_dot_v1_dot_api__pb2.BackfillJobRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.BackfillJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelBackfill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/CancelBackfill',
+            gnomon_dot_v1_dot_api__pb2.CancelBackfillRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.CancelBackfillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQueueCircuit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/SetQueueCircuit',
+            gnomon_dot_v1_dot_api__pb2.SetQueueCircuitRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.SetQueueCircuitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueueCircuits(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/ListQueueCircuits',
+            gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,7 +16,7 @@ class CommandBatch(_message.Message):
     def __init__(self, now_ms: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[Command, _Mapping]]] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_jobs", "create_token", "revoke_token", "set_tenant", "record_audit", "rerun_run", "cancel_task", "reset_circuit")
+    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_jobs", "create_token", "revoke_token", "set_tenant", "record_audit", "rerun_run", "cancel_task", "reset_circuit", "start_backfill", "backfill_step", "cancel_backfill", "set_queue_circuit")
     CREATE_JOB_FIELD_NUMBER: _ClassVar[int]
     UPDATE_JOB_FIELD_NUMBER: _ClassVar[int]
     DELETE_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,10 @@ class Command(_message.Message):
     RERUN_RUN_FIELD_NUMBER: _ClassVar[int]
     CANCEL_TASK_FIELD_NUMBER: _ClassVar[int]
     RESET_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
+    START_BACKFILL_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_STEP_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_BACKFILL_FIELD_NUMBER: _ClassVar[int]
+    SET_QUEUE_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
     create_job: CreateJobCmd
     update_job: UpdateJobCmd
     delete_job: DeleteJobCmd
@@ -63,7 +67,11 @@ class Command(_message.Message):
     rerun_run: RerunRunCmd
     cancel_task: CancelTaskCmd
     reset_circuit: ResetCircuitCmd
-    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_jobs: _Optional[_Union[CreateJobsCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ..., rerun_run: _Optional[_Union[RerunRunCmd, _Mapping]] = ..., cancel_task: _Optional[_Union[CancelTaskCmd, _Mapping]] = ..., reset_circuit: _Optional[_Union[ResetCircuitCmd, _Mapping]] = ...) -> None: ...
+    start_backfill: StartBackfillCmd
+    backfill_step: BackfillStepCmd
+    cancel_backfill: CancelBackfillCmd
+    set_queue_circuit: SetQueueCircuitCmd
+    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_jobs: _Optional[_Union[CreateJobsCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ..., rerun_run: _Optional[_Union[RerunRunCmd, _Mapping]] = ..., cancel_task: _Optional[_Union[CancelTaskCmd, _Mapping]] = ..., reset_circuit: _Optional[_Union[ResetCircuitCmd, _Mapping]] = ..., start_backfill: _Optional[_Union[StartBackfillCmd, _Mapping]] = ..., backfill_step: _Optional[_Union[BackfillStepCmd, _Mapping]] = ..., cancel_backfill: _Optional[_Union[CancelBackfillCmd, _Mapping]] = ..., set_queue_circuit: _Optional[_Union[SetQueueCircuitCmd, _Mapping]] = ...) -> None: ...
 
 class CreateJobCmd(_message.Message):
     __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant")
@@ -378,9 +386,63 @@ class CancelTaskCmd(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ResetCircuitCmd(_message.Message):
+    __slots__ = ("request_id", "job_id", "tenant", "queue")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job_id: str
+    tenant: str
+    queue: str
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...
+
+class StartBackfillCmd(_message.Message):
+    __slots__ = ("request_id", "job_id", "from_ms", "to_ms", "total_slots", "overlap_policy")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    job_id: str
+    from_ms: int
+    to_ms: int
+    total_slots: int
+    overlap_policy: _types_pb2.OverlapPolicy
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., total_slots: _Optional[int] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ...) -> None: ...
+
+class BackfillStepCmd(_message.Message):
+    __slots__ = ("job_id", "cursor_ms", "slots_ms", "next_cursor_ms", "done")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_MS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_CURSOR_MS_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    cursor_ms: int
+    slots_ms: _containers.RepeatedScalarFieldContainer[int]
+    next_cursor_ms: int
+    done: bool
+    def __init__(self, job_id: _Optional[str] = ..., cursor_ms: _Optional[int] = ..., slots_ms: _Optional[_Iterable[int]] = ..., next_cursor_ms: _Optional[int] = ..., done: _Optional[bool] = ...) -> None: ...
+
+class CancelBackfillCmd(_message.Message):
     __slots__ = ("request_id", "job_id")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class SetQueueCircuitCmd(_message.Message):
+    __slots__ = ("request_id", "tenant", "queue", "breaker")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tenant: str
+    queue: str
+    breaker: _types_pb2.CircuitBreaker
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., breaker: _Optional[_Union[_types_pb2.CircuitBreaker, _Mapping]] = ...) -> None: ...

@@ -24,7 +24,7 @@ class SnapshotHeader(_message.Message):
     def __init__(self, format_version: _Optional[int] = ..., raft_index: _Optional[int] = ..., state_digest: _Optional[str] = ..., written_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., runs: _Optional[int] = ...) -> None: ...
 
 class StateMeta(_message.Message):
-    __slots__ = ("clock_ms", "last_token", "job_seq", "manual_seq", "limits", "limits_version", "dead_letters_evicted", "token_seq")
+    __slots__ = ("clock_ms", "last_token", "job_seq", "manual_seq", "limits", "limits_version", "dead_letters_evicted", "token_seq", "queue_circuits")
     CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_TOKEN_FIELD_NUMBER: _ClassVar[int]
     JOB_SEQ_FIELD_NUMBER: _ClassVar[int]
@@ -33,6 +33,7 @@ class StateMeta(_message.Message):
     LIMITS_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_EVICTED_FIELD_NUMBER: _ClassVar[int]
     TOKEN_SEQ_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_CIRCUITS_FIELD_NUMBER: _ClassVar[int]
     clock_ms: int
     last_token: int
     job_seq: int
@@ -41,7 +42,8 @@ class StateMeta(_message.Message):
     limits_version: int
     dead_letters_evicted: int
     token_seq: int
-    def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ..., token_seq: _Optional[int] = ...) -> None: ...
+    queue_circuits: _containers.RepeatedCompositeFieldContainer[_types_pb2.QueueCircuit]
+    def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ..., token_seq: _Optional[int] = ..., queue_circuits: _Optional[_Iterable[_Union[_types_pb2.QueueCircuit, _Mapping]]] = ...) -> None: ...
 
 class DedupeRecord(_message.Message):
     __slots__ = ("request_id", "reply", "seq", "at_ms")

@@ -14,6 +14,13 @@ class MisfirePolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MISFIRE_POLICY_RUN_LATEST: _ClassVar[MisfirePolicy]
     MISFIRE_POLICY_SKIP: _ClassVar[MisfirePolicy]
 
+class BackfillStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKFILL_STATUS_UNSPECIFIED: _ClassVar[BackfillStatus]
+    BACKFILL_STATUS_RUNNING: _ClassVar[BackfillStatus]
+    BACKFILL_STATUS_DONE: _ClassVar[BackfillStatus]
+    BACKFILL_STATUS_CANCELLED: _ClassVar[BackfillStatus]
+
 class RunState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RUN_STATE_UNSPECIFIED: _ClassVar[RunState]
@@ -29,6 +36,7 @@ class RunTrigger(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     RUN_TRIGGER_UNSPECIFIED: _ClassVar[RunTrigger]
     RUN_TRIGGER_SCHEDULE: _ClassVar[RunTrigger]
     RUN_TRIGGER_MANUAL: _ClassVar[RunTrigger]
+    RUN_TRIGGER_BACKFILL: _ClassVar[RunTrigger]
 
 class TaskState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -89,6 +97,10 @@ MISFIRE_POLICY_UNSPECIFIED: MisfirePolicy
 MISFIRE_POLICY_RUN_ALL: MisfirePolicy
 MISFIRE_POLICY_RUN_LATEST: MisfirePolicy
 MISFIRE_POLICY_SKIP: MisfirePolicy
+BACKFILL_STATUS_UNSPECIFIED: BackfillStatus
+BACKFILL_STATUS_RUNNING: BackfillStatus
+BACKFILL_STATUS_DONE: BackfillStatus
+BACKFILL_STATUS_CANCELLED: BackfillStatus
 RUN_STATE_UNSPECIFIED: RunState
 RUN_STATE_RUNNING: RunState
 RUN_STATE_SUCCEEDED: RunState
@@ -99,6 +111,7 @@ RUN_STATE_QUEUED: RunState
 RUN_TRIGGER_UNSPECIFIED: RunTrigger
 RUN_TRIGGER_SCHEDULE: RunTrigger
 RUN_TRIGGER_MANUAL: RunTrigger
+RUN_TRIGGER_BACKFILL: RunTrigger
 TASK_STATE_UNSPECIFIED: TaskState
 TASK_STATE_PENDING: TaskState
 TASK_STATE_READY: TaskState
@@ -242,7 +255,7 @@ class JobSpec(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., name: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., tasks: _Optional[_Iterable[_Union[TaskSpec, _Mapping]]] = ..., priority: _Optional[int] = ..., misfire_policy: _Optional[_Union[MisfirePolicy, str]] = ..., misfire_grace_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., max_active_runs: _Optional[int] = ..., max_buffered_runs: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., start_at_ms: _Optional[int] = ..., end_at_ms: _Optional[int] = ..., max_runs: _Optional[int] = ..., delete_after_success: _Optional[bool] = ..., circuit_breaker: _Optional[_Union[CircuitBreaker, _Mapping]] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms", "runs_started", "circuit")
+    __slots__ = ("job_id", "spec", "version", "next_fire_ms", "paused", "created_ms", "updated_ms", "last_fired_ms", "runs_started", "circuit", "backfill", "ran_spans", "span_open")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -253,6 +266,9 @@ class Job(_message.Message):
     LAST_FIRED_MS_FIELD_NUMBER: _ClassVar[int]
     RUNS_STARTED_FIELD_NUMBER: _ClassVar[int]
     CIRCUIT_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_FIELD_NUMBER: _ClassVar[int]
+    RAN_SPANS_FIELD_NUMBER: _ClassVar[int]
+    SPAN_OPEN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec: JobSpec
     version: int
@@ -263,7 +279,56 @@ class Job(_message.Message):
     last_fired_ms: int
     runs_started: int
     circuit: CircuitState
-    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ..., runs_started: _Optional[int] = ..., circuit: _Optional[_Union[CircuitState, _Mapping]] = ...) -> None: ...
+    backfill: BackfillState
+    ran_spans: _containers.RepeatedCompositeFieldContainer[SlotSpan]
+    span_open: bool
+    def __init__(self, job_id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., paused: _Optional[bool] = ..., created_ms: _Optional[int] = ..., updated_ms: _Optional[int] = ..., last_fired_ms: _Optional[int] = ..., runs_started: _Optional[int] = ..., circuit: _Optional[_Union[CircuitState, _Mapping]] = ..., backfill: _Optional[_Union[BackfillState, _Mapping]] = ..., ran_spans: _Optional[_Iterable[_Union[SlotSpan, _Mapping]]] = ..., span_open: _Optional[bool] = ...) -> None: ...
+
+class SlotSpan(_message.Message):
+    __slots__ = ("lo_ms", "hi_ms")
+    LO_MS_FIELD_NUMBER: _ClassVar[int]
+    HI_MS_FIELD_NUMBER: _ClassVar[int]
+    lo_ms: int
+    hi_ms: int
+    def __init__(self, lo_ms: _Optional[int] = ..., hi_ms: _Optional[int] = ...) -> None: ...
+
+class BackfillState(_message.Message):
+    __slots__ = ("from_ms", "to_ms", "next_slot_ms", "total_slots", "overlap_policy", "status", "created", "skipped", "started_ms", "finished_ms", "span_hi_ms")
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_SLOT_MS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    SPAN_HI_MS_FIELD_NUMBER: _ClassVar[int]
+    from_ms: int
+    to_ms: int
+    next_slot_ms: int
+    total_slots: int
+    overlap_policy: OverlapPolicy
+    status: BackfillStatus
+    created: int
+    skipped: int
+    started_ms: int
+    finished_ms: int
+    span_hi_ms: int
+    def __init__(self, from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., next_slot_ms: _Optional[int] = ..., total_slots: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., status: _Optional[_Union[BackfillStatus, str]] = ..., created: _Optional[int] = ..., skipped: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., span_hi_ms: _Optional[int] = ...) -> None: ...
+
+class QueueCircuit(_message.Message):
+    __slots__ = ("tenant", "queue", "breaker", "circuit")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    BREAKER_FIELD_NUMBER: _ClassVar[int]
+    CIRCUIT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    queue: str
+    breaker: CircuitBreaker
+    circuit: CircuitState
+    def __init__(self, tenant: _Optional[str] = ..., queue: _Optional[str] = ..., breaker: _Optional[_Union[CircuitBreaker, _Mapping]] = ..., circuit: _Optional[_Union[CircuitState, _Mapping]] = ...) -> None: ...
 
 class TaskInstance(_message.Message):
     __slots__ = ("task_name", "state", "attempt", "fencing_token", "worker_id", "idempotency_key", "ready_ms", "started_ms", "finished_ms", "retry_at_ms", "last_error", "result", "lease_ttl_ms", "lease_remaining_ms", "lease_checkpoint_ms", "attempts")
