@@ -15,6 +15,7 @@ import grpc
 from ._access import BlockingAccessCalls
 from ._client import AsyncClient
 from ._models import (
+    CircuitBreaker,
     ClusterStatus,
     Consistency,
     CreateJobResult,
@@ -23,6 +24,7 @@ from ._models import (
     JobSpec,
     LimitsUpdate,
     OverlapPolicy,
+    QueueCircuit,
     Run,
     Schedule,
     SchedulePreview,
@@ -417,6 +419,70 @@ class Client(BlockingAccessCalls):
         """Close a job's circuit breaker by hand; returns the job (``job.circuit``)."""
         return self._run(self._async.reset_circuit(
             job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s))
+
+    def reset_queue_circuit(
+        self, queue: str, *, tenant: str | None = None, request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> QueueCircuit:
+        """Close a queue's circuit breaker by hand; returns it."""
+        return self._run(self._async.reset_queue_circuit(
+            queue, tenant=tenant, request_id=request_id, timeout_s=timeout_s))
+
+    def set_queue_circuit(
+        self, queue: str, *, breaker: CircuitBreaker | None, tenant: str | None = None,
+        request_id: str | None = None, timeout_s: float | None = None,
+    ) -> QueueCircuit | None:
+        """Give a tenant's queue a circuit breaker, replace its rule, or remove it (None)."""
+        return self._run(self._async.set_queue_circuit(
+            queue, breaker=breaker, tenant=tenant, request_id=request_id, timeout_s=timeout_s))
+
+    def list_queue_circuits(
+        self, *, tenant: str | None = None, consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[QueueCircuit]:
+        """The queues' circuit breakers (of one tenant, or every tenant you may read)."""
+        return self._run(self._async.list_queue_circuits(
+            tenant=tenant, consistency=consistency, timeout_s=timeout_s))
+
+    def backfill_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        from_ms: int = 0,
+        to_ms: int = 0,
+        overlap_policy: OverlapPolicy | str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> Job:
+        """Run every slot of the job's schedule in [from_ms, to_ms) that has not run yet
+        (trigger ``backfill``), paced by the leader; ``job.backfill`` shows progress."""
+        return self._run(self._async.backfill_job(
+            job_id, tenant=tenant, name=name, from_ms=from_ms, to_ms=to_ms,
+            overlap_policy=overlap_policy, request_id=request_id, timeout_s=timeout_s,
+            start=start, end=end))
+
+    def cancel_backfill(
+        self, job_id: str | None = None, *, tenant: str | None = None,
+        name: str | None = None, request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """Stop the job's running backfill: no further slots get runs (created ones go on)."""
+        return self._run(self._async.cancel_backfill(
+            job_id, tenant=tenant, name=name, request_id=request_id, timeout_s=timeout_s))
+
+    def wait_backfill(
+        self, job_id: str | None = None, *, tenant: str | None = None,
+        name: str | None = None, timeout_s: float = 600.0, poll_interval_s: float = 0.5,
+    ) -> Job:
+        """Poll until the job's backfill is done or cancelled; DeadlineExceeded after
+        ``timeout_s``."""
+        return self._run(self._async.wait_backfill(
+            job_id, tenant=tenant, name=name, timeout_s=timeout_s,
+            poll_interval_s=poll_interval_s))
 
     def rerun_run(
         self, run_id: str, *, request_id: str | None = None, timeout_s: float | None = None

@@ -20,6 +20,7 @@ from . import _convert as cv
 from ._access import ACCESS_SERVICE, AccessCalls
 from ._errors import DeadlineExceeded, GnomonError, InvalidArgument, error_for_status
 from ._models import (
+    CircuitBreaker,
     ClusterLimits,
     ClusterStatus,
     Consistency,
@@ -29,6 +30,7 @@ from ._models import (
     JobSpec,
     LimitsUpdate,
     OverlapPolicy,
+    QueueCircuit,
     Run,
     Schedule,
     SchedulePreview,
@@ -492,6 +494,97 @@ class AsyncClient(AccessCalls):
                                           job=cv.job_ref(job_id, tenant, name))
         resp = await self._call(_JOBS, "ResetCircuit", req, timeout_s=timeout_s)
         return cv.job_from_proto(resp.job)
+
+    async def reset_queue_circuit(
+        self, queue: str, *, tenant: str | None = None, request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> QueueCircuit:
+        """Close a queue's circuit breaker by hand; returns it."""
+        req = api_pb2.ResetCircuitRequest(request_id=request_id or _new_request_id(),
+                                          tenant=tenant or "", queue=queue)
+        resp = await self._call(_JOBS, "ResetCircuit", req, timeout_s=timeout_s)
+        return cv.queue_circuit_from_proto(resp.queue_circuit)
+
+    async def set_queue_circuit(
+        self, queue: str, *, breaker: CircuitBreaker | None, tenant: str | None = None,
+        request_id: str | None = None, timeout_s: float | None = None,
+    ) -> QueueCircuit | None:
+        """Give a tenant's queue a circuit breaker (fires of every job with a task on it are
+        SKIPPED "circuit open: queue Q" while it is open), replace its rule, or remove it
+        (``breaker=None``; returns None)."""
+        req = api_pb2.SetQueueCircuitRequest(
+            request_id=request_id or _new_request_id(), tenant=tenant or "", queue=queue,
+            breaker=cv.breaker_to_proto(breaker) if breaker is not None else None)
+        resp = await self._call(_JOBS, "SetQueueCircuit", req, timeout_s=timeout_s)
+        return cv.queue_circuit_from_proto(resp.queue_circuit) \
+            if resp.HasField("queue_circuit") else None
+
+    async def list_queue_circuits(
+        self, *, tenant: str | None = None, consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> list[QueueCircuit]:
+        """The queues' circuit breakers (of one tenant, or every tenant you may read)."""
+        req = api_pb2.ListQueueCircuitsRequest(
+            tenant=tenant or "", consistency=cv.consistency_to_proto(consistency))
+        resp = await self._call(_JOBS, "ListQueueCircuits", req, timeout_s=timeout_s)
+        return [cv.queue_circuit_from_proto(m) for m in resp.queue_circuits]
+
+    async def backfill_job(
+        self,
+        job_id: str | None = None,
+        *,
+        tenant: str | None = None,
+        name: str | None = None,
+        from_ms: int = 0,
+        to_ms: int = 0,
+        overlap_policy: OverlapPolicy | str | None = None,
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+        start: datetime | None = None,
+        end: datetime | None = None,
+    ) -> Job:
+        """Run every slot of the job's schedule in [from_ms, to_ms) (or [start, end), aware
+        datetimes) that has not run yet (trigger ``backfill``), paced by the leader; a slot
+        that already ran is not run again. Returns the job: ``job.backfill`` shows progress
+        (poll ``get_job`` or use ``wait_backfill``)."""
+        req = api_pb2.BackfillJobRequest(
+            request_id=request_id or _new_request_id(), job=cv.job_ref(job_id, tenant, name),
+            from_ms=ms_or_alias("backfill_job", "from_ms", from_ms, "start", start, instant_ms),
+            to_ms=ms_or_alias("backfill_job", "to_ms", to_ms, "end", end, instant_ms),
+            overlap_policy=cv.overlap_to_proto(overlap_policy))
+        resp = await self._call(_JOBS, "BackfillJob", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
+    async def cancel_backfill(
+        self, job_id: str | None = None, *, tenant: str | None = None,
+        name: str | None = None, request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> Job:
+        """Stop the job's running backfill: no further slots get runs (created ones go on)."""
+        req = api_pb2.CancelBackfillRequest(request_id=request_id or _new_request_id(),
+                                            job=cv.job_ref(job_id, tenant, name))
+        resp = await self._call(_JOBS, "CancelBackfill", req, timeout_s=timeout_s)
+        return cv.job_from_proto(resp.job)
+
+    async def wait_backfill(
+        self, job_id: str | None = None, *, tenant: str | None = None,
+        name: str | None = None, timeout_s: float = 600.0, poll_interval_s: float = 0.5,
+    ) -> Job:
+        """Poll ``get_job`` until the job's backfill is done or cancelled; DeadlineExceeded
+        after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            job = await self.get_job(job_id, tenant=tenant, name=name)
+            if job.backfill is None or job.backfill.finished:
+                return job
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise DeadlineExceeded(
+                    f"the backfill of {job.job_id} is still running after {timeout_s:g}s "
+                    f"({job.backfill.done_slots} of {job.backfill.total_slots} slots)",
+                    code=grpc.StatusCode.DEADLINE_EXCEEDED)
+            await asyncio.sleep(min(poll_interval_s, remaining))
 
     async def rerun_run(
         self, run_id: str, *, request_id: str | None = None, timeout_s: float | None = None

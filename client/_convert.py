@@ -21,6 +21,7 @@ from ._models import (
     CLUSTER_LIMIT_NAMES,
     Attempt,
     AttemptOutcome,
+    Backfill,
     CircuitBreaker,
     CircuitState,
     ClusterLimits,
@@ -41,6 +42,7 @@ from ._models import (
     OnceSchedule,
     OverlapPolicy,
     PreviewFire,
+    QueueCircuit,
     RetryPolicy,
     Run,
     RunState,
@@ -109,6 +111,7 @@ _RUN_TRIGGER = {
     RunTrigger.UNSPECIFIED: types_pb2.RUN_TRIGGER_UNSPECIFIED,
     RunTrigger.SCHEDULE: types_pb2.RUN_TRIGGER_SCHEDULE,
     RunTrigger.MANUAL: types_pb2.RUN_TRIGGER_MANUAL,
+    RunTrigger.BACKFILL: types_pb2.RUN_TRIGGER_BACKFILL,
 }
 _RUN_TRIGGER_BACK = {v: k for k, v in _RUN_TRIGGER.items()}
 
@@ -271,6 +274,44 @@ def job_spec_from_proto(msg: types_pb2.JobSpec) -> JobSpec:
 # --- stored objects ------------------------------------------------------------------------
 
 
+_BACKFILL_STATUS = {types_pb2.BACKFILL_STATUS_RUNNING: "running",
+                    types_pb2.BACKFILL_STATUS_DONE: "done",
+                    types_pb2.BACKFILL_STATUS_CANCELLED: "cancelled"}
+
+
+def circuit_from_proto(msg: types_pb2.CircuitState) -> CircuitState:
+    return CircuitState(
+        status=_CIRCUIT_BACK.get(msg.status, "closed"),
+        opened_ms=msg.opened_ms,
+        recent_failures=tuple(msg.recent_failures),
+        probe_run_id=msg.probe_run_id,
+        opens=msg.opens,
+    )
+
+
+def breaker_to_proto(breaker: CircuitBreaker) -> types_pb2.CircuitBreaker:
+    return types_pb2.CircuitBreaker(window_runs=breaker.window_runs,
+                                    failure_percent=breaker.failure_percent,
+                                    cooldown_ms=breaker.cooldown_ms)
+
+
+def queue_circuit_from_proto(msg: types_pb2.QueueCircuit) -> QueueCircuit:
+    return QueueCircuit(
+        tenant=msg.tenant, queue=msg.queue,
+        breaker=CircuitBreaker(msg.breaker.window_runs, msg.breaker.failure_percent,
+                               msg.breaker.cooldown_ms),
+        circuit=circuit_from_proto(msg.circuit))
+
+
+def backfill_from_proto(msg: types_pb2.BackfillState) -> Backfill:
+    return Backfill(
+        from_ms=msg.from_ms, to_ms=msg.to_ms, next_slot_ms=msg.next_slot_ms,
+        total_slots=msg.total_slots,
+        overlap_policy=_OVERLAP_BACK.get(msg.overlap_policy) if msg.overlap_policy else None,
+        status=_BACKFILL_STATUS.get(msg.status, "running"), created=msg.created,
+        skipped=msg.skipped, started_ms=msg.started_ms, finished_ms=msg.finished_ms)
+
+
 def job_to_proto(job: Job) -> types_pb2.Job:
     return types_pb2.Job(
         job_id=job.job_id,
@@ -315,13 +356,8 @@ def job_from_proto(msg: types_pb2.Job) -> Job:
         created_ms=msg.created_ms,
         updated_ms=msg.updated_ms,
         runs_started=msg.runs_started,
-        circuit=CircuitState(
-            status=_CIRCUIT_BACK.get(msg.circuit.status, "closed"),
-            opened_ms=msg.circuit.opened_ms,
-            recent_failures=tuple(msg.circuit.recent_failures),
-            probe_run_id=msg.circuit.probe_run_id,
-            opens=msg.circuit.opens,
-        ),
+        circuit=circuit_from_proto(msg.circuit),
+        backfill=backfill_from_proto(msg.backfill) if msg.HasField("backfill") else None,
     )
 
 

@@ -37,6 +37,7 @@ from ._time import DurationField, InstantField
 __all__ = [
     "Attempt",
     "AttemptOutcome",
+    "Backfill",
     "CircuitBreaker",
     "CircuitState",
     "ClusterLimits",
@@ -56,6 +57,7 @@ __all__ = [
     "OnceSchedule",
     "OverlapPolicy",
     "PreviewFire",
+    "QueueCircuit",
     "RetryPolicy",
     "Run",
     "RunState",
@@ -102,6 +104,7 @@ class RunTrigger(enum.StrEnum):
     UNSPECIFIED = "unspecified"
     SCHEDULE = "schedule"
     MANUAL = "manual"
+    BACKFILL = "backfill"
 
 
 class TaskState(enum.StrEnum):
@@ -194,6 +197,44 @@ class CreateJobResult:
 
 
 @dataclass(frozen=True, slots=True)
+class QueueCircuit:
+    """A queue's circuit breaker (queues are namespaced by tenant): its rule and state."""
+
+    tenant: str
+    queue: str
+    breaker: CircuitBreaker
+    circuit: CircuitState = CircuitState()
+
+
+@dataclass(frozen=True, slots=True)
+class Backfill:
+    """A job's backfill of the slots in [from_ms, to_ms): ``status`` running, done or
+    cancelled; ``next_slot_ms`` the slots before it are done; ``created`` runs made,
+    ``skipped`` slots not run (already ran, the schedule's own, or skipped by the overlap
+    policy) of ``total_slots``."""
+
+    from_ms: int
+    to_ms: int
+    next_slot_ms: int = 0
+    total_slots: int = 0
+    overlap_policy: OverlapPolicy | None = None
+    status: str = "running"
+    created: int = 0
+    skipped: int = 0
+    started_ms: int = 0
+    finished_ms: int = 0
+
+    @property
+    def done_slots(self) -> int:
+        """Slots dealt with (run or skipped)."""
+        return self.created + self.skipped
+
+    @property
+    def finished(self) -> bool:
+        return self.status != "running"
+
+
+@dataclass(frozen=True, slots=True)
 class Job:
     """A stored job. ``version`` increments on every change (see ``expected_version``)."""
 
@@ -207,6 +248,8 @@ class Job:
     # Runs its schedule started or queued (``spec.max_runs``).
     runs_started: int = 0
     circuit: CircuitState = CircuitState()
+    # The job's latest backfill (None: never backfilled).
+    backfill: Backfill | None = None
 
     @property
     def name(self) -> str:

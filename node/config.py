@@ -153,6 +153,18 @@ class Config:
     fire_spread_window_ms: int = 0
     # A job's circuit_breaker.window_runs at most.
     max_circuit_window_runs: int = 100
+    # Job backfill (BackfillJob): slots one backfill may cover at most (more is refused,
+    # INVALID_ARGUMENT); slots the leader proposes per step, steps at most this often, and
+    # runs of one backfill active (running or queued) at once: pacing, so that a backfill
+    # never stampedes admission or the workers.
+    backfill_max_slots: int = 10_000
+    backfill_slots_per_step: int = 20
+    backfill_step_interval_ms: int = 500
+    backfill_max_active_runs: int = 10
+    # Dispatch inside a queue: a ready task's priority counts one point more per this much
+    # waiting (0: strict priority, a low one may wait forever). A task waits behind tasks
+    # that became ready after it for at most (their priority - its) x this.
+    priority_aging_ms: int = 1_000
     # Replicated limits: the first leader of a new cluster proposes these; later changes go
     # through `gnomon cluster limits --set` (a node's own value is never applied on its own).
     dedupe_capacity: int = 100_000
@@ -213,6 +225,13 @@ class Config:
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level: {self.log_level!r} is not debug, info, warning "
                               "or error")
+        for name in ("backfill_max_slots", "backfill_slots_per_step",
+                     "backfill_step_interval_ms", "backfill_max_active_runs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.priority_aging_ms < 0:
+            raise ConfigError(f"priority_aging_ms: must be >= 0 (0: strict priority), got "
+                              f"{self.priority_aging_ms}")
         if self.heartbeat_interval_ms * 2 > self.lease_ttl_ms:
             raise ConfigError("heartbeat_interval_ms: must be at most half of lease_ttl_ms")
         rejected = validate_limits(self.initial_limits())

@@ -1,7 +1,8 @@
 """Leader-local dispatch: which ready task goes to which connected worker.
 
-Ready tasks wait in one heap per (queue, tenant), ordered by job priority (higher first),
-then by the time they became ready. Queues are namespaced by tenant: a worker whose token is
+Ready tasks wait in one heap per (queue, tenant), ordered by job priority (higher first)
+with an age credit (`priority_aging_ms`: one priority point per that much waiting, so a low
+priority task is not starved), then by the time they became ready. Queues are namespaced by tenant: a worker whose token is
 scoped to tenants (node/auth.py) is matched only with heaps of those tenants; an unscoped
 worker (admin, or authentication off) with every tenant's heap of its queues. Workers announce credits (free slots); each round matches credits
 with heads of the queues the worker serves, commits ONE GrantLeases command for the round
@@ -33,6 +34,44 @@ from gnomon.v1 import worker_pb2
 log = logging.getLogger(__name__)
 
 MAX_GRANTS_PER_ROUND = 2_000
+
+
+def ready_rank(priority: int, ready_ms: int, aging_ms: int) -> tuple[int, int]:
+    """Heap order of a ready task (smaller goes first). With aging, the effective priority
+    `priority + waited / aging_ms` orders tasks alike at every instant, so it is the fixed
+    key `ready_ms - priority * aging_ms`: a task is passed by one that became ready after it
+    only while that one's priority lead is worth more than the time between them, i.e. it
+    waits behind later tasks for at most (their priority - its) x aging_ms. Without aging
+    (0): strict priority, then age."""
+    if aging_ms > 0:
+        return ready_ms - priority * aging_ms, -priority
+    return -priority, ready_ms
+
+
+class ReadyHeap:
+    """The ready tasks of one (queue, tenant), best first by `ready_rank`; entries of tasks
+    that left READY since are dropped when popped (the dispatcher checks)."""
+
+    __slots__ = ("_items", "_aging_ms")
+
+    def __init__(self, aging_ms: int = 0) -> None:
+        self._items: list[tuple[int, int, int, str, str]] = []
+        self._aging_ms = aging_ms
+
+    def push(self, priority: int, ready_ms: int, seq: int, run_id: str, task_name: str) -> None:
+        heapq.heappush(self._items,
+                       (*ready_rank(priority, ready_ms, self._aging_ms), seq, run_id, task_name))
+
+    def head(self) -> tuple[int, int, int, str, str]:
+        return self._items[0]
+
+    def pop(self) -> tuple[str, str]:
+        """(run_id, task_name) of the best entry, removed."""
+        entry = heapq.heappop(self._items)
+        return entry[3], entry[4]
+
+    def __len__(self) -> int:
+        return len(self._items)
 
 
 @dataclass(eq=False)
@@ -74,7 +113,8 @@ class FairShare:
 class Dispatcher:
     def __init__(self, replica: Replica, proposer: Proposer, leases: LeaseTable, *,
                  lease_ttl_ms: int, max_credits: int, supervisor: Supervisor,
-                 queue_caps: Mapping[str, int] | None = None):
+                 queue_caps: Mapping[str, int] | None = None, priority_aging_ms: int = 0):
+        self._aging_ms = priority_aging_ms
         self._supervisor = supervisor
         # queue -> most tasks leased at once (config queue_max_concurrency).
         self._queue_caps = dict(queue_caps or {})
@@ -85,7 +125,7 @@ class Dispatcher:
         self._max_credits = max_credits
         self.sessions: dict[str, WorkerSession] = {}
         self._order: deque[str] = deque()
-        self._ready: dict[tuple[str, str], list[tuple[int, int, int, str, str]]] = {}
+        self._ready: dict[tuple[str, str], ReadyHeap] = {}
         self._queue_tenants: dict[str, dict[str, None]] = {}  # queue -> tenants with a heap
         self._waiting: list[tuple[int, str, str]] = []
         # Grants proposed, not yet answered: (run_id, task_name) -> (tenant, queue), and
@@ -173,18 +213,17 @@ class Dispatcher:
 
     def _index(self, run, inst) -> None:
         if inst.state == TaskState.READY:
-            heapq.heappush(self._heap(run, inst.task_name),
-                           (-run.spec.priority, inst.ready_ms, next(self._seq), run.run_id,
-                            inst.task_name))
+            self._heap(run, inst.task_name).push(run.spec.priority, inst.ready_ms,
+                                                 next(self._seq), run.run_id, inst.task_name)
         elif inst.state == TaskState.RETRY_WAIT:
             heapq.heappush(self._waiting, (inst.retry_at_ms, run.run_id, inst.task_name))
 
-    def _heap(self, run, task_name: str) -> list:
+    def _heap(self, run, task_name: str) -> ReadyHeap:
         queue = run.spec.task(task_name).queue or "default"
         tenant = run.spec.tenant
         heap = self._ready.get((queue, tenant))
         if heap is None:
-            heap = self._ready[(queue, tenant)] = []
+            heap = self._ready[(queue, tenant)] = ReadyHeap(self._aging_ms)
             self._queue_tenants.setdefault(queue, {})[tenant] = None
         return heap
 
@@ -233,9 +272,8 @@ class Dispatcher:
                 run = runs.get(run_id)
                 inst = run.tasks.get(task_name) if run else None
                 if inst is not None and inst.state == TaskState.RETRY_WAIT:
-                    heapq.heappush(self._heap(run, task_name),
-                                   (-run.spec.priority, inst.retry_at_ms, next(self._seq), run_id,
-                                    task_name))
+                    self._heap(run, task_name).push(run.spec.priority, inst.retry_at_ms,
+                                                    next(self._seq), run_id, task_name)
 
     def _match(self) -> list[tuple[WorkerSession, LeaseGrant]]:
         grants: list[tuple[WorkerSession, LeaseGrant]] = []
@@ -304,11 +342,11 @@ class Dispatcher:
             best = None
             for q in keys:
                 heap = self._ready.get(q)
-                if heap and (best is None or heap[0] < self._ready[best][0]):
+                if heap and (best is None or heap.head() < self._ready[best].head()):
                     best = q
             if best is None:
                 return None
-            _, _, _, run_id, task_name = heapq.heappop(self._ready[best])
+            run_id, task_name = self._ready[best].pop()
             run = runs.get(run_id)
             inst = run.tasks.get(task_name) if run else None
             if (inst is not None and inst.state in (TaskState.READY, TaskState.RETRY_WAIT)

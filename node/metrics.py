@@ -46,6 +46,12 @@ FIRE_LATENESS = Histogram("gnomon_fire_lateness_seconds", "Commit time minus sch
                           registry=REGISTRY)
 RUNS_ENDED = Counter("gnomon_runs_ended_total", "Runs that ended on this replica, by outcome",
                      ["outcome"], registry=REGISTRY)
+CIRCUIT_OPENS = Counter("gnomon_circuit_opens_total",
+                        "Circuit breakers that opened on this replica, by scope (job, queue)",
+                        ["scope"], registry=REGISTRY)
+CIRCUIT_SKIPPED = Counter("gnomon_circuit_skipped_fires_total",
+                          "Scheduled fires recorded SKIPPED because a breaker held them, by "
+                          "scope (job, queue)", ["scope"], registry=REGISTRY)
 LEASES_GRANTED = Counter("gnomon_leases_granted_total", "Leases granted", registry=REGISTRY)
 LEASES_EXPIRED = Counter("gnomon_leases_expired_total", "Leases expired by the leader", ["reason"],
                          registry=REGISTRY)

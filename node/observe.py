@@ -78,6 +78,10 @@ class EntryCounter:
         for reply in replies:
             if isinstance(reply, Rejected):
                 metrics.REJECTED.labels(reply.code).inc()
+        for scope, _name in effects.circuit_opened:
+            metrics.CIRCUIT_OPENS.labels(scope).inc()
+        for scope in effects.circuit_skipped:
+            metrics.CIRCUIT_SKIPPED.labels(scope).inc()
         self._runs_ended(st, batch, effects)
 
     def _runs_ended(self, st: State, batch: Any, effects: Any) -> None:
@@ -192,6 +196,8 @@ class StateCollector:
                     tasks.update(inst.state for inst in run.tasks.values())
             views = queue_views(st)
             dead, evicted = len(st.dead_letters), st.dead_letters_evicted
+            all_jobs = list(st.jobs.values())  # counted outside the lock (O(jobs))
+            queue_circuits = list(st.queue_circuits.values())
         yield _gauge("gnomon_jobs", "Jobs in the replicated state", jobs)
         fam = GaugeMetricFamily("gnomon_runs", "Runs in memory, by state", labels=["state"])
         for state in (RunState.RUNNING, RunState.QUEUED, RunState.SUCCEEDED,
@@ -223,6 +229,30 @@ class StateCollector:
         leases = getattr(node, "leases", None)
         held = len(leases.deadlines) if leases is not None and node.leadership.ready else 0
         yield _gauge("gnomon_leases_held", "Leases this leader tracks", held)
+        yield from _circuits(all_jobs, queue_circuits)
+
+
+_CIRCUIT_STATES = ("closed", "open", "half_open")
+
+
+def _circuits(jobs: list, queue_circuits: list):
+    """Breakers by state: jobs counted (one series per state, bounded), queues each."""
+    by_state = Counter(job.circuit.status for job in jobs if job.spec.circuit_breaker)
+    backfills = sum(1 for job in jobs
+                    if job.backfill is not None and job.backfill.status == "running")
+    fam = GaugeMetricFamily("gnomon_job_circuits", "Jobs with a circuit breaker, by state",
+                            labels=["state"])
+    for state in _CIRCUIT_STATES:
+        fam.add_metric([state], by_state.get(state, 0))
+    yield fam
+    fam = GaugeMetricFamily("gnomon_queue_circuit_state",
+                            "A queue's circuit breaker: 1 for its current state",
+                            labels=["tenant", "queue", "state"])
+    for qc in queue_circuits:
+        for state in _CIRCUIT_STATES:
+            fam.add_metric([qc.tenant, qc.queue, state], 1 if qc.circuit.status == state else 0)
+    yield fam
+    yield _gauge("gnomon_backfills_running", "Job backfills still creating runs", backfills)
 
     def _storage(self):
         node = self.node

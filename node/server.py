@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection
 from gnomon.node import grpc_tls, logs, metrics, observe
 from gnomon.node.auth import Authenticator, read_admin_token
 from gnomon.node.backfill import Backfill
+from gnomon.node.backfill_jobs import BackfillLimits, JobBackfillLoop
 from gnomon.node.clock import mono_ms
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Batch, SetLimits
@@ -129,11 +130,14 @@ class Node:
             self.dispatcher.cancelled(effects.cancelled)
         if effects.dispatchable:
             self.dispatcher.dispatchable(effects.dispatchable)
+        if effects.backfills:
+            self.job_backfill.changed(effects.backfills)
 
     async def _start_leading(self, session: int) -> None:
         self.leases.start()
         self.trigger.start()
         self.dispatcher.start()
+        self.job_backfill.start()
         await self._bootstrap_limits()
 
     async def _bootstrap_limits(self) -> None:
@@ -155,6 +159,7 @@ class Node:
                         _limits_diff(mine, limits))
 
     async def _stop_leading(self) -> None:
+        await self.job_backfill.stop()
         await self.trigger.stop()
         await self.dispatcher.stop()
         await self.leases.stop()
@@ -198,7 +203,14 @@ class Node:
                                      lease_ttl_ms=cfg.lease_ttl_ms,
                                      max_credits=cfg.max_worker_credits,
                                      supervisor=self.supervisor,
-                                     queue_caps=cfg.queue_caps)
+                                     queue_caps=cfg.queue_caps,
+                                     priority_aging_ms=cfg.priority_aging_ms)
+        self.job_backfill = JobBackfillLoop(
+            self.replica, self.proposer,
+            BackfillLimits(slots_per_step=cfg.backfill_slots_per_step,
+                           step_interval_ms=cfg.backfill_step_interval_ms,
+                           max_active_runs=cfg.backfill_max_active_runs),
+            supervisor=self.supervisor, queued_tasks=self.dispatcher.ready_count)
         self.proposer.start()
         self.leadership.start()
         # One authenticator and guard for both ports (the same tokens, rules and rate limits).
@@ -375,4 +387,4 @@ def _limits_diff(mine: Limits, cluster: Limits) -> str:
 
 def _has_work(effects: Effects) -> bool:
     return bool(effects.jobs or effects.leased or effects.lease_ended or effects.cancelled
-                or effects.dispatchable)
+                or effects.dispatchable or effects.backfills)

@@ -18,12 +18,13 @@ from gnomon.node.core.model import (
     DEFAULT_QUEUE,
     DEFAULT_TENANT,
     OVERLAP_POLICIES,
+    CircuitBreaker,
     JobSpec,
     MisfirePolicy,
     RetryPolicy,
     TaskSpec,
 )
-from gnomon.node.core.validate import check_bounds, check_dag, check_overlap
+from gnomon.node.core.validate import check_bounds, check_breaker, check_dag, check_overlap
 from gnomon.node.core.validate import show as _show
 from gnomon.node.input_errors import ValidationError
 from gnomon.node.schedules import check_schedule, job_hash_id, shortest_gap_ms
@@ -35,6 +36,9 @@ __all__ = [
     "validate_request_id",
     "validate_spec",
     "validate_worker_id",
+    "validate_queue_ref",
+    "validate_breaker",
+    "validate_backfill_range",
 ]
 
 _TENANT = re.compile(r"[a-z0-9_-]{1,64}")
@@ -190,6 +194,38 @@ def validate_overlap_override(value: str) -> None:
         raise ValidationError(
             "overlap_policy", f"must be one of {', '.join(OVERLAP_POLICIES)}, got {_show(value)}"
         )
+
+
+def validate_queue_ref(tenant: str, queue: str) -> tuple[str, str]:
+    """A (tenant, queue) named by a queue-level call; tenant "" is the default one."""
+    tenant = tenant or DEFAULT_TENANT
+    if not _TENANT.fullmatch(tenant):
+        raise ValidationError("tenant", f"must match [a-z0-9_-]{{1,64}}, got {_show(tenant)}")
+    if not _QUEUE.fullmatch(queue):
+        raise ValidationError("queue", f"must match [A-Za-z0-9_.-]{{1,64}}, got {_show(queue)}")
+    return tenant, queue
+
+
+def validate_breaker(breaker: CircuitBreaker, field: str, limits: InputLimits) -> None:
+    """A breaker's rule: the core's ranges and the node's max_circuit_window_runs."""
+    rejected = check_breaker(breaker, field)
+    if rejected:
+        at, _, rule = rejected.detail.partition(": ")
+        raise ValidationError(at, rule)
+    if breaker.window_runs > limits.max_circuit_window_runs:
+        raise ValidationError(f"{field}.window_runs", f"{breaker.window_runs} exceeds the "
+                              f"node's max_circuit_window_runs {limits.max_circuit_window_runs}")
+
+
+def validate_backfill_range(from_ms: int, to_ms: int, now_ms: int) -> None:
+    """[from_ms, to_ms): from_ms >= 0, to_ms after it and not in the future."""
+    if from_ms < 0:
+        raise ValidationError("from_ms", f"must be >= 0, got {from_ms}")
+    if to_ms <= from_ms:
+        raise ValidationError("to_ms", f"must be after from_ms ({from_ms}), got {to_ms}")
+    if to_ms > now_ms:
+        raise ValidationError("to_ms", f"must not be after now ({now_ms}), got {to_ms}: "
+                              "slots to come are the schedule's")
 
 
 def validate_request_id(request_id: str) -> None:

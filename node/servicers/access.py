@@ -156,6 +156,15 @@ def _preview(p, r, look):
     return [look.job(r.job)] if r.HasField("job") else [r.tenant or DEFAULT_TENANT]
 
 
+def _queue_tenant(p, r, look):
+    return [r.tenant or DEFAULT_TENANT]
+
+
+def _job_or_queue(p, r, look):
+    """ResetCircuit: a job's breaker, or (tenant and queue set) a queue's."""
+    return _queue_tenant(p, r, look) if r.queue or r.tenant else _job(p, r, look)
+
+
 def _any(p, r, look):
     return []
 
@@ -182,7 +191,11 @@ RULES: dict[str, Rule] = {
     JOBS + "RerunRun": Rule(TENANT_WRITER, _run),
     JOBS + "CancelTask": Rule(TENANT_WRITER, _run),
     JOBS + "RetryTask": Rule(TENANT_WRITER, _run),
-    JOBS + "ResetCircuit": Rule(TENANT_WRITER, _job),
+    JOBS + "ResetCircuit": Rule(TENANT_WRITER, _job_or_queue),
+    JOBS + "BackfillJob": Rule(TENANT_WRITER, _job),
+    JOBS + "CancelBackfill": Rule(TENANT_WRITER, _job),
+    JOBS + "SetQueueCircuit": Rule(TENANT_ADMIN, _queue_tenant),
+    JOBS + "ListQueueCircuits": Rule(TENANT_READER, _listing),
     CLUSTER + "GetStatus": Rule(TENANT_READER, _any),
     CLUSTER + "SetLimits": Rule(ADMIN),
     CLUSTER + "ExportHistory": Rule(ADMIN),
@@ -209,7 +222,7 @@ AUDITED = frozenset({
 })
 MAX_AUDIT_DETAIL_CHARS = 2000
 # Calls that create runs: refused while the tenant's queued tasks are at max_queued_tasks.
-RUN_CREATING = frozenset({JOBS + "TriggerJob", JOBS + "ReplayDeadLetters"})
+RUN_CREATING = frozenset({JOBS + "TriggerJob", JOBS + "ReplayDeadLetters", JOBS + "BackfillJob"})
 QUEUED_RETRY_MS = 1000
 MAX_AUDIT_LIST = 1000
 # Any role may ask who it is and read cluster status; workers are no tenant-reader otherwise.

@@ -8,10 +8,11 @@ import dataclasses
 import grpc
 
 from gnomon.node import codec
+from gnomon.node.backfill_jobs import count_slots
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Rejected
-from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind
+from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, queue_key
 from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.schedules import (
     bounded_first,
@@ -24,7 +25,10 @@ from gnomon.node.servicers.errors import REJECTED_CODES, ServiceError, check, st
 from gnomon.node.state_codec import decode_run
 from gnomon.node.validate import (
     merge_params,
+    validate_backfill_range,
+    validate_breaker,
     validate_id,
+    validate_queue_ref,
     validate_request_id,
     validate_spec,
 )
@@ -63,8 +67,9 @@ def _check_overlap_number(field: str, number: int) -> None:
 
 _REPLIES = {c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
             c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply,
-            c.RerunRun: RunReply, c.CancelTask: RunReply, c.ResetCircuit: JobReply,
-            c.ReplayDeadLetters: Replayed}
+            c.RerunRun: RunReply, c.CancelTask: RunReply, c.ResetCircuit: (JobReply, Done),
+            c.ReplayDeadLetters: Replayed, c.StartBackfill: JobReply, c.CancelBackfill: JobReply,
+            c.SetQueueCircuit: Done}
 
 
 def _answering(command, reply):
@@ -446,9 +451,74 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def ResetCircuit(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
+        if request.queue or request.tenant:
+            if request.job.job_id or request.job.name:
+                raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   "queue: give a job or a tenant's queue, not both")
+            tenant, queue = validate_queue_ref(request.tenant, request.queue)
+            await self._propose(c.ResetCircuit(request.request_id, "", tenant, queue))
+            return api_pb2.ResetCircuitResponse(queue_circuit=self._queue_circuit(tenant, queue))
         job_id = await self._write_job_id(request.job, request.request_id)
         reply = await self._propose(c.ResetCircuit(request.request_id, job_id))
         return api_pb2.ResetCircuitResponse(job=self._job_as_written(reply))
+
+    def _queue_circuit(self, tenant: str, queue: str) -> types_pb2.QueueCircuit | None:
+        with self.lock:
+            qc = self.node.replica.state.queue_circuits.get(queue_key(tenant, queue))
+            return codec.queue_circuit_to_proto(qc) if qc is not None else None
+
+    @translated
+    async def SetQueueCircuit(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        tenant, queue = validate_queue_ref(request.tenant, request.queue)
+        breaker = None
+        if request.HasField("breaker"):
+            breaker = codec.breaker_from_proto(request.breaker)
+            validate_breaker(breaker, "breaker", self.node.input_limits)
+        await self._propose(c.SetQueueCircuit(request.request_id, tenant, queue, breaker))
+        return api_pb2.SetQueueCircuitResponse(queue_circuit=self._queue_circuit(tenant, queue))
+
+    @translated
+    async def ListQueueCircuits(self, request, context):  # noqa: N802
+        await self.before_read(request.consistency)
+        with self.lock:
+            return api_pb2.ListQueueCircuitsResponse(queue_circuits=[
+                codec.queue_circuit_to_proto(qc)
+                for qc in self.node.replica.state.queue_circuits.values()
+                if not request.tenant or qc.tenant == request.tenant])
+
+    # -- backfill ----------------------------------------------------------------------------
+
+    @translated
+    async def BackfillJob(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        _check_overlap_number("overlap_policy", request.overlap_policy)
+        validate_backfill_range(request.from_ms, request.to_ms, self._now_ms())
+        job_id = await self._write_job_id(request.job, request.request_id)
+        with self.lock:
+            job = self.node.replica.state.jobs.get(job_id)
+            spec = job.spec if job is not None else None
+        total, limit = 0, self.node.config.backfill_max_slots
+        if spec is not None:  # None: a retry answered by dedupe
+            total = await asyncio.to_thread(count_slots, spec.schedule,
+                                            job_hash_id(spec.tenant, spec.name),
+                                            request.from_ms, request.to_ms, limit)
+            if total > limit:
+                raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"to_ms: [from_ms, to_ms) holds more than the node's "
+                                   f"backfill_max_slots {limit} slots of the job's schedule; "
+                                   "backfill a shorter range")
+        overlap = codec.overlap_from_proto(request.overlap_policy, "")
+        reply = await self._propose(c.StartBackfill(request.request_id, job_id, request.from_ms,
+                                                    request.to_ms, total, overlap))
+        return api_pb2.BackfillJobResponse(job=self._job_as_written(reply))
+
+    @translated
+    async def CancelBackfill(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        job_id = await self._write_job_id(request.job, request.request_id)
+        reply = await self._propose(c.CancelBackfill(request.request_id, job_id))
+        return api_pb2.CancelBackfillResponse(job=self._job_as_written(reply))
 
     @translated
     async def RerunRun(self, request, context):  # noqa: N802

@@ -18,6 +18,7 @@ PUBLIC = [
     "Attempt",
     "AttemptOutcome",
     "AuditEntry",
+    "Backfill",
     "Cancelled",
     "CircuitBreaker",
     "CircuitState",
@@ -50,6 +51,7 @@ PUBLIC = [
     "OverlapPolicy",
     "PermissionDenied",
     "PreviewFire",
+    "QueueCircuit",
     "ReportRefusal",
     "ResourceExhausted",
     "RetryPolicy",
@@ -158,7 +160,7 @@ def test_options_of_public_calls_are_keyword_only():
     # Beyond the subject of a call (a job id, a spec, a run id, tenant, tasks, a node id), options are
     # keyword-only, so that adding one never shifts another.
     subjects = {"self", "spec", "specs", "job_id", "run_id", "tenant", "tasks", "servers",
-                "node_id"}
+                "node_id", "queue"}
     for cls in (gnomon.client.Client, gnomon.client.AsyncClient):
         for name, sig in _calls(cls).items():
             for p in sig.parameters.values():

@@ -32,6 +32,7 @@ from typing import Any
 from pysyncobj import FAIL_REASON
 
 from gnomon.node import codec
+from gnomon.node.backfill_jobs import BackfillLimits, JobBackfillLoop
 from gnomon.node.config import Config, Member
 from gnomon.node.core import commands as c
 from gnomon.node.core.model import (
@@ -362,7 +363,14 @@ class Harness:
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=config.lease_ttl_ms,
                                      max_credits=config.max_worker_credits,
-                                     supervisor=self.supervisor)
+                                     supervisor=self.supervisor,
+                                     priority_aging_ms=config.priority_aging_ms)
+        self.job_backfill = JobBackfillLoop(
+            self.replica, self.proposer,
+            BackfillLimits(slots_per_step=config.backfill_slots_per_step,
+                           step_interval_ms=config.backfill_step_interval_ms,
+                           max_active_runs=config.backfill_max_active_runs),
+            supervisor=self.supervisor, queued_tasks=self.dispatcher.ready_count)
         self.replica.add_listener(self._on_applied)
         self.proposer.start()
         self.leadership.start()
