@@ -35,14 +35,18 @@ SAMPLE_RUNS = 1_000
 CREATE_MARGIN = 1.5
 
 
-def _fired(cluster, node_id: str) -> float:
+def _fired(cluster, node_id: str) -> float | None:
     """The node's fires so far (its /metrics; BenchCluster.metrics is shadowed by
-    LocalCluster's `metrics` flag field)."""
+    LocalCluster's `metrics` flag field); None when the scrape did not answer in time (a
+    leader busy with the herd: that sample is left out)."""
     url = f"http://{cluster.metrics_addrs[node_id]}/metrics"
-    with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - loopback
-        for line in resp.read().decode().splitlines():
-            if line.startswith(FIRES + " "):
-                return float(line.rpartition(" ")[2])
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback
+            for line in resp.read().decode().splitlines():
+                if line.startswith(FIRES + " "):
+                    return float(line.rpartition(" ")[2])
+    except OSError:
+        return None
     return 0.0
 
 
@@ -82,11 +86,15 @@ def measure(n: int, window_ms: int) -> dict[str, Any]:
                                "creates_done_before_slot_s": round(slot_s - time.time(), 1)}
         if time.time() > slot_s - 2:
             out["created_late_s"] = round(time.time() - slot_s, 1)
-        base = _fired(cluster, leader.node_id)
+        print(json.dumps({"progress": out}), file=sys.stderr, flush=True)
+        base = _fired(cluster, leader.node_id) or 0.0
         samples: list[tuple[float, float]] = []
         deadline = slot_s + window_ms / 1000 + 300
         while time.time() < deadline:
-            fired = _fired(cluster, leader.node_id) - base
+            now_fired = _fired(cluster, leader.node_id)
+            if now_fired is None:
+                continue
+            fired = now_fired - base
             samples.append((time.time(), fired))
             if fired >= created["created"]:
                 break
