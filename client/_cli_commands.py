@@ -41,6 +41,7 @@ from ._cli_render import (
     run_json,
     task_ref_json,
 )
+from ._cli_semantics import SEMANTICS_COMMANDS
 from ._cli_spec import (
     load_spec_file,
     schedule_from_flags,
@@ -561,3 +562,4 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
 }
 COMMANDS.update(OPS_COMMANDS)
 COMMANDS.update(ACCESS_COMMANDS)
+COMMANDS.update(SEMANTICS_COMMANDS)

@@ -14,6 +14,7 @@ import yaml
 
 from ._cli_errors import EXIT_OK, EXIT_REFUSED
 from ._cli_render import fmt_duration, fmt_time, run_json, table
+from ._cli_semantics import add_queue_circuit
 from ._cli_spec import spec_from_data, spec_to_data
 from ._cli_values import UsageError
 from ._errors import NotFound
@@ -86,6 +87,7 @@ def add_ops_groups(groups: Any, leaf: Leaf) -> None:
     queue = groups.add_parser("queue", help="queues: backlog, oldest ready age, workers") \
         .add_subparsers(dest="action", metavar="ACTION", required=True)
     leaf(queue, "list", "queues with ready and leased tasks, oldest ready age and workers")
+    add_queue_circuit(queue, leaf)
 
 
 # --- commands --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from ._cli_ops import (
     add_transfer_leader,
     add_worker_list,
 )
+from ._cli_semantics import add_job_backfill
 from ._cli_values import UsageError, parse_duration_ms, parse_instant_ms
 from ._models import (
     CLUSTER_LIMIT_NAMES,
@@ -32,13 +33,14 @@ __all__ = ["ArgumentError", "build_parser"]
 _COMMANDS = """\
 commands:
   job create|get|list|update|delete|pause|resume|trigger|preview|reset-circuit   manage jobs
+  job backfill JOB --from T --to T [--watch]               run a past range's slots
   job export|import                                        job specs as YAML (GitOps)
   run list|get|cancel|active|rerun|cancel-task|retry-task   inspect, cancel and re-run runs
   dlq list|replay                                          the dead-letter queue
   cluster status|limits|transfer-leader|add-node|remove-node
                                                            nodes, leader, limits, members
   backup create                                            online backup of the state
-  queue list                                               backlog, oldest age, workers
+  queue list|circuit|circuits                              backlog, workers, breakers
   worker shell|http|python|list                            ready-made workers, who is connected
   token create|list|revoke, whoami                         bearer tokens and who you are
   tenant create|set|get|list                               tenants' weights and bounds
@@ -341,6 +343,7 @@ def _add_job_commands(groups: Any, leaf: Leaf) -> None:
     p.add_argument("--after", type=_instant_arg, metavar="TIME", help="from (default now)")
     g = p.add_argument_group("a schedule instead of JOB")
     _add_schedule_flags(g)
+    add_job_backfill(job, leaf)
     add_job_ops(job, leaf)
 
 

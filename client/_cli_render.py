@@ -185,6 +185,11 @@ def _bounds_rows(job: Job) -> list[tuple[str, Any]]:
         rows.append(("circuit", f"{c.status} (opens at {b.failure_percent}% of "
                                 f"{b.window_runs} runs failed, cool-down "
                                 f"{fmt_duration(b.cooldown_ms)}; opened {c.opens}x)"))
+    bf = job.backfill
+    if bf is not None:
+        rows.append(("backfill", f"{bf.status}: {bf.created + bf.skipped} of {bf.total_slots} "
+                                 f"slots ({bf.created} runs, {bf.skipped} skipped), "
+                                 f"{fmt_time(bf.from_ms)} to {fmt_time(bf.to_ms)}"))
     return rows
 
 
