@@ -110,7 +110,7 @@ def parse_duration_ms(value: Any, path: str = "duration") -> int:
 
 def parse_instant_ms(value: Any, path: str = "time", *, now_ms: int | None = None) -> int:
     """Milliseconds since the epoch from an integer, an aware datetime, an ISO 8601 string with
-    a zone ("2026-11-30T10:41:02Z", "2026-11-30 10:41:02+01:00"), "now" or "+<duration>"."""
+    a zone ("2026-11-30T10:41:02Z", "2026-11-30 10:41:02+01:00"), "now", "+<duration>" or "-<duration>" (that long ago)."""
     now = int(time.time() * 1000) if now_ms is None else now_ms
     if isinstance(value, datetime):
         if value.tzinfo is None:
@@ -122,6 +122,8 @@ def parse_instant_ms(value: Any, path: str = "time", *, now_ms: int | None = Non
             return now
         if text.startswith("+"):
             return now + parse_duration_ms(text[1:], path)
+        if text.startswith("-") and len(text) > 1 and not text[1:].isdigit():
+            return now - parse_duration_ms(text[1:], path)  # "-7d": a week ago
         if re.fullmatch(r"\d+", text):
             return int(text)
         try:

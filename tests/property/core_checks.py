@@ -148,7 +148,8 @@ def check_overlap(state: State) -> None:
         assert running >= limit, (job_id, sorted(queued), running, limit)
     for run in state.runs.values():
         if run.state == RunState.SKIPPED:
-            assert run.reason == "misfire" or run.reason.startswith("overlap"), run.reason
+            assert run.reason == "misfire" or run.reason.startswith(("overlap", "circuit ")), \
+                run.reason
 
 
 # --- dedupe oracle ---------------------------------------------------------------------------

@@ -27,8 +27,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from gnomon.node import codec, state_codec
 from gnomon.node.core import apply_batch, digest, new_state
 from gnomon.node.core.commands import (
+    BackfillStep,
     Barrier,
     Batch,
+    CancelBackfill,
     CancelRun,
     CheckpointLeases,
     CompleteTask,
@@ -44,8 +46,11 @@ from gnomon.node.core.commands import (
     LeaseCheckpoint,
     LeaseGrant,
     ReplayDeadLetters,
+    ResetCircuit,
     SetLimits,
     SetPaused,
+    SetQueueCircuit,
+    StartBackfill,
     TaskKey,
     TriggerJob,
     UpdateJob,
@@ -54,8 +59,11 @@ from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.core.model import (
     TERMINAL_TASK_STATES,
     AttemptOutcome,
+    BackfillStatus,
+    CircuitBreaker,
     Limits,
     RunState,
+    RunTrigger,
     State,
     TaskInstance,
     TaskState,
@@ -105,6 +113,11 @@ OPEN_BUG_DELETED_JOB_WORK_REVIVES = False
 
 # Snapshot files are slow (LMDB + fsync): at most this many per example, the rest in memory.
 FILE_ROUND_TRIPS_PER_EXAMPLE = 1
+# The backfill slots the simulated leader computes: a grid of this step (the schedule the
+# core never sees; scheduled fires land anywhere, which spans treat conservatively).
+BACKFILL_GRID_MS = 10_000
+BREAKERS = [CircuitBreaker(1, 100, 1_000), CircuitBreaker(2, 50, 5_000),
+            CircuitBreaker(3, 60, 60_000)]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +171,9 @@ class CoreMachine(RuleBasedStateMachine):
         self.digests: list[str] = []
         self.last_effects = Effects()
         self.last_hits: list[bool] = []
+        # (job_id, slot) -> runs that ran for it (scheduled or backfilled, not skipped).
+        self.slot_runs: dict[tuple[str, int], int] = {}
+        self.steps: list[BackfillStep] = []
         # The first leader of the cluster proposes the initial limits, once.
         bootstrap = SetLimits(BOOTSTRAP_ID, LIMITS)
         reply = self.propose(bootstrap)[0]
@@ -279,6 +295,16 @@ class CoreMachine(RuleBasedStateMachine):
         for run_id in created:
             assert run_id not in self.created_runs, f"run {run_id} created twice"
             self.created_runs.add(run_id)
+        runs = {r.run_id: r for r in self.last_effects.evicted_runs}
+        for run_id in created:
+            run = self.primary.runs.get(run_id) or runs[run_id]
+            if run.trigger != RunTrigger.MANUAL and run.state != RunState.SKIPPED:
+                key = (run.job_id, run.scheduled_for_ms)
+                self.slot_runs[key] = self.slot_runs.get(key, 0) + 1
+                # A slot runs at most once: a backfilled slot never runs twice, nor a slot
+                # the schedule ran.
+                assert self.slot_runs[key] == 1, (key, run_id)
+                event(f"slot ran ({run.trigger})")
 
     def _check_tokens(self, tokens: list[int]) -> None:
         for token in tokens:
@@ -531,6 +557,72 @@ class CoreMachine(RuleBasedStateMachine):
     def trigger(self, job, with_id, override):
         command = TriggerJob(self.request_id(with_id), pick(self.job_ids(), job),
                              pick(OVERRIDES, override))
+        self.remember(command, self.propose(command)[0])
+
+    # -- backfill and queue breakers ------------------------------------------------------
+
+    @rule(job=index, back=st.integers(1, 30), length=st.integers(0, 30), override=index,
+          with_id=st.booleans())
+    def start_backfill(self, job, back, length, override, with_id):
+        """A BackfillJob of a past range on the grid (the leader counted its slots)."""
+        job_id = pick(self.job_ids(), job)
+        now = self.primary.clock_ms
+        to_ms = now // BACKFILL_GRID_MS * BACKFILL_GRID_MS
+        from_ms = max(0, to_ms - back * BACKFILL_GRID_MS + length)
+        total = len(range(-(-from_ms // BACKFILL_GRID_MS) * BACKFILL_GRID_MS, to_ms,
+                          BACKFILL_GRID_MS))
+        command = StartBackfill(self.request_id(with_id), job_id, from_ms, to_ms, total,
+                                pick(["", *OVERRIDES], override))
+        reply = self.propose(command)[0]
+        event("start backfill: " + (reply.detail.split(":")[0] if isinstance(reply, Rejected)
+                                    else "ok"))
+        self.remember(command, reply)
+
+    @rule(job=index, room=st.integers(1, 5))
+    def backfill_step(self, job, room):
+        """The leader's next slots of a running backfill, from its replicated cursor."""
+        running = [j for j in self.primary.jobs.values()
+                   if j.backfill is not None and j.backfill.status == BackfillStatus.RUNNING]
+        if not running:
+            return
+        found = pick(running, job)
+        bf = found.backfill
+        first = -(-bf.next_slot_ms // BACKFILL_GRID_MS) * BACKFILL_GRID_MS
+        slots = tuple(s for s in range(first, bf.to_ms, BACKFILL_GRID_MS))[:room]
+        done = len(slots) < room or (slots and slots[-1] + BACKFILL_GRID_MS >= bf.to_ms)
+        cursor = bf.to_ms if done or not slots else slots[-1] + 1
+        step = BackfillStep(found.job_id, bf.next_slot_ms, slots, cursor, bool(done))
+        self.steps.append(step)
+        before = found.backfill
+        assert not isinstance(self.propose(step)[0], Rejected)
+        after = self.primary.jobs[found.job_id].backfill
+        event(f"backfill step: {after.created - before.created} created, "
+              f"{after.skipped - before.skipped} skipped")
+
+    @precondition(lambda self: self.steps)
+    @rule(i=index)
+    def deposed_leader_resteps(self, i):
+        """A step proposed again (retry, deposed leader): creates no run of a slot twice
+        (the invariant in _check_new_runs); a stale cursor makes it a no-op."""
+        step = pick(self.steps, i)
+        job = self.primary.jobs.get(step.job_id)
+        stale = job is None or job.backfill is None or job.backfill.next_slot_ms != step.cursor_ms
+        before = digest(self.primary)
+        self.propose(step, now=self.quiet_now())
+        if stale:
+            assert digest(self.primary) == before
+
+    @rule(job=index, with_id=st.booleans())
+    def cancel_backfill(self, job, with_id):
+        command = CancelBackfill(self.request_id(with_id), pick(self.job_ids(), job))
+        self.remember(command, self.propose(command)[0])
+
+    @rule(name=index, breaker=st.sampled_from([None, *BREAKERS]), with_id=st.booleans(),
+          reset=st.booleans())
+    def queue_circuit(self, name, breaker, with_id, reset):
+        tenant, _ = pick(NAMES, name)
+        command = (ResetCircuit(self.request_id(with_id), "", tenant, "default") if reset
+                   else SetQueueCircuit(self.request_id(with_id), tenant, "default", breaker))
         self.remember(command, self.propose(command)[0])
 
     @rule(run=index, with_id=st.booleans())
