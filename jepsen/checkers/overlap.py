@@ -44,15 +44,25 @@ def _active_at(run: list, t: int) -> bool:
     return created <= t and (finished == 0 or finished > t)
 
 
+def _has_breaker(job: dict[str, Any], reason: str) -> bool:
+    """A job breaker's skip ("circuit open", "circuit half-open: probe ...") needs the job's
+    breaker; a queue breaker's ("circuit open: queue Q") one on the queue Q (the workload
+    lists the queues it gave breakers as job["queue_circuits"])."""
+    if ": queue " in reason:
+        queue = reason.split(": queue ", 1)[1].split(":", 1)[0]
+        return queue in job.get("queue_circuits", ())
+    return bool(job.get("circuit_breaker"))
+
+
 def check_job(job_id: str, job: dict[str, Any], listed: list[list]) -> list[dict[str, Any]]:
     policy = job.get("overlap", ALLOW_ALL)
     limit = job.get("max_active_runs") or 1
     out: list[dict[str, Any]] = []
     for run in listed:
-        if is_circuit_skip(run) and not job.get("circuit_breaker"):
+        if is_circuit_skip(run) and not _has_breaker(job, reason_of(run)):
             out.append({"type": "circuit-skip-without-breaker", "job_id": job_id, "run": run,
                         "explanation": "a slot was SKIPPED by a circuit breaker the job "
-                                       "does not have"})
+                                       "(or the queue the reason names) does not have"})
         if not is_overlap_skip(run) or run[3] != "schedule":
             continue
         if policy == ALLOW_ALL:

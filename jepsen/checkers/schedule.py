@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
-from gnomon.jepsen.checkers import misfire, overlap
+from gnomon.jepsen.checkers import backfill, misfire, overlap
 from gnomon.jepsen.history import FINAL, OK, WITNESS, Event
 from gnomon.node.core.model import MisfirePolicy, Schedule
 from gnomon.node.schedules import next_fire_after
@@ -110,6 +110,9 @@ def check(jobs: dict[str, dict[str, Any]], runs: dict[str, list[list]], events: 
             stats["skipped"] += r[1] == "skipped"
         anomalies += misfire.check_job(job_id, job, scheduled, windows, policy_stats)
         anomalies += overlap.check_job(job_id, job, listed)
+        anomalies += backfill.check_job(job_id, job, listed)
+        stats["backfill_runs"] = stats.get("backfill_runs", 0) + sum(
+            backfill.is_backfill(r) for r in listed)
         stats["overlap_skips"] = stats.get("overlap_skips", 0) + sum(
             overlap.is_overlap_skip(r) for r in scheduled)
     for run_id, request in sorted(triggered.items()):

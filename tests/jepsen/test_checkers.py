@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from gnomon.jepsen.checkers import common, lease, overlap, schedule
+from gnomon.jepsen.checkers import backfill, common, lease, overlap, schedule
 from gnomon.jepsen.context import TestOptions
 from gnomon.jepsen.history import History
 from gnomon.node.core.model import MisfirePolicy, Schedule
@@ -156,3 +156,35 @@ def test_overlap_checker_knows_a_skip_needs_its_reason_and_an_active_run():
     assert [a["type"] for a in overlap.check_job("j1", job, tripped)] == [
         "circuit-skip-without-breaker"]
     assert overlap.check_job("j1", {**job, "circuit_breaker": True}, tripped) == []
+    # A queue breaker's skip needs a breaker on the queue it names, not the job's.
+    queued = [run(1, "skipped", 10, 10, "circuit open: queue etl")]
+    assert [a["type"] for a in overlap.check_job("j1", {**job, "circuit_breaker": True},
+                                                 queued)] == ["circuit-skip-without-breaker"]
+    assert overlap.check_job("j1", {**job, "queue_circuits": ["etl"]}, queued) == []
+    half = [run(1, "skipped", 10, 10, "circuit half-open: queue etl: probe j1@0 running")]
+    assert overlap.check_job("j1", {**job, "queue_circuits": ["etl"]}, half) == []
+
+
+def test_backfill_checker_allows_each_slot_to_run_once():
+    sched = Schedule("interval", interval_ms=1000)
+    job = {"name": "f", "tenant": "t", "schedule": sched}
+
+    def run(slot, state="succeeded", trigger="backfill", reason=""):
+        run_id = f"j1@backfill-{slot}" if trigger == "backfill" else f"j1@{slot}"
+        return [run_id, state, slot, trigger, slot, slot + 1, [], reason]
+
+    legal = [run(1000, trigger="schedule"), run(2000), run(3000, "skipped", reason="overlap"),
+             run(3000, trigger="schedule"), run(4000, "skipped", trigger="schedule",
+                                                reason="misfire"), run(4000)]
+    assert backfill.check_job("j1", job, legal) == []
+    # A slot the schedule ran, backfilled again; a slot backfilled twice (another id).
+    twice = [run(1000, trigger="schedule"), run(1000),
+             ["j1@backfill-2000", "succeeded", 2000, "backfill", 1, 2, [], ""],
+             ["j1@backfill-2000x", "succeeded", 2000, "backfill", 1, 2, [], ""]]
+    kinds = [a["type"] for a in backfill.check_job("j1", job, twice)]
+    assert kinds == ["backfill-run-id", "slot-ran-twice", "slot-ran-twice"], kinds
+    # Off the schedule; skipped without its reason.
+    odd = [run(1500), run(5000, "skipped", reason="")]
+    assert [a["type"] for a in backfill.check_job("j1", job, odd)] == [
+        "backfill-slot-off-schedule", "backfill-skip-without-reason"]
+    assert backfill.is_backfill(run(1000)) and not backfill.is_backfill(run(1, trigger="manual"))
