@@ -217,15 +217,25 @@ def validate_breaker(breaker: CircuitBreaker, field: str, limits: InputLimits) -
                               f"node's max_circuit_window_runs {limits.max_circuit_window_runs}")
 
 
-def validate_backfill_range(from_ms: int, to_ms: int, now_ms: int) -> None:
-    """[from_ms, to_ms): from_ms >= 0, to_ms after it and not in the future."""
+# A backfill's to_ms this little after the node's now is taken as now (a client's "now" on a
+# clock a little ahead); beyond it the range reaches into the schedule's future.
+BACKFILL_CLOCK_SLACK_MS = 60_000
+
+
+def validate_backfill_range(from_ms: int, to_ms: int, now_ms: int) -> int:
+    """[from_ms, to_ms): from_ms >= 0, to_ms after it and not in the future; the end to use
+    (to_ms, or now for one within BACKFILL_CLOCK_SLACK_MS after it)."""
     if from_ms < 0:
         raise ValidationError("from_ms", f"must be >= 0, got {from_ms}")
     if to_ms <= from_ms:
         raise ValidationError("to_ms", f"must be after from_ms ({from_ms}), got {to_ms}")
-    if to_ms > now_ms:
+    if to_ms > now_ms + BACKFILL_CLOCK_SLACK_MS:
         raise ValidationError("to_ms", f"must not be after now ({now_ms}), got {to_ms}: "
                               "slots to come are the schedule's")
+    end = min(to_ms, now_ms)
+    if end <= from_ms:
+        raise ValidationError("to_ms", f"from_ms {from_ms} is not before now ({now_ms})")
+    return end
 
 
 def validate_request_id(request_id: str) -> None:

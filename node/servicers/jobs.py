@@ -493,7 +493,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     async def BackfillJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         _check_overlap_number("overlap_policy", request.overlap_policy)
-        validate_backfill_range(request.from_ms, request.to_ms, self._now_ms())
+        to_ms = validate_backfill_range(request.from_ms, request.to_ms, self._now_ms())
         job_id = await self._write_job_id(request.job, request.request_id)
         with self.lock:
             job = self.node.replica.state.jobs.get(job_id)
@@ -502,7 +502,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         if spec is not None:  # None: a retry answered by dedupe
             total = await asyncio.to_thread(count_slots, spec.schedule,
                                             job_hash_id(spec.tenant, spec.name),
-                                            request.from_ms, request.to_ms, limit)
+                                            request.from_ms, to_ms, limit)
             if total > limit:
                 raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                    f"to_ms: [from_ms, to_ms) holds more than the node's "
@@ -510,7 +510,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                                    "backfill a shorter range")
         overlap = codec.overlap_from_proto(request.overlap_policy, "")
         reply = await self._propose(c.StartBackfill(request.request_id, job_id, request.from_ms,
-                                                    request.to_ms, total, overlap))
+                                                    to_ms, total, overlap))
         return api_pb2.BackfillJobResponse(job=self._job_as_written(reply))
 
     @translated

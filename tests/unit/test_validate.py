@@ -370,3 +370,36 @@ def test_run_parameters_are_merged_into_json_payloads() -> None:
     with pytest.raises(ValidationError, match=r"params_json: task 'a' \(spec.tasks\[0\]\) has a "
                                               "payload that is not a JSON object"):
         merge_params(raw, '{"d": 1}', LIMITS)
+
+
+def test_backfill_range_rules_name_the_field() -> None:
+    from gnomon.node.validate import BACKFILL_CLOCK_SLACK_MS, validate_backfill_range
+
+    now = 1_800_000_000_000
+    assert validate_backfill_range(now - 600_000, now - 60_000, now) == now - 60_000
+    # A client's "now" a little ahead of the node's is the node's now.
+    assert validate_backfill_range(now - 600_000, now + 5_000, now) == now
+    for args, message in (((-1, now, now), "from_ms: must be >= 0"),
+                          ((now, now, now), "to_ms: must be after from_ms"),
+                          ((0, now + BACKFILL_CLOCK_SLACK_MS + 1, now), "to_ms: must not be "
+                                                                        "after now"),
+                          ((now, now + 1_000, now), "to_ms: from_ms")):
+        with pytest.raises(ValidationError, match=message):
+            validate_backfill_range(*args)
+
+
+def test_queue_refs_and_breakers() -> None:
+    from gnomon.node.core.model import CircuitBreaker
+    from gnomon.node.validate import validate_breaker, validate_queue_ref
+
+    assert validate_queue_ref("", "etl") == ("default", "etl")
+    with pytest.raises(ValidationError, match="tenant: must match"):
+        validate_queue_ref("Acme", "etl")
+    with pytest.raises(ValidationError, match="queue: must match"):
+        validate_queue_ref("acme", "")
+    limits = InputLimits(max_circuit_window_runs=5)
+    validate_breaker(CircuitBreaker(5, 50, 1_000), "breaker", limits)
+    with pytest.raises(ValidationError, match="breaker.window_runs: 6 exceeds"):
+        validate_breaker(CircuitBreaker(6, 50, 1_000), "breaker", limits)
+    with pytest.raises(ValidationError, match="breaker.cooldown_ms: must be >= 1000"):
+        validate_breaker(CircuitBreaker(5, 50, 10), "breaker", limits)
