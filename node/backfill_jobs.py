@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gnomon.node.core import spans
 from gnomon.node.core.commands import BackfillStep
 from gnomon.node.core.model import (
     BackfillStatus,
@@ -34,6 +35,9 @@ from gnomon.node.tasks import Supervisor
 
 log = logging.getLogger(__name__)
 
+# Slots one step looks at at most (those that ran already take no room but cost croniter).
+SCAN_PER_STEP = 1_000
+
 
 @dataclass(frozen=True)
 class BackfillLimits:
@@ -42,17 +46,20 @@ class BackfillLimits:
     max_active_runs: int = 10
 
 
-def slots_in(schedule: Schedule, hash_id: str, cursor_ms: int, to_ms: int,
-             count: int) -> tuple[list[int], int, bool]:
-    """The schedule's next `count` slots at or after `cursor_ms` and before `to_ms`, the
-    cursor after them, and whether the range is exhausted."""
+def slots_in(schedule: Schedule, hash_id: str, cursor_ms: int, to_ms: int, count: int,
+             *, free: Callable[[int], bool] | None = None,
+             scan: int = 0) -> tuple[list[int], int, bool]:
+    """The schedule's next slots at or after `cursor_ms` and before `to_ms` until `count` of
+    them are `free` (default: all are; at most `scan` slots in all, 0: no more than count),
+    the cursor after them, and whether the range is exhausted."""
     slots: list[int] = []
-    after = cursor_ms - 1
-    while len(slots) < count:
+    after, taken = cursor_ms - 1, 0
+    while taken < count and len(slots) < max(scan, count):
         slot = next_fire_after(schedule, after, hash_id=hash_id)
         if slot == 0 or slot >= to_ms or slot <= after:
             return slots, to_ms, True
         slots.append(slot)
+        taken += free is None or free(slot)
         after = slot
     return slots, slots[-1] + 1 if slots else cursor_ms, False
 
@@ -72,6 +79,14 @@ class _Plan:
     cursor_ms: int
     to_ms: int
     room: int
+    # The job's ran spans and next fire: slots that will not get a run (they ran, or are
+    # the schedule's own) take no room, so a backfill over a range that mostly ran moves on.
+    ran_spans: tuple[tuple[int, int], ...]
+    next_fire_ms: int
+
+    def free(self, slot_ms: int) -> bool:
+        return not spans.covers(self.ran_spans, slot_ms) and not (
+            self.next_fire_ms and slot_ms >= self.next_fire_ms)
 
 
 class JobBackfillLoop:
@@ -164,12 +179,13 @@ class JobBackfillLoop:
         if room <= 0:
             return None
         return _Plan(job_id, job.spec.schedule, job_hash_id(job.spec.tenant, job.spec.name),
-                     bf.next_slot_ms, bf.to_ms, room)
+                     bf.next_slot_ms, bf.to_ms, room, job.ran_spans, job.next_fire_ms)
 
     def _step(self, plan: _Plan) -> BackfillStep | None:
         try:
             slots, cursor, done = slots_in(plan.schedule, plan.hash_id, plan.cursor_ms,
-                                           plan.to_ms, plan.room)
+                                           plan.to_ms, plan.room, free=plan.free,
+                                           scan=SCAN_PER_STEP)
         except ValueError as exc:  # croniter far in the past/future: end the backfill
             log.warning("backfill of %s: slots after %d not computable (%s); it ends",
                         plan.job_id, plan.cursor_ms, exc)

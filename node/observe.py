@@ -231,29 +231,6 @@ class StateCollector:
         yield _gauge("gnomon_leases_held", "Leases this leader tracks", held)
         yield from _circuits(all_jobs, queue_circuits)
 
-
-_CIRCUIT_STATES = ("closed", "open", "half_open")
-
-
-def _circuits(jobs: list, queue_circuits: list):
-    """Breakers by state: jobs counted (one series per state, bounded), queues each."""
-    by_state = Counter(job.circuit.status for job in jobs if job.spec.circuit_breaker)
-    backfills = sum(1 for job in jobs
-                    if job.backfill is not None and job.backfill.status == "running")
-    fam = GaugeMetricFamily("gnomon_job_circuits", "Jobs with a circuit breaker, by state",
-                            labels=["state"])
-    for state in _CIRCUIT_STATES:
-        fam.add_metric([state], by_state.get(state, 0))
-    yield fam
-    fam = GaugeMetricFamily("gnomon_queue_circuit_state",
-                            "A queue's circuit breaker: 1 for its current state",
-                            labels=["tenant", "queue", "state"])
-    for qc in queue_circuits:
-        for state in _CIRCUIT_STATES:
-            fam.add_metric([qc.tenant, qc.queue, state], 1 if qc.circuit.status == state else 0)
-    yield fam
-    yield _gauge("gnomon_backfills_running", "Job backfills still creating runs", backfills)
-
     def _storage(self):
         node = self.node
         cfg = node.config
@@ -287,3 +264,26 @@ def _circuits(jobs: list, queue_circuits: list):
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
+
+
+_CIRCUIT_STATES = ("closed", "open", "half_open")
+
+
+def _circuits(jobs: list, queue_circuits: list):
+    """Breakers by state: jobs counted (one series per state, bounded), queues each."""
+    by_state = Counter(job.circuit.status for job in jobs if job.spec.circuit_breaker)
+    backfills = sum(1 for job in jobs
+                    if job.backfill is not None and job.backfill.status == "running")
+    fam = GaugeMetricFamily("gnomon_job_circuits", "Jobs with a circuit breaker, by state",
+                            labels=["state"])
+    for state in _CIRCUIT_STATES:
+        fam.add_metric([state], by_state.get(state, 0))
+    yield fam
+    fam = GaugeMetricFamily("gnomon_queue_circuit_state",
+                            "A queue's circuit breaker: 1 for its current state",
+                            labels=["tenant", "queue", "state"])
+    for qc in queue_circuits:
+        for state in _CIRCUIT_STATES:
+            fam.add_metric([qc.tenant, qc.queue, state], 1 if qc.circuit.status == state else 0)
+    yield fam
+    yield _gauge("gnomon_backfills_running", "Job backfills still creating runs", backfills)

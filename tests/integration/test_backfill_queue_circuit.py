@@ -118,15 +118,15 @@ async def test_backfill_runs_each_slot_once_across_a_leader_kill(cluster):
                 return all(r.state is RunState.SUCCEEDED for r in got) and got
 
             runs = await _until(all_ran, "every backfilled run succeeds")
-        slots = Counter(r.scheduled_for_ms for r in runs)
-        assert len(runs) == 20 and set(slots.values()) == {1}  # one run per slot
-        assert {r.trigger for r in runs} == {RunTrigger.BACKFILL}
-        assert {r.run_id for r in runs} == {f"{job_id}@backfill-{s}" for s in slots}
-        assert set(executed) == set(slots)  # at least once each
-        # A second backfill of the range runs nothing again.
-        await client.backfill_job(job_id, from_ms=from_ms - 2 * MIN, to_ms=to_ms)
-        bf = (await client.wait_backfill(job_id, timeout_s=WAIT_S)).backfill
-        assert (bf.created, bf.skipped, bf.total_slots) == (2, 20, 22)
+            slots = Counter(r.scheduled_for_ms for r in runs)
+            assert len(runs) == 20 and set(slots.values()) == {1}  # one run per slot
+            assert {r.trigger for r in runs} == {RunTrigger.BACKFILL}
+            assert {r.run_id for r in runs} == {f"{job_id}@backfill-{s}" for s in slots}
+            assert set(executed) == set(slots)  # at least once each
+            # A second backfill of a wider range runs only the slots that did not run.
+            await client.backfill_job(job_id, from_ms=from_ms - 2 * MIN, to_ms=to_ms)
+            bf = (await client.wait_backfill(job_id, timeout_s=WAIT_S)).backfill
+            assert (bf.created, bf.skipped, bf.total_slots) == (2, 20, 22)
         cluster.start_node(old.node_id)
 
 
