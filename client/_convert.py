@@ -309,7 +309,8 @@ def backfill_from_proto(msg: types_pb2.BackfillState) -> Backfill:
         total_slots=msg.total_slots,
         overlap_policy=_OVERLAP_BACK.get(msg.overlap_policy) if msg.overlap_policy else None,
         status=_BACKFILL_STATUS.get(msg.status, "running"), created=msg.created,
-        skipped=msg.skipped, started_ms=msg.started_ms, finished_ms=msg.finished_ms)
+        skipped=msg.skipped, started_ms=msg.started_ms, finished_ms=msg.finished_ms,
+        number=msg.number or 1)
 
 
 def job_to_proto(job: Job) -> types_pb2.Job:

@@ -223,6 +223,8 @@ class Backfill:
     skipped: int = 0
     started_ms: int = 0
     finished_ms: int = 0
+    # The job's backfills so far, this one included (its runs are "<job>@backfill-<n>-<slot>").
+    number: int = 1
 
     @property
     def done_slots(self) -> int:

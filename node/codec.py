@@ -274,7 +274,7 @@ def queue_circuit_from_proto(m: types_pb2.QueueCircuit) -> QueueCircuit:
 
 _BACKFILL_STATUS = types_pb2.BackfillStatus.DESCRIPTOR
 _BACKFILL_SCALARS = ("from_ms", "to_ms", "next_slot_ms", "total_slots", "created", "skipped",
-                     "started_ms", "finished_ms", "span_hi_ms")
+                     "started_ms", "finished_ms", "span_hi_ms", "number")
 
 
 def backfill_to_proto(bf: Backfill, out: types_pb2.BackfillState) -> None:

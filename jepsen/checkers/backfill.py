@@ -1,6 +1,6 @@
 """Backfilled runs (issue 9), from the final run listing of each job.
 
-A backfill run (trigger "backfill", id "<job>@backfill-<slot>") is a slot of the job's
+A backfill run (trigger "backfill", id "<job>@backfill-<n>-<slot>", n the job's backfill) is a slot of the job's
 schedule that had not run: every slot has at most one run that was not SKIPPED, whichever
 made it (the schedule or a backfill; "a backfilled slot at most once"), a backfill run's
 slot is on the schedule, and a SKIPPED backfill run says why (only the overlap policy skips
@@ -10,6 +10,7 @@ out, and an execution of one is an execution of a known run.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import Any
 
@@ -17,6 +18,7 @@ from gnomon.node.core.model import Schedule
 from gnomon.node.schedules import next_fire_after
 
 BACKFILL = "backfill"
+_BACKFILL_ID = re.compile(r"[^@]+@backfill-\d+-\d+")
 RUNS_A_SLOT = ("schedule", BACKFILL)
 
 
@@ -43,9 +45,10 @@ def check_job(job_id: str, job: dict[str, Any], listed: list[list]) -> list[dict
             ran[slot].append(run_id)
         if trigger != BACKFILL:
             continue
-        if run_id != f"{job_id}@backfill-{slot}":
+        if not _BACKFILL_ID.fullmatch(run_id) or not run_id.startswith(f"{job_id}@") \
+                or not run_id.endswith(f"-{slot}"):
             out.append({"type": "backfill-run-id", "job_id": job_id, "run": run,
-                        "explanation": "a backfill run is not named <job>@backfill-<slot>"})
+                        "explanation": "a backfill run is not named <job>@backfill-<n>-<slot>"})
         if not _on_schedule(job.get("schedule"), hash_id, slot):
             out.append({"type": "backfill-slot-off-schedule", "job_id": job_id, "run": run,
                         "explanation": "a backfill ran an instant that is not a slot of the "

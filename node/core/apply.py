@@ -1069,8 +1069,9 @@ def _start_backfill(ctx: Ctx, cmd: StartBackfill) -> Reply:
     if rejected:
         return rejected
     done = cmd.total_slots == 0
+    number = job.backfill.number + 1 if job.backfill is not None else 1
     job.backfill = Backfill(
-        from_ms=cmd.from_ms, to_ms=cmd.to_ms, next_slot_ms=cmd.from_ms,
+        number=number, from_ms=cmd.from_ms, to_ms=cmd.to_ms, next_slot_ms=cmd.from_ms,
         total_slots=cmd.total_slots, overlap_policy=cmd.overlap_policy,
         status=BackfillStatus.DONE if done else BackfillStatus.RUNNING,
         started_ms=ctx.now, finished_ms=ctx.now if done else 0)
@@ -1130,7 +1131,7 @@ def _backfill_step(ctx: Ctx, cmd: BackfillStep) -> Reply:
                 job.ran_spans = spans.add(job.ran_spans, span_hi, slot)
             skipped, span_hi = skipped + 1, slot  # it ran already: never twice
             continue
-        run_id = f"{job.job_id}@backfill-{slot}"
+        run_id = f"{job.job_id}@backfill-{bf.number}-{slot}"
         if (job.next_fire_ms and slot >= job.next_fire_ms) or slot > ctx.now \
                 or run_id in state.runs:
             skipped, span_hi = skipped + 1, 0  # the schedule's own slot

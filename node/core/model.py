@@ -82,7 +82,7 @@ class RunState:
 class RunTrigger:
     SCHEDULE = "schedule"
     MANUAL = "manual"
-    # A slot of a BackfillJob range (run id "<job>@backfill-<slot>").
+    # A slot of a BackfillJob range (run id "<job>@backfill-<n>-<slot>", n: the backfill).
     BACKFILL = "backfill"
 
 
@@ -233,6 +233,9 @@ class Backfill:
     # The last slot this backfill added to the job's ran_spans (0: none, or a skip broke
     # the chain): the next slot it runs extends that span.
     span_hi_ms: int = 0
+    # The job's backfills so far, this one included: part of its run ids, so that a slot a
+    # backfill skipped (overlap) and a later one runs have two distinct runs.
+    number: int = 1
 
 
 # Spans kept per job in Job.ran_spans; beyond it the two oldest merge (conservative: the

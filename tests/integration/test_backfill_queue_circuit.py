@@ -121,7 +121,7 @@ async def test_backfill_runs_each_slot_once_across_a_leader_kill(cluster):
             slots = Counter(r.scheduled_for_ms for r in runs)
             assert len(runs) == 20 and set(slots.values()) == {1}  # one run per slot
             assert {r.trigger for r in runs} == {RunTrigger.BACKFILL}
-            assert {r.run_id for r in runs} == {f"{job_id}@backfill-{s}" for s in slots}
+            assert {r.run_id for r in runs} == {f"{job_id}@backfill-1-{s}" for s in slots}
             assert set(executed) == set(slots)  # at least once each
             # A second backfill of a wider range runs only the slots that did not run.
             await client.backfill_job(job_id, from_ms=from_ms - 2 * MIN, to_ms=to_ms)

@@ -170,7 +170,7 @@ def test_backfill_checker_allows_each_slot_to_run_once():
     job = {"name": "f", "tenant": "t", "schedule": sched}
 
     def run(slot, state="succeeded", trigger="backfill", reason=""):
-        run_id = f"j1@backfill-{slot}" if trigger == "backfill" else f"j1@{slot}"
+        run_id = f"j1@backfill-1-{slot}" if trigger == "backfill" else f"j1@{slot}"
         return [run_id, state, slot, trigger, slot, slot + 1, [], reason]
 
     legal = [run(1000, trigger="schedule"), run(2000), run(3000, "skipped", reason="overlap"),
@@ -179,7 +179,7 @@ def test_backfill_checker_allows_each_slot_to_run_once():
     assert backfill.check_job("j1", job, legal) == []
     # A slot the schedule ran, backfilled again; a slot backfilled twice (another id).
     twice = [run(1000, trigger="schedule"), run(1000),
-             ["j1@backfill-2000", "succeeded", 2000, "backfill", 1, 2, [], ""],
+             ["j1@backfill-1-2000", "succeeded", 2000, "backfill", 1, 2, [], ""],
              ["j1@backfill-2000x", "succeeded", 2000, "backfill", 1, 2, [], ""]]
     kinds = [a["type"] for a in backfill.check_job("j1", job, twice)]
     assert kinds == ["backfill-run-id", "slot-ran-twice", "slot-ran-twice"], kinds

@@ -293,7 +293,7 @@ class SlotSpan(_message.Message):
     def __init__(self, lo_ms: _Optional[int] = ..., hi_ms: _Optional[int] = ...) -> None: ...
 
 class BackfillState(_message.Message):
-    __slots__ = ("from_ms", "to_ms", "next_slot_ms", "total_slots", "overlap_policy", "status", "created", "skipped", "started_ms", "finished_ms", "span_hi_ms")
+    __slots__ = ("from_ms", "to_ms", "next_slot_ms", "total_slots", "overlap_policy", "status", "created", "skipped", "started_ms", "finished_ms", "span_hi_ms", "number")
     FROM_MS_FIELD_NUMBER: _ClassVar[int]
     TO_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_SLOT_MS_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +305,7 @@ class BackfillState(_message.Message):
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
     SPAN_HI_MS_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
     from_ms: int
     to_ms: int
     next_slot_ms: int
@@ -316,7 +317,8 @@ class BackfillState(_message.Message):
     started_ms: int
     finished_ms: int
     span_hi_ms: int
-    def __init__(self, from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., next_slot_ms: _Optional[int] = ..., total_slots: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., status: _Optional[_Union[BackfillStatus, str]] = ..., created: _Optional[int] = ..., skipped: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., span_hi_ms: _Optional[int] = ...) -> None: ...
+    number: int
+    def __init__(self, from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., next_slot_ms: _Optional[int] = ..., total_slots: _Optional[int] = ..., overlap_policy: _Optional[_Union[OverlapPolicy, str]] = ..., status: _Optional[_Union[BackfillStatus, str]] = ..., created: _Optional[int] = ..., skipped: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., span_hi_ms: _Optional[int] = ..., number: _Optional[int] = ...) -> None: ...
 
 class QueueCircuit(_message.Message):
     __slots__ = ("tenant", "queue", "breaker", "circuit")

@@ -54,7 +54,7 @@ def test_a_backfill_creates_the_runs_of_its_slots(h, late):
     assert (bf.status, bf.next_slot_ms, bf.total_slots) == (BackfillStatus.RUNNING, h.T0, 3)
     bf = _step(h, late, [h.T0, h.T0 + MIN], h.T0 + MIN + 1)
     assert (bf.created, bf.skipped, bf.status) == (2, 0, BackfillStatus.RUNNING)
-    run = h.run(f"{late}@backfill-{h.T0}")
+    run = h.run(f"{late}@backfill-1-{h.T0}")
     assert (run.trigger, run.state, run.scheduled_for_ms) == (
         RunTrigger.BACKFILL, RunState.RUNNING, h.T0)
     bf = _step(h, late, [h.T0 + 2 * MIN], h.T0 + 3 * MIN, done=True)
@@ -89,7 +89,7 @@ def test_slots_the_schedule_ran_are_not_backfilled_but_skipped_ones_are(h):
     _start(h, job_id, h.T0, h.T0 + 3 * MIN, 3)
     bf = _step(h, job_id, [h.T0, h.T0 + MIN, h.T0 + 2 * MIN], h.T0 + 3 * MIN, done=True)
     assert (bf.created, bf.skipped) == (1, 2)
-    assert f"{job_id}@backfill-{h.T0 + MIN}" in h.state.runs
+    assert f"{job_id}@backfill-1-{h.T0 + MIN}" in h.state.runs
     assert {ran, skipped, ran2} <= set(h.state.runs)
     assert h.state.jobs[job_id].ran_spans == ((h.T0, h.T0 + 2 * MIN),)
 
@@ -108,14 +108,14 @@ def test_the_overlap_policy_or_its_override_decides(h):
     _start(h, job_id, h.T0, h.T0 + 2 * MIN, 2)
     bf = _step(h, job_id, [h.T0, h.T0 + MIN], h.T0 + 2 * MIN, done=True)
     assert (bf.created, bf.skipped) == (1, 1)
-    assert h.run(f"{job_id}@backfill-{h.T0 + MIN}").reason == "overlap"
-    # The skipped slot did not run: another backfill may run it, here buffered.
+    assert h.run(f"{job_id}@backfill-1-{h.T0 + MIN}").reason == "overlap"
+    # The skipped slot did not run: another backfill may run it (a run of its own), here
+    # buffered.
     _start(h, job_id, h.T0, h.T0 + 2 * MIN, 2, OverlapPolicy.BUFFER_ALL)
-    h.state.runs.pop(f"{job_id}@backfill-{h.T0 + MIN}")  # as if evicted to history
-    h.state.runs_by_job[job_id].pop(f"{job_id}@backfill-{h.T0 + MIN}")
     bf = _step(h, job_id, [h.T0, h.T0 + MIN], h.T0 + 2 * MIN, done=True)
-    assert (bf.created, bf.skipped) == (1, 1)
-    assert h.run(f"{job_id}@backfill-{h.T0 + MIN}").state == RunState.QUEUED
+    assert (bf.number, bf.created, bf.skipped) == (2, 1, 1)
+    assert h.run(f"{job_id}@backfill-2-{h.T0 + MIN}").state == RunState.QUEUED
+    assert h.run(f"{job_id}@backfill-1-{h.T0 + MIN}").state == RunState.SKIPPED
 
 
 def test_cancel_stops_it_and_later_steps_do_nothing(h, late):
