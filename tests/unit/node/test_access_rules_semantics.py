@@ -1,0 +1,51 @@
+"""Access rules of issue 9's RPCs: each has a RULES row (a missing one is admin-only), and
+the tenants a request touches are the job's or the named queue's tenant."""
+
+from __future__ import annotations
+
+import pytest
+
+from gnomon.node.auth import Principal
+from gnomon.node.core.access import TENANT_ADMIN, TENANT_READER, TENANT_WRITER
+from gnomon.node.servicers.access import JOBS, RULES, RUN_CREATING
+from gnomon.v1 import api_pb2
+
+
+class FakeLookup:
+    def job(self, ref: api_pb2.JobRef) -> str:
+        return {"j1": "acme"}.get(ref.job_id, ref.tenant or "default")
+
+
+@pytest.mark.parametrize("method, role", [
+    ("BackfillJob", TENANT_WRITER), ("CancelBackfill", TENANT_WRITER),
+    ("SetQueueCircuit", TENANT_ADMIN), ("ListQueueCircuits", TENANT_READER),
+    ("ResetCircuit", TENANT_WRITER),
+])
+def test_every_new_rpc_has_a_rule(method, role):
+    assert RULES[JOBS + method].role == role
+
+
+def test_backfill_is_refused_like_a_trigger_at_max_queued_tasks():
+    assert JOBS + "BackfillJob" in RUN_CREATING
+
+
+def test_the_tenants_a_request_touches():
+    look, who = FakeLookup(), Principal("p", TENANT_ADMIN, ("acme",))
+    rule = RULES[JOBS + "ResetCircuit"]
+    assert rule.tenants(who, api_pb2.ResetCircuitRequest(job=api_pb2.JobRef(job_id="j1")),
+                        look) == ["acme"]
+    assert rule.tenants(who, api_pb2.ResetCircuitRequest(tenant="globex", queue="etl"),
+                        look) == ["globex"]
+    assert RULES[JOBS + "SetQueueCircuit"].tenants(
+        who, api_pb2.SetQueueCircuitRequest(queue="etl"), look) == ["default"]
+    assert RULES[JOBS + "BackfillJob"].tenants(
+        who, api_pb2.BackfillJobRequest(job=api_pb2.JobRef(job_id="j1")), look) == ["acme"]
+    # A writer of acme may not set a breaker on a queue of globex (nor of acme: admin).
+    with pytest.raises(Exception, match="globex"):
+        RULES[JOBS + "ResetCircuit"].check(
+            Principal("w", TENANT_WRITER, ("acme",)),
+            api_pb2.ResetCircuitRequest(tenant="globex", queue="etl"), look)
+    with pytest.raises(Exception, match="tenant-admin|tenant_admin"):
+        RULES[JOBS + "SetQueueCircuit"].check(
+            Principal("w", TENANT_WRITER, ("acme",)),
+            api_pb2.SetQueueCircuitRequest(tenant="acme", queue="etl"), look)
