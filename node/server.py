@@ -132,6 +132,10 @@ class Node:
             self.dispatcher.dispatchable(effects.dispatchable)
         if effects.backfills:
             self.job_backfill.changed(effects.backfills)
+        for scope, name in effects.circuit_opened:  # the leader says why fires are SKIPPED
+            log.warning("circuit breaker of %s %s opened: its scheduled fires are recorded "
+                        "SKIPPED (reason 'circuit open') until the cool-down's probe succeeds",
+                        scope, name, extra=logs.fields(job=name) if scope == "job" else None)
 
     async def _start_leading(self, session: int) -> None:
         self.leases.start()
@@ -387,4 +391,4 @@ def _limits_diff(mine: Limits, cluster: Limits) -> str:
 
 def _has_work(effects: Effects) -> bool:
     return bool(effects.jobs or effects.leased or effects.lease_ended or effects.cancelled
-                or effects.dispatchable or effects.backfills)
+                or effects.dispatchable or effects.backfills or effects.circuit_opened)
