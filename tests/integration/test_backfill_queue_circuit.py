@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -195,7 +196,13 @@ async def test_queue_breaker_opens_skips_resets_and_shows_in_metrics(cluster):
         found = await client.list_queue_circuits(tenant="default")
         (qc,) = [q for q in found if q.queue == "qcb"]
         assert (qc.circuit.status, qc.circuit.opens) == ("open", 1)
-        after = samples(scrape(cluster.leader().metrics_addr))
+        text = scrape(cluster.leader().metrics_addr)
+        after = samples(text)
+        if shutil.which("promtool"):  # the new families follow Prometheus' naming rules
+            lint = subprocess.run(["promtool", "check", "metrics"], input=text.encode(),
+                                  capture_output=True, timeout=30)
+            assert lint.returncode == 0 and not lint.stdout.strip(), (
+                lint.stdout.decode() + lint.stderr.decode())
         assert after['gnomon_circuit_opens_total{scope="queue"}'] >= 1
         assert after['gnomon_circuit_skipped_fires_total{scope="queue"}'] >= 1
         assert after['gnomon_queue_circuit_state{queue="qcb",state="open",tenant="default"}'] == 1
