@@ -30,24 +30,40 @@ from gnomon.bench.stats import summary
 from gnomon.v1 import api_pb2, types_pb2
 
 FIRES = 'gnomon_fires_total{outcome="run"}'
+LEADER_CHANGES = "gnomon_leader_changes_total"
 SAMPLE_RUNS = 1_000
 # The slot leaves this multiple of the calibrated creation time (creates slow as jobs grow).
 CREATE_MARGIN = 1.5
 
 
-def _fired(cluster, node_id: str) -> float | None:
-    """The node's fires so far (its /metrics; BenchCluster.metrics is shadowed by
-    LocalCluster's `metrics` flag field); None when the scrape did not answer in time (a
-    leader busy with the herd: that sample is left out)."""
+def _scrape(cluster, node_id: str) -> dict[str, float] | None:
+    """The node's FIRES and LEADER_CHANGES samples (its /metrics; BenchCluster.metrics is
+    shadowed by LocalCluster's `metrics` flag field); None when the scrape did not answer
+    in time (a node busy with the herd: that sample is left out)."""
     url = f"http://{cluster.metrics_addrs[node_id]}/metrics"
+    out = {FIRES: 0.0, LEADER_CHANGES: 0.0}
     try:
         with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback
             for line in resp.read().decode().splitlines():
-                if line.startswith(FIRES + " "):
-                    return float(line.rpartition(" ")[2])
+                name, _, value = line.rpartition(" ")
+                if name in out:
+                    out[name] = float(value)
     except OSError:
         return None
-    return 0.0
+    return out
+
+
+def _fired(cluster) -> tuple[float, float] | None:
+    """Fires committed so far by any node as leader (each counts its own), and leader
+    changes seen by the nodes, summed over the nodes: a herd that moves the leadership is
+    still counted whole."""
+    fires = changes = 0.0
+    for node in cluster.nodes:
+        got = _scrape(cluster, node.node_id)
+        if got is None:
+            return None
+        fires, changes = fires + got[FIRES], changes + got[LEADER_CHANGES]
+    return fires, changes
 
 
 def _slot_after(t_s: float) -> int:
@@ -87,15 +103,18 @@ def measure(n: int, window_ms: int) -> dict[str, Any]:
         if time.time() > slot_s - 2:
             out["created_late_s"] = round(time.time() - slot_s, 1)
         print(json.dumps({"progress": out}), file=sys.stderr, flush=True)
-        base = _fired(cluster, leader.node_id) or 0.0
+        base = None
+        while base is None:
+            base = _fired(cluster)
         samples: list[tuple[float, float]] = []
+        changes = 0.0
         deadline = slot_s + window_ms / 1000 + 300
         while time.time() < deadline:
-            now_fired = _fired(cluster, leader.node_id)
-            if now_fired is None:
+            got = _fired(cluster)
+            if got is None:
                 time.sleep(0.1)
                 continue
-            fired = now_fired - base
+            fired, changes = got[0] - base[0], got[1] - base[1]
             samples.append((time.time(), fired))
             if fired >= created["created"]:
                 break
@@ -108,7 +127,8 @@ def measure(n: int, window_ms: int) -> dict[str, Any]:
             if samples[j][0] > t:
                 peak = max(peak, (samples[j][1] - f) / (samples[j][0] - t))
         out["peak_fires_per_s"] = round(peak, 1)
-        out["leader_changed"] = leader.node_id != cluster.find_leader().node_id
+        # Leader changes the nodes saw from the end of the creates to the last fire.
+        out["leader_changes"] = int(changes)
         out["last_fire_after_slot_s"] = round(samples[-1][0] - slot_s, 2) if samples else None
         out["fired"] = int(samples[-1][1]) if samples else 0
         out["lateness_ms"] = _lateness(leader, slot_s * 1000)
