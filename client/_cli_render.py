@@ -259,7 +259,7 @@ def render_job(job: Job) -> str:
 
 
 def job_json(job: Job) -> dict[str, Any]:
-    return {
+    data = {
         "job_id": job.job_id,
         "tenant": job.tenant,
         "name": job.name,
@@ -270,6 +270,14 @@ def job_json(job: Job) -> dict[str, Any]:
         "updated_ms": job.updated_ms,
         "spec": spec_to_data(job.spec),
     }
+    bf = job.backfill
+    if bf is not None:  # its progress (gnomon job backfill JOB --json has the same)
+        data["backfill"] = {
+            "status": bf.status, "from_ms": bf.from_ms, "to_ms": bf.to_ms,
+            "next_slot_ms": bf.next_slot_ms, "total_slots": bf.total_slots,
+            "created": bf.created, "skipped": bf.skipped, "number": bf.number,
+            "overlap_policy": bf.overlap_policy.value if bf.overlap_policy else None}
+    return data
 
 
 # --- runs ----------------------------------------------------------------------------------
