@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import io
+import sys
 import time
 from collections.abc import Iterator
 
@@ -10,16 +12,33 @@ import grpc
 
 from gnomon.node.localcluster import LocalCluster, NodeProc, wait_for
 
-__all__ = ["LocalCluster", "NodeProc", "RawWorker", "module_cluster", "wait_for"]
+__all__ = ["LocalCluster", "NodeProc", "RawWorker", "cli", "module_cluster", "wait_for"]
+
+
+def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    """Run the `gnomon` CLI in this process: (exit code, stdout, stderr)."""
+    from gnomon.client.cli import main as gnomon
+
+    out, err = io.StringIO(), io.StringIO()
+    old = sys.stdin
+    if stdin is not None:
+        sys.stdin = io.StringIO(stdin)
+    try:
+        code = gnomon(list(args), stdout=out, stderr=err)
+    finally:
+        sys.stdin = old
+    return code, out.getvalue(), err.getvalue()
 
 
 @contextlib.contextmanager
 def module_cluster(root, overrides: dict[str, str] | None = None, *, request=None,
-                   size: int = 3, http: bool = False) -> Iterator[LocalCluster]:
-    """A cluster for a module-scoped fixture: started, a leader waited for, stopped at the
-    end; its logs printed when a test of the session failed meanwhile (pass `request`).
-    `http`: every node serves the HTTP API and dashboard too (NodeProc.url), waited for."""
-    cluster = LocalCluster(root, size, dict(overrides or {}), http=http).start()
+                   size: int = 3, http: bool = False,
+                   metrics: bool = False) -> Iterator[LocalCluster]:
+    """A cluster for a fixture: started, a leader waited for, stopped at the end; its logs
+    printed when a test of the session failed meanwhile (pass `request`). `http`: every node
+    serves the HTTP API and dashboard too (NodeProc.url), waited for; `metrics`: /metrics."""
+    cluster = LocalCluster(root, size, dict(overrides or {}), http=http,
+                           metrics=metrics).start()
     failed_before = request.session.testsfailed if request is not None else 0
     try:
         cluster.leader()

@@ -36,6 +36,7 @@ from gnomon.client import (
     task,
 )
 from gnomon.node.localcluster import LocalCluster
+from tests.integration.cluster import module_cluster
 from tests.integration.test_observe import samples, scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -56,16 +57,9 @@ OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path_factory.mktemp("backfill"), 3, dict(OVERRIDES), metrics=True)
-    c.start()
-    failed = request.session.testsfailed
-    try:
-        c.leader()
+    with module_cluster(tmp_path_factory.mktemp("backfill"), OVERRIDES, request=request,
+                        metrics=True) as c:
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed > failed:
-            print(c.logs())
 
 
 async def _until(check, what: str, timeout_s: float = WAIT_S):

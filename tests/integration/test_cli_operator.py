@@ -5,7 +5,6 @@ with a warning for a queue no worker serves, `-s` usage errors, `| head`, gnomon
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import socket
@@ -17,25 +16,14 @@ import pytest
 import yaml
 
 from gnomon.client import Client, JobSpec, OnceSchedule, TaskSpec
-from gnomon.client.cli import main as gnomon
 from gnomon.node.localcluster import LocalCluster, wait_for
-from tests.integration.cluster import RawWorker, module_cluster
+from tests.integration.cluster import RawWorker, cli, module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
 FAR_FUTURE_MS = 4_102_444_800_000
 
 
-def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    old = sys.stdin
-    if stdin is not None:
-        sys.stdin = io.StringIO(stdin)
-    try:
-        code = gnomon(list(args), stdout=out, stderr=err)
-    finally:
-        sys.stdin = old
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

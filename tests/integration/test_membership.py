@@ -5,7 +5,6 @@ acknowledged jobs; afterwards no write or fire is lost, none doubled, every repl
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import subprocess
@@ -14,8 +13,8 @@ import sys
 import pytest
 
 from gnomon.client import Client
-from gnomon.client.cli import main as gnomon
 from gnomon.node.localcluster import LocalCluster, wait_for
+from tests.integration.cluster import cli, module_cluster
 from tests.integration.load import TickLoad, caught_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
@@ -26,23 +25,11 @@ OVERRIDES = {"runs_retained_per_job": "1000", "lease_ttl_ms": "4000",
              "snapshot_min_time_s": "2"}
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = gnomon(list(args), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
 
 @pytest.fixture
 def cluster(tmp_path, request):
-    c = LocalCluster(tmp_path / "c", 3, dict(OVERRIDES)).start()
-    failed = request.session.testsfailed
-    try:
-        c.leader()
+    with module_cluster(tmp_path / "c", OVERRIDES, request=request) as c:
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed > failed:
-            print(c.logs())
 
 
 def _members(c: LocalCluster) -> list[str]:

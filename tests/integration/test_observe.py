@@ -24,7 +24,7 @@ from gnomon.client import (
     TaskSpec,
 )
 from gnomon.node.localcluster import LocalCluster, wait_for
-from tests.integration.cluster import RawWorker
+from tests.integration.cluster import RawWorker, module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -40,16 +40,9 @@ OVERRIDES = {
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    c = LocalCluster(tmp_path_factory.mktemp("observe"), 3, dict(OVERRIDES), metrics=True)
-    c.start()
-    failed = request.session.testsfailed
-    try:
-        c.leader()
+    with module_cluster(tmp_path_factory.mktemp("observe"), OVERRIDES, request=request,
+                        metrics=True) as c:
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed > failed:
-            print(c.logs())
 
 
 def scrape(addr: str) -> str:

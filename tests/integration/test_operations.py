@@ -4,7 +4,6 @@ fresh cluster with equal state digests."""
 
 from __future__ import annotations
 
-import io
 import json
 import signal
 import subprocess
@@ -18,8 +17,8 @@ from gnomon.client import (
     OnceSchedule,
     TaskSpec,
 )
-from gnomon.client.cli import main as gnomon
 from gnomon.node.localcluster import LocalCluster, wait_for
+from tests.integration.cluster import cli, module_cluster
 from tests.integration.load import FAR_FUTURE_MS, TickLoad, caught_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -28,23 +27,11 @@ OVERRIDES = {"runs_retained_per_job": "1000", "lease_ttl_ms": "4000",
              "heartbeat_interval_ms": "500"}
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = gnomon(list(args), stdout=out, stderr=err)
-    return code, out.getvalue(), err.getvalue()
-
 
 @pytest.fixture
 def cluster(tmp_path, request):
-    c = LocalCluster(tmp_path / "c", 3, dict(OVERRIDES)).start()
-    failed = request.session.testsfailed
-    try:
-        c.leader()
+    with module_cluster(tmp_path / "c", OVERRIDES, request=request) as c:
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed > failed:
-            print(c.logs())
 
 
 def _leader_id(c: LocalCluster) -> str:
