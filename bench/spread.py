@@ -3,7 +3,8 @@
 N daily cron jobs with one expression (`M H * * *`, the same minute for all: a midnight
 stand-in) on a 3-node cluster, once with `fire_spread_window_ms` 0 and once with a window
 (default 60 s). No workers: fires only. The minute is chosen after the creation rate was
-measured on a calibration set (3x the expected creation time + 30 s ahead), so every job
+measured on a calibration set (3x the expected creation time + 30 s ahead; jobs are created in
+CreateJobs calls of 1,000), so every job
 exists before its slot (`creates_done_before_slot_s`). Measured per run: the peak of fires
 committed per second (gnomon_fires_total summed over the nodes, sampled every 100 ms, the
 highest 1-second window: a leader change during the herd is counted whole), leader changes,
@@ -29,7 +30,7 @@ from typing import Any
 import grpc
 
 from gnomon.bench.cluster import running_cluster
-from gnomon.bench.load import create_jobs
+from gnomon.bench.load import create_jobs_bulk
 from gnomon.bench.stats import summary
 from gnomon.v1 import api_pb2, types_pb2
 
@@ -92,15 +93,16 @@ def measure(n: int, window_ms: int) -> dict[str, Any]:
         # measured first on a calibration set (paused jobs of another tenant), so the slot
         # is chosen from a measured rate, not a guess; a run whose creates still ended
         # after the slot says so (created_late_s) and is not a valid measurement.
-        calib = min(2_000, max(200, n // 50))
-        rate = create_jobs(servers, [_spec(i, 0, 0, tenant="calib", paused=True)
-                                     for i in range(calib)],
-                           concurrency=64, prefix=f"calib-{window_ms}")["per_s"]
+        calib = min(5_000, max(500, n // 20))
+        rate = create_jobs_bulk(servers, [_spec(i, 0, 0, tenant="calib", paused=True)
+                                          for i in range(calib)],
+                                prefix=f"calib-{window_ms}")["per_s"]
         slot_s = _slot_after(time.time() + n / max(rate, 1.0) * CREATE_MARGIN + 30)
         gm = time.gmtime(slot_s)
-        created = create_jobs(servers, [_spec(i, gm.tm_min, gm.tm_hour) for i in range(n)],
-                              concurrency=64, prefix=f"herd-{window_ms}",
-                              deadline_s=max(600.0, slot_s - time.time()))
+        created = create_jobs_bulk(servers, [_spec(i, gm.tm_min, gm.tm_hour)
+                                             for i in range(n)],
+                                   prefix=f"herd-{window_ms}",
+                                   deadline_s=max(600.0, slot_s - time.time()))
         out: dict[str, Any] = {"jobs": created["created"], "window_ms": window_ms,
                                "creates_per_s": created["per_s"],
                                "calibration_creates_per_s": round(rate, 1),
