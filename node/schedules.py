@@ -56,6 +56,7 @@ __all__ = [
     "decide_fire",
     "first_fire_ms",
     "job_hash_id",
+    "uses_hash",
     "next_fire_after",
     "preview",
     "shortest_gap_ms",
@@ -404,6 +405,16 @@ def _dst_note(at_ms: int, zone: ZoneInfo, expanded: list) -> str:
 # --- jitter, spread and bounds (leader side) ---------------------------------------------
 
 _GAP_PROBE_FIRES = 64
+
+
+@functools.lru_cache(maxsize=4096)
+def uses_hash(schedule: Schedule) -> bool:
+    """Whether a cron schedule has `H` tokens, i.e. its slots depend on the job's hash id
+    (without them one evaluation serves every job with the schedule)."""
+    if schedule.kind != ScheduleKind.CRON:
+        return False
+    return _normalise(schedule.expression, "spec.schedule.cron.expression",
+                      schedule.dialect)[1]
 
 
 def shortest_gap_ms(schedule: Schedule, hash_id: str = "") -> int:

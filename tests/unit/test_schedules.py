@@ -597,3 +597,13 @@ def test_dst_policies_property(expression, zone, nonexistent, ambiguous, start) 
     left_out = [t for t in kept if t not in got]
     assert all(schedules._dst_leaves_out(t, tz, template.expanded, nonexistent, ambiguous)
                for t in left_out)
+
+
+def test_uses_hash_tells_h_tokens_from_day_names():
+    # The trigger keys its per-schedule cache by job only where H makes slots per job.
+    assert schedules.uses_hash(cron("H * * * *"))
+    assert schedules.uses_hash(cron("0 H(0-5) * * *"))
+    assert not schedules.uses_hash(cron("0 0 * * THU"))
+    assert not schedules.uses_hash(Schedule(kind=ScheduleKind.INTERVAL, interval_ms=1000))
+    # Without H, every job's gap is the schedule's: the shared ("") evaluation is right.
+    assert schedules.shortest_gap_ms(cron("30 4 * * *")) == 86_400_000
