@@ -40,6 +40,17 @@ def once_spec(name: str, at_ms: int, *, queue: str = "") -> types_pb2.JobSpec:
         tasks=[types_pb2.TaskSpec(name="main", queue=queue)])
 
 
+def _follow_leader(leader: dict[str, str], servers: Sequence[str],
+                   exc: grpc.aio.AioRpcError) -> None:
+    """After a retryable failure: the leader the node named, else the next server."""
+    hint = dict(exc.trailing_metadata() or ()).get("gnomon-leader")
+    if hint:
+        leader["addr"] = hint
+    elif exc.code() == grpc.StatusCode.UNAVAILABLE:
+        i = servers.index(leader["addr"]) if leader["addr"] in servers else -1
+        leader["addr"] = servers[(i + 1) % len(servers)]
+
+
 _RETRY = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.RESOURCE_EXHAUSTED,
           grpc.StatusCode.DEADLINE_EXCEEDED}
 
@@ -82,13 +93,7 @@ async def create_jobs_async(servers: Sequence[str], specs: Sequence[types_pb2.Jo
                         stats["failed"] += 1
                         return
                     stats["retries"] += 1
-                    hint = dict(exc.trailing_metadata() or ()).get("gnomon-leader")
-                    if hint:
-                        leader["addr"] = hint
-                    elif exc.code() == grpc.StatusCode.UNAVAILABLE:
-                        leader["addr"] = servers[(servers.index(leader["addr"]) + 1)
-                                                 % len(servers)] if leader["addr"] in servers \
-                            else servers[0]
+                    _follow_leader(leader, servers, exc)
                     attempt += 1
                     await asyncio.sleep(min(1.0, 0.02 * 2 ** min(attempt, 6)))
             stats["failed"] += 1
@@ -142,12 +147,7 @@ async def create_jobs_bulk_async(servers: Sequence[str], specs: Sequence[types_p
                         errors[exc.code().name] = errors.get(exc.code().name, 0) + 1
                         return
                     stats["retries"] += 1
-                    hint = dict(exc.trailing_metadata() or ()).get("gnomon-leader")
-                    if hint:
-                        leader["addr"] = hint
-                    elif exc.code() == grpc.StatusCode.UNAVAILABLE:
-                        i = servers.index(leader["addr"]) if leader["addr"] in servers else -1
-                        leader["addr"] = servers[(i + 1) % len(servers)]
+                    _follow_leader(leader, servers, exc)
                     attempt += 1
                     await asyncio.sleep(min(1.0, 0.02 * 2 ** min(attempt, 6)))
                     continue
