@@ -31,10 +31,6 @@ MEMBERSHIP_COMMAND = 2  # pysyncobj's _COMMAND_TYPE.MEMBERSHIP
 ADD, REMOVE = "add", "rem"
 
 
-class MembershipError(Exception):
-    """A membership change cannot be made as asked (FAILED_PRECONDITION); the message says why."""
-
-
 def encode_change(kind: str, member: Member) -> bytes:
     """A membership entry's body (pysyncobj puts its command type byte in front)."""
     body = [kind, member.node_id, member.raft_addr, member.grpc_addr, member.http_addr]
@@ -86,10 +82,6 @@ class Membership:
     def by_raft(self, raft_addr: str) -> Member | None:
         with self._lock:
             return next((m for m in self._members.values() if m.raft_addr == raft_addr), None)
-
-    def is_member(self) -> bool:
-        """Whether this node is in the configuration it knows."""
-        return self.get(self.self_id) is not None
 
     def add(self, member: Member) -> None:
         with self._lock:
