@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -258,6 +259,8 @@ class WorkerFleet:
                     "--out", str(self.run_dir / f"{self.name}{p}.json"),
                     "--progress", str(self.run_dir / f"{self.name}{p}.progress"),
                     "--stop-file", str(self.stop_file)]
+            if os.environ.get("GNOMON_BENCH_WORKER_BATCHES", "1") == "0":  # for A/B runs
+                args.append("--no-batches")
             self.procs.append(subprocess.Popen(args))
         return self
 

@@ -139,7 +139,8 @@ class Stream:
     async def session(self, call) -> None:
         f = self.fleet
         await call.write(W.WorkerMessage(hello=W.Hello(
-            worker_id=self.worker_id, queues=[f.args.queue], held=list(self.unacked.values()))))
+            worker_id=self.worker_id, queues=[f.args.queue], held=list(self.unacked.values()),
+            accepts_batches=f.args.batches)))
         first = await call.read()
         if first is grpc.aio.EOF or first.WhichOneof("msg") != "welcome":
             raise StreamEnded(await call.code(), await call.trailing_metadata())
@@ -175,7 +176,11 @@ class Stream:
         q = self.out
         while True:
             msg = await q.get()
-            await call.write(msg)
+            if self.fleet.args.batches and not q.empty():
+                for out in _coalesced(msg, q):
+                    await call.write(out)
+            else:
+                await call.write(msg)
             if q.empty() and self.owed and not self.fleet.stopping:
                 n, self.owed = self.owed, 0
                 await call.write(W.WorkerMessage(credits=W.Credits(credits=n)))
@@ -196,41 +201,83 @@ class Stream:
             if msg is grpc.aio.EOF:
                 return
             kind = msg.WhichOneof("msg")
-            if kind == "assign":
-                now = wall_ms()
-                a = msg.assign
-                ref = a.lease
-                f.counts["assigns"] += 1
-                b = now // 100
-                f.assigns_per_100ms[b] = f.assigns_per_100ms.get(b, 0) + 1
-                if record == "lateness":
-                    f.assigns.append([a.scheduled_for_ms, now, a.attempt])
-                elif record == "full":
-                    f.assigns.append([a.scheduled_for_ms, now, a.attempt, ref.run_id,
-                                      ref.fencing_token, self.welcome_ms])
-                self.unacked[ref.fencing_token] = ref
-                self.send(W.WorkerMessage(complete=W.Complete(lease=ref)))
-                self.owed += 1
+            if kind == "batch":
+                for a in msg.batch.assigns:
+                    self.on_assign(a, record)
+                for ack in msg.batch.report_acks:
+                    self.on_ack(ack)
+            elif kind == "assign":
+                self.on_assign(msg.assign, record)
             elif kind == "report_ack":
-                ack = msg.report_ack
-                if ack.accepted:
-                    f.counts["acks"] += 1
-                    b = wall_ms() // 100
-                    f.acks_per_100ms[b] = f.acks_per_100ms.get(b, 0) + 1
-                    self.unacked.pop(ack.lease.fencing_token, None)
-                elif "report again" in ack.detail:
-                    f.error("report_not_committed")
-                    self.send(W.WorkerMessage(complete=W.Complete(lease=ack.lease)))
-                else:
-                    f.counts["rejected"] += 1
-                    f.error("rejected: " + re.sub(r"'j\d+@\d+'|\d+", "N", ack.detail)[:90])
-                    self.unacked.pop(ack.lease.fencing_token, None)
+                self.on_ack(msg.report_ack)
             elif kind == "heartbeat_ack":
                 f.counts["hb_acks"] += 1
                 b = wall_ms() // 100
                 f.hb_per_100ms[b] = f.hb_per_100ms.get(b, 0) + 1
             elif kind == "cancel":
                 f.counts["cancels"] += 1
+
+    def on_assign(self, a, record: str) -> None:
+        f = self.fleet
+        now = wall_ms()
+        ref = a.lease
+        f.counts["assigns"] += 1
+        b = now // 100
+        f.assigns_per_100ms[b] = f.assigns_per_100ms.get(b, 0) + 1
+        if record == "lateness":
+            f.assigns.append([a.scheduled_for_ms, now, a.attempt])
+        elif record == "full":
+            f.assigns.append([a.scheduled_for_ms, now, a.attempt, ref.run_id,
+                              ref.fencing_token, self.welcome_ms])
+        self.unacked[ref.fencing_token] = ref
+        self.send(W.WorkerMessage(complete=W.Complete(lease=ref)))
+        self.owed += 1
+
+    def on_ack(self, ack) -> None:
+        f = self.fleet
+        if ack.accepted:
+            f.counts["acks"] += 1
+            b = wall_ms() // 100
+            f.acks_per_100ms[b] = f.acks_per_100ms.get(b, 0) + 1
+            self.unacked.pop(ack.lease.fencing_token, None)
+        elif "report again" in ack.detail:
+            f.error("report_not_committed")
+            self.send(W.WorkerMessage(complete=W.Complete(lease=ack.lease)))
+        else:
+            f.counts["rejected"] += 1
+            f.error("rejected: " + re.sub(r"'j\d+@\d+'|\d+", "N", ack.detail)[:90])
+            self.unacked.pop(ack.lease.fencing_token, None)
+
+
+# Completes merged into one Reports message at most.
+_MAX_REPORTS = 256
+
+
+def _coalesced(first, q: asyncio.Queue) -> list:
+    """`first` and what else is queued now, in order, consecutive Completes merged into
+    one Reports message each."""
+    out, completes, msg = [], [], first
+    while True:
+        if msg.HasField("complete") and len(completes) < _MAX_REPORTS:
+            completes.append(msg.complete)
+        else:
+            if completes:
+                out.append(_reports(completes))
+            completes = [msg.complete] if msg.HasField("complete") else []
+            if not completes:
+                out.append(msg)
+        if q.empty():
+            break
+        msg = q.get_nowait()
+    if completes:
+        out.append(_reports(completes))
+    return out
+
+
+def _reports(completes: list):
+    if len(completes) == 1:
+        return W.WorkerMessage(complete=completes[0])
+    return W.WorkerMessage(reports=W.Reports(completes=completes))
 
 
 async def main_async(args: argparse.Namespace) -> None:
@@ -281,6 +328,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--channels", type=int, default=0, help="connections (0: one per stream)")
     p.add_argument("--credits", type=int, default=200)
     p.add_argument("--queue", default="default")
+    p.add_argument("--no-batches", dest="batches", action="store_false",
+                   help="one message per Assign/ack/Complete (no ServerBatch, no Reports)")
     p.add_argument("--record", choices=("none", "lateness", "full"), default="lateness")
     p.add_argument("--heartbeat-s", type=float, default=0.0, help="0: the server's interval")
     p.add_argument("--connect-rate", type=float, default=500.0, help="new streams per second")

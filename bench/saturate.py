@@ -3,6 +3,9 @@ checkouts at the same moment on the same machine.
 
     python -m gnomon.bench.saturate [--jobs 800] [--measure-s 15] [--profile-s 0] [--out F]
 
+GNOMON_BENCH_WORKER_BATCHES=0 makes the raw workers send and ask for one message per Assign,
+ack and Complete (the protocol before ServerBatch / Reports), for A/B runs.
+
 Prints one JSON line: completions/s, lateness, CPU per completed task (all gnomon processes,
 and the nodes alone), CPU % per process, the load average before and after, and (with
 --profile-s) the leader's and a follower's top py-spy frames.

@@ -142,7 +142,7 @@ class Reports:
             return
         # Marked before the write returns: the ReportAck can overtake the write's completion.
         ex.report_sent = True
-        if not await self._stream.write(ex.report):
+        if not await self._stream.write_report(ex.report):
             ex.report_sent = False
 
     def mark_unsent(self, held: Iterable[HeldLease]) -> None:

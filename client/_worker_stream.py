@@ -59,6 +59,31 @@ class _SessionEnd:
     hint: str | None = None
 
 
+# One Reports message holds at most this many reports and about this many bytes (results
+# are up to the cluster's max_result_bytes each; the node receives at most 16 MiB).
+_MAX_REPORTS_PER_MESSAGE = 256
+_MAX_REPORTS_BYTES = 1 << 20
+
+
+def _as_reports(msgs: list[worker_pb2.WorkerMessage]) -> list[worker_pb2.WorkerMessage]:
+    """Complete/Fail messages as few Reports messages (a single one is sent as it is)."""
+    if len(msgs) == 1:
+        return msgs
+    parts: list[list[worker_pb2.WorkerMessage]] = [[]]
+    size = 0
+    for msg in msgs:
+        n = msg.ByteSize()
+        if parts[-1] and (len(parts[-1]) >= _MAX_REPORTS_PER_MESSAGE
+                          or size + n > _MAX_REPORTS_BYTES):
+            parts.append([])
+            size = 0
+        parts[-1].append(msg)
+        size += n
+    return [part[0] if len(part) == 1 else worker_pb2.WorkerMessage(reports=worker_pb2.Reports(
+        completes=[m.complete for m in part if m.HasField("complete")],
+        fails=[m.fail for m in part if m.HasField("fail")])) for part in parts]
+
+
 @dataclass(frozen=True, slots=True)
 class WorkerIdentity:
     """Who the worker is, as its Hello says on every stream."""
@@ -105,6 +130,8 @@ class WorkerStream:
         self.closing = False
         """Set by shutdown: a stream that ends is not reopened."""
         self._write_lock = asyncio.Lock()
+        # Reports waiting for the write lock, with what their write came to.
+        self._reports: list[tuple[worker_pb2.WorkerMessage, asyncio.Future[bool]]] = []
         self._hb_sent: collections.deque[float] = collections.deque()
         self._outstanding_credits = 0
         self._background: set[asyncio.Task[Any]] = set()
@@ -132,13 +159,40 @@ class WorkerStream:
         if call is None:
             return False
         async with self._write_lock:
-            if self.call is not call:
-                return False
+            return await self._write_locked(call, [msg])
+
+    async def write_report(self, msg: worker_pb2.WorkerMessage) -> bool:
+        """Write a Complete or Fail like ``write``. The reports waiting for the write lock
+        at the same moment go out together as ``Reports`` messages: the first to get the
+        lock writes them all (nothing waits to fill a batch)."""
+        call = self.call
+        if call is None:
+            return False
+        written: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._reports.append((msg, written))
+        async with self._write_lock:
+            if written.done():  # an earlier report's write took this one along
+                return written.result()
+            batch, self._reports = self._reports, []
+            ok = False
             try:
+                ok = await self._write_locked(call, _as_reports([m for m, _ in batch]))
+            finally:
+                for _, fut in batch:
+                    if not fut.done():
+                        fut.set_result(ok)
+            return ok
+
+    async def _write_locked(self, call: grpc.aio.StreamStreamCall,
+                            msgs: Sequence[worker_pb2.WorkerMessage]) -> bool:
+        if self.call is not call:
+            return False
+        try:
+            for msg in msgs:
                 await call.write(msg)
-            except _WRITE_ERRORS as e:
-                log.debug("worker %s: write failed: %r", self._identity.worker_id, e)
-                return False
+        except _WRITE_ERRORS as e:
+            log.debug("worker %s: write failed: %r", self._identity.worker_id, e)
+            return False
         return True
 
     def top_up_credits(self) -> None:
@@ -269,6 +323,7 @@ class WorkerStream:
             queues=list(self._identity.queues),
             labels=dict(self._identity.labels),
             held=[ex.ref for ex in held],
+            accepts_batches=True,
         )
         hello_at = time.monotonic()
         try:
@@ -304,15 +359,22 @@ class WorkerStream:
             if msg is grpc.aio.EOF:
                 return
             kind = msg.WhichOneof("msg")
-            if kind == "assign":
-                self._outstanding_credits = max(0, self._outstanding_credits - 1)
-            handler = self._handlers.get(kind or "")
-            if handler is None:
-                log.warning(
-                    "worker %s: unexpected %s message ignored", self._identity.worker_id, kind
-                )
+            if kind == "batch":  # queued Assigns and ReportAcks in one message (Hello said so)
+                for assign in msg.batch.assigns:
+                    self._dispatch("assign", assign)
+                for ack in msg.batch.report_acks:
+                    self._dispatch("report_ack", ack)
             else:
-                handler(getattr(msg, kind))
+                self._dispatch(kind or "", getattr(msg, kind) if kind else None)
+
+    def _dispatch(self, kind: str, body: Any) -> None:
+        if kind == "assign":
+            self._outstanding_credits = max(0, self._outstanding_credits - 1)
+        handler = self._handlers.get(kind)
+        if handler is None:
+            log.warning("worker %s: unexpected %s message ignored", self._identity.worker_id, kind)
+        else:
+            handler(body)
 
     def heartbeat_acked(self, ack: worker_pb2.HeartbeatAck) -> None:
         """Renew (or revoke) the leases of the oldest unacknowledged heartbeat."""

@@ -119,6 +119,10 @@ class Config:
     max_fires_per_proposal: int = 1_000
     max_fire_proposals_inflight: int = 2
     max_catch_up_slots_per_job: int = 100
+    # Fire admission: while this many tasks of a tenant wait for a worker on a queue, that
+    # tenant's fires whose first tasks go to that queue wait in the trigger (late, not lost);
+    # 0: no bound. Past capacity the cluster then spends its work on tasks it can run.
+    fire_admission_max_ready: int = 10_000
     # Proposer.
     max_batch_commands: int = 1_000
     max_batch_bytes: int = 1 << 20
@@ -229,6 +233,9 @@ class Config:
                      "backfill_step_interval_ms", "backfill_max_active_runs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.fire_admission_max_ready < 0:
+            raise ConfigError(f"fire_admission_max_ready: must be >= 0 (0: no bound), got "
+                              f"{self.fire_admission_max_ready}")
         if self.priority_aging_ms < 0:
             raise ConfigError(f"priority_aging_ms: must be >= 0 (0: strict priority), got "
                               f"{self.priority_aging_ms}")

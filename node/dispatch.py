@@ -73,6 +73,11 @@ class ReadyHeap:
     def __len__(self) -> int:
         return len(self._items)
 
+    def prune(self, live) -> None:
+        """Drop the entries for which `live(run_id, task_name)` is false."""
+        self._items = [e for e in self._items if live(e[3], e[4])]
+        heapq.heapify(self._items)
+
 
 @dataclass(eq=False)
 class WorkerSession:
@@ -83,6 +88,8 @@ class WorkerSession:
     # The tenants whose tasks it may take; None: every tenant.
     tenants: tuple[str, ...] | None = None
     credits: int = 0
+    # Its Hello set accepts_batches: queued Assigns and ReportAcks go out as ServerBatch.
+    batches: bool = False
     outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
     closed: bool = False
 
@@ -232,6 +239,28 @@ class Dispatcher:
         READY since are counted until popped, so this may run a little high)."""
         return sum(len(self._ready.get((queue, tenant), ())) for queue, tenants in
                    self._queue_tenants.items() if tenant in tenants)
+
+    def ready_in(self, queue: str, tenant: str) -> int:
+        """Tasks of `tenant` waiting for a worker on `queue` (same caveat as ready_count)."""
+        heap = self._ready.get((queue, tenant))
+        return len(heap) if heap is not None else 0
+
+    def prune(self, queue: str, tenant: str) -> int:
+        """Drop the entries of tasks that left READY (cancelled, deleted) from that heap and
+        return what is left: O(its size), for a caller that must not act on a stale count."""
+        heap = self._ready.get((queue, tenant))
+        if heap is None:
+            return 0
+        with self._replica.lock:
+            runs = self._replica.state.runs
+
+            def live(run_id: str, task_name: str) -> bool:
+                run = runs.get(run_id)
+                inst = run.tasks.get(task_name) if run else None
+                return inst is not None and inst.state == TaskState.READY
+
+            heap.prune(live)
+        return len(heap)
 
     def _keys(self, session: WorkerSession) -> list[tuple[str, str]]:
         """The heaps a session may take from."""

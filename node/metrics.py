@@ -66,6 +66,9 @@ READY_TASKS = Gauge("gnomon_ready_tasks", "Tasks waiting for a worker (leader vi
                     registry=REGISTRY)
 PENDING_PROPOSALS = Gauge("gnomon_pending_proposals", "Commands waiting to be packed",
                           registry=REGISTRY)
+FIRES_PARKED = Gauge("gnomon_fires_parked",
+                     "Jobs whose due fire waits in the trigger because its queue's backlog "
+                     "is at fire_admission_max_ready (leader)", registry=REGISTRY)
 LEADER_CHANGES = Counter("gnomon_leader_changes_total",
                          "Times the leader known to this node changed (including to none)",
                          registry=REGISTRY)

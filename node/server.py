@@ -195,20 +195,22 @@ class Node:
                         ack_slack_ms=3 * cfg.proof_interval_ms,
                         checkpoint_interval_ms=cfg.lease_checkpoint_interval_ms),
             rng=self.rng, supervisor=self.supervisor)
-        self.trigger = TriggerLoop(
-            self.replica, self.proposer,
-            TriggerLimits(tick_ms=cfg.trigger_tick_ms,
-                          max_fires_per_proposal=cfg.max_fires_per_proposal,
-                          max_proposals_inflight=cfg.max_fire_proposals_inflight,
-                          max_slots_per_job=cfg.max_catch_up_slots_per_job,
-                          spread_window_ms=cfg.fire_spread_window_ms),
-            supervisor=self.supervisor, rng=self.rng)
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=cfg.lease_ttl_ms,
                                      max_credits=cfg.max_worker_credits,
                                      supervisor=self.supervisor,
                                      queue_caps=cfg.queue_caps,
                                      priority_aging_ms=cfg.priority_aging_ms)
+        self.trigger = TriggerLoop(
+            self.replica, self.proposer,
+            TriggerLimits(tick_ms=cfg.trigger_tick_ms,
+                          max_fires_per_proposal=cfg.max_fires_per_proposal,
+                          max_proposals_inflight=cfg.max_fire_proposals_inflight,
+                          max_slots_per_job=cfg.max_catch_up_slots_per_job,
+                          spread_window_ms=cfg.fire_spread_window_ms,
+                          max_ready_per_queue=cfg.fire_admission_max_ready),
+            supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher)
+        metrics.FIRES_PARKED.set_function(self.trigger.parked)
         self.job_backfill = JobBackfillLoop(
             self.replica, self.proposer,
             BackfillLimits(slots_per_step=cfg.backfill_slots_per_step,

@@ -20,6 +20,15 @@ most `max_proposals_inflight` chunks waiting for commit, oldest slots first (hea
 chunk only takes the room the proposer has left after a reserve for client traffic, and an
 Overloaded or uncommitted chunk backs off (exponential, jittered) instead of retrying the
 same proposal at once, so the API keeps answering while the backlog drains.
+
+Admission (`max_ready_per_queue`): while a tenant has that many tasks waiting for a worker on
+a queue (the dispatcher's count), its jobs whose first tasks go there are parked here instead
+of fired (a slot the misfire policy skips makes no task and is recorded meanwhile); they go back into the heap once the backlog is below the bound again (looked at on
+every tick). Past capacity fires are late, as they would be anyway, but the cluster no
+longer replicates, applies and stores runs faster than workers take them, which is what made
+throughput fall as offered load rose. Misfire policies count the lateness as for any late
+fire. The bound is approximate by up to a chunk (fires in flight count, a fire with several
+first tasks on one queue counts once).
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ import heapq
 import logging
 import random
 from dataclasses import dataclass
+from typing import Protocol
 
 from gnomon.node import metrics
 from gnomon.node.clock import wall_ms
@@ -63,6 +73,8 @@ class TriggerLimits:
     max_slots_per_job: int = 100
     # The cluster's spread of fires over a window by a hash of the job id (0: none).
     spread_window_ms: int = 0
+    # Tasks of one tenant waiting on one queue at which its fires there wait (0: no bound).
+    max_ready_per_queue: int = 0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -77,9 +89,38 @@ class _Due:
     spec: JobSpec
 
 
+_AdmissionKey = tuple[str, str]  # (queue, tenant)
+# A full key's count is made exact (stale entries dropped) at most this often.
+_PRUNE_INTERVAL_MS = 1_000
+
+
+class ReadyBacklog(Protocol):
+    """What admission needs of the dispatcher."""
+
+    def ready_in(self, queue: str, tenant: str) -> int:
+        """Tasks waiting for a worker there (may count a few that left READY)."""
+
+    def prune(self, queue: str, tenant: str) -> int:
+        """The exact count, after dropping the entries of tasks that left READY."""
+
+
+class _Unbounded:
+    def ready_in(self, queue: str, tenant: str) -> int:
+        return 0
+
+    def prune(self, queue: str, tenant: str) -> int:
+        return 0
+
+
+def _first_queues(spec: JobSpec) -> list[_AdmissionKey]:
+    """The (queue, tenant) of the tasks a fire makes ready at once (those without deps)."""
+    return sorted({(t.queue or "default", spec.tenant) for t in spec.tasks if not t.depends_on})
+
+
 class TriggerLoop:
     def __init__(self, replica: Replica, proposer: Proposer, limits: TriggerLimits, *,
-                 supervisor: Supervisor, rng: random.Random):
+                 supervisor: Supervisor, rng: random.Random,
+                 backlog: ReadyBacklog | None = None):
         self._replica = replica
         self._proposer = proposer
         self._limits = limits
@@ -96,9 +137,19 @@ class TriggerLoop:
         self._resume_at = 0.0  # loop time before which nothing is proposed (backing off)
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        # Admission: the dispatcher's ready count per (queue, tenant), fires proposed and not
+        # answered yet per key, and the heap entries parked behind a full key.
+        self._backlog = backlog or _Unbounded()
+        self._pruned_ms: dict[_AdmissionKey, int] = {}
+        self._inflight_fires: dict[_AdmissionKey, int] = {}
+        # key -> job_id -> heap entry (one per job: a job changed while parked is not doubled).
+        self._parked: dict[_AdmissionKey, dict[str, tuple[int, int, str]]] = {}
 
     def start(self) -> None:
         self._draws.clear()
+        self._parked.clear()
+        self._pruned_ms.clear()
+        self._inflight_fires.clear()
         self._rebuild_heap()
         self._inflight_jobs.clear()
         self._resume_at = 0.0
@@ -129,6 +180,7 @@ class TriggerLoop:
         self._wake.set()
 
     def _rebuild_heap(self) -> None:
+        self._parked.clear()  # every job is in the new heap; a full queue parks it again
         with self._replica.lock:
             self._heap = [self._entry(j.job_id, j.next_fire_ms, j.spec)
                           for j in self._replica.state.jobs.values()
@@ -176,6 +228,7 @@ class TriggerLoop:
             except TimeoutError:
                 pass
             self._wake.clear()
+            self._unpark()
             await self._propose_due(loop)
 
     async def _propose_due(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -188,10 +241,10 @@ class TriggerLoop:
             if budget <= 0:
                 self._back_off(loop, "the proposer has no room beyond its client reserve")
                 return
-            fires = self._next_chunk(wall_ms(), budget)
+            fires, charged = self._next_chunk(wall_ms(), budget)
             if not fires:
                 return
-            task = self._supervisor.spawn(self._propose(fires), name="trigger-propose")
+            task = self._supervisor.spawn(self._propose(fires, charged), name="trigger-propose")
             self._proposals.add(task)
             task.add_done_callback(self._proposals.discard)
             await asyncio.sleep(0)  # let requests that are waiting for the loop in
@@ -203,20 +256,73 @@ class TriggerLoop:
 
     # -- building a chunk ------------------------------------------------------------------
 
-    def _next_chunk(self, now_ms: int, budget: int) -> list[Fire]:
+    def _next_chunk(self, now_ms: int, budget: int) -> tuple[list[Fire], dict]:
+        """Due fires up to `budget`, and the count charged to each admission key."""
         fires: list[Fire] = []
+        charged: dict[_AdmissionKey, int] = {}
         while len(fires) < budget:
             picked = self._pick_due(now_ms, min(_PICK_BATCH, budget - len(fires)))
             if not picked:
                 break
             for due in picked:
-                room = budget - len(fires)
+                room = min(budget - len(fires), self._limits.max_slots_per_job)
                 if room <= 0:  # an earlier job of this pick took the rest: next chunk
                     self._inflight_jobs.discard(due.job_id)
                     heapq.heappush(self._heap, self._entry(due.job_id, due.slot_ms, due.spec))
                     continue
-                fires.extend(self._fires_for(due, now_ms, min(room, self._limits.max_slots_per_job)))
-        return fires
+                mine = self._fires_for(due, now_ms, room, self._room(due.spec))
+                if not mine:  # its next fire would run, and its queue's backlog is full
+                    self._inflight_jobs.discard(due.job_id)
+                    self._park(due)
+                    continue
+                fires.extend(mine)
+                runs = sum(1 for f in mine if not f.skip)
+                for key in _first_queues(due.spec):
+                    charged[key] = charged.get(key, 0) + runs
+                    self._inflight_fires[key] = self._inflight_fires.get(key, 0) + runs
+        return fires, charged
+
+    # -- admission -------------------------------------------------------------------------
+
+    def _room(self, spec: JobSpec) -> int:
+        """Runs of `spec` its first queues take before the bound (max_slots_per_job if
+        there is no bound)."""
+        bound = self._limits.max_ready_per_queue
+        if bound <= 0:
+            return self._limits.max_slots_per_job
+        return min((bound - self._backlog.ready_in(*key) - self._inflight_fires.get(key, 0)
+                    for key in _first_queues(spec)), default=self._limits.max_slots_per_job)
+
+    def _park(self, due: _Due) -> None:
+        """Hold the job's entry behind the first of its queues that is full."""
+        keys = _first_queues(due.spec)
+        full = next((k for k in keys if self._backlog.ready_in(*k)
+                     + self._inflight_fires.get(k, 0) >= self._limits.max_ready_per_queue),
+                    keys[0])
+        self._parked.setdefault(full, {})[due.job_id] = self._entry(due.job_id, due.slot_ms,
+                                                                    due.spec)
+
+    def _unpark(self) -> None:
+        """Parked entries of keys below the bound again go back into the heap. A key that
+        still looks full has its count made exact now and then: entries of cancelled tasks
+        stay in the dispatcher's heaps until popped, and nothing pops a queue no worker
+        serves."""
+        if not self._parked:
+            return
+        bound, now = self._limits.max_ready_per_queue, wall_ms()
+        for key in sorted(self._parked):
+            ready = self._backlog.ready_in(*key)
+            if bound > 0 and ready + self._inflight_fires.get(key, 0) >= bound \
+                    and now - self._pruned_ms.get(key, 0) >= _PRUNE_INTERVAL_MS:
+                self._pruned_ms[key] = now
+                ready = self._backlog.prune(*key)
+            if bound <= 0 or ready + self._inflight_fires.get(key, 0) < bound:
+                for entry in self._parked.pop(key).values():
+                    heapq.heappush(self._heap, entry)
+
+    def parked(self) -> int:
+        """Jobs whose due fire waits for its queue's backlog to fall (metrics)."""
+        return sum(len(v) for v in self._parked.values())
 
     def _pick_due(self, now_ms: int, limit: int) -> list[_Due]:
         """Up to `limit` jobs whose replicated next slot is due, oldest slot first."""
@@ -233,9 +339,11 @@ class TriggerLoop:
                 self._inflight_jobs.add(job_id)
         return picked
 
-    def _fires_for(self, due: _Due, now_ms: int, limit: int) -> list[Fire]:
+    def _fires_for(self, due: _Due, now_ms: int, limit: int, admit: int) -> list[Fire]:
         """The job's due slots from `due.slot_ms`, chained (each Fire's next is the next
-        one's slot), at most `limit`. Croniter runs here, outside the lock."""
+        one's slot), at most `limit`, of which at most `admit` make a run (a slot its
+        misfire policy skips makes no task and is always taken). Croniter runs here,
+        outside the lock."""
         spec, fires, slot = due.spec, [], due.slot_ms
         hash_id = job_hash_id(spec.tenant, spec.name)
         delay = self.delay_ms(due.job_id, slot, spec)
@@ -243,6 +351,10 @@ class TriggerLoop:
             nxt = bounded_next(spec, slot, hash_id=hash_id)
             # Lateness counts from the due time: a jittered or spread fire is not late.
             skip = decide_fire(spec, slot, now_ms - delay, nxt)
+            if not skip:
+                if admit <= 0:
+                    break
+                admit -= 1
             fires.append(Fire(due.job_id, slot, nxt, skip, delay))
             slot = nxt
             delay = self.delay_ms(due.job_id, slot, spec) if slot else 0
@@ -250,7 +362,7 @@ class TriggerLoop:
 
     # -- proposing -------------------------------------------------------------------------
 
-    async def _propose(self, fires: list[Fire]) -> None:
+    async def _propose(self, fires: list[Fire], charged: dict[_AdmissionKey, int]) -> None:
         job_ids = sorted({f.job_id for f in fires})
         loop = asyncio.get_running_loop()
         try:
@@ -268,6 +380,12 @@ class TriggerLoop:
         finally:
             for job_id in job_ids:
                 self._inflight_jobs.discard(job_id)
+            for key, count in charged.items():  # committed: in the dispatcher's count now
+                left = self._inflight_fires.get(key, 0) - count
+                if left > 0:
+                    self._inflight_fires[key] = left
+                else:
+                    self._inflight_fires.pop(key, None)
             # Whatever happened, re-read the jobs: committed fires advanced next_fire_ms,
             # failed ones left it where it was and must be proposed again.
             self.jobs_changed(job_ids)

@@ -54,7 +54,7 @@ class Tenant:
     weight: int = 1  # share of a saturated queue: weight / sum of the busy tenants' weights
     max_concurrency: int = 0  # tasks leased at once (more wait, counted; never fail)
     max_jobs: int = 0  # jobs (CreateJob beyond it: RESOURCE_EXHAUSTED)
-    max_queued_tasks: int = 0  # ready tasks waiting (fires beyond it wait in the trigger)
+    max_queued_tasks: int = 0  # ready tasks waiting (TriggerJob and replays beyond it are refused)
     api_rate_per_s: int = 0  # API calls per second on the leader (beyond: RESOURCE_EXHAUSTED)
     api_burst: int = 0  # calls allowed at once above the rate (0: one second's worth)
     created_ms: int = 0

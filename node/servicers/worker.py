@@ -1,8 +1,11 @@
 """WorkerService.Connect: one bidirectional stream per worker, served by the leader.
 
-Reader task: Hello, Credits, Heartbeat, Complete, Fail from the worker. The handler itself
-writes whatever the dispatcher and the reader put in the session's outbox. A follower (or a
-leader whose session ends) aborts with UNAVAILABLE + `gnomon-leader` metadata.
+Reader task: Hello, Credits, Heartbeat, Complete, Fail, Reports from the worker. The handler
+itself writes whatever the dispatcher and the reader put in the session's outbox; to a worker
+whose Hello set `accepts_batches`, the Assigns and ReportAcks queued at one moment go out as
+one ServerBatch (one write instead of one per message: the per-write cost was the largest
+self time of a saturated leader). A follower (or a leader whose session ends) aborts with
+UNAVAILABLE + `gnomon-leader` metadata.
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ log = logging.getLogger(__name__)
 # Reports of one burst proposed in one call at most: a call is committed, refused
 # (Overloaded) or timed out as a whole, so a herd's thousands of reports are not.
 MAX_REPORTS_PER_PROPOSAL = 256
+# Messages and bytes merged into one ServerBatch at most (payloads are up to
+# max_payload_bytes each; a worker receives at most 16 MiB per message by default).
+MAX_BATCH_MESSAGES = 512
+MAX_BATCH_BYTES = 1 << 20
 # A worker's error message is kept up to this many bytes (the start: it names the error).
 MAX_ERROR_BYTES = 4096
 
@@ -53,9 +60,48 @@ def _session(hello: worker_pb2.Hello, principal: Principal) -> WorkerSession:
     pass for another tenant's worker nor end that worker's leases by reconnecting as it."""
     queues = tuple(hello.queues) or ("default",)
     if principal.is_admin:
-        return WorkerSession(hello.worker_id, queues)
+        return WorkerSession(hello.worker_id, queues, batches=hello.accepts_batches)
     return WorkerSession(f"{principal.token_id}:{hello.worker_id}", queues,
-                         tenants=principal.tenants)
+                         tenants=principal.tenants, batches=hello.accepts_batches)
+
+
+def _drain(first: worker_pb2.ServerMessage | None, outbox: asyncio.Queue) -> list:
+    """`first` and whatever else is queued now, in order, with each run of consecutive
+    Assigns and ReportAcks merged into one ServerBatch (at most MAX_BATCH_MESSAGES and
+    about MAX_BATCH_BYTES); a None (end of session) ends the list."""
+    out: list = []
+    batch: list[worker_pb2.ServerMessage] = []
+    size = 0
+    msg = first
+    while True:
+        kind = msg.WhichOneof("msg") if msg is not None else None
+        if kind in ("assign", "report_ack"):
+            n = msg.ByteSize()
+            if batch and (len(batch) >= MAX_BATCH_MESSAGES or size + n > MAX_BATCH_BYTES):
+                out.extend(_merged(batch))
+                batch, size = [], 0
+            batch.append(msg)
+            size += n
+        else:
+            out.extend(_merged(batch))
+            batch, size = [], 0
+            out.append(msg)
+            if msg is None:
+                return out
+        if outbox.empty():
+            break
+        msg = outbox.get_nowait()
+    out.extend(_merged(batch))
+    return out
+
+
+def _merged(batch: list[worker_pb2.ServerMessage]) -> list[worker_pb2.ServerMessage]:
+    if len(batch) <= 1:
+        return batch
+    merged = worker_pb2.ServerBatch(
+        assigns=[m.assign for m in batch if m.HasField("assign")],
+        report_acks=[m.report_ack for m in batch if m.HasField("report_ack")])
+    return [worker_pb2.ServerMessage(batch=merged)]
 
 
 def _ack_for(reply: object, turned_into: str) -> worker_pb2.ReportAck:
@@ -97,11 +143,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             lease_ttl_ms=cfg.lease_ttl_ms, resumed_tokens=valid)))
         reader = asyncio.create_task(self._read(request_iterator, session))
         try:
-            while True:
+            ended = False
+            while not ended:
                 msg = await session.outbox.get()
-                if msg is None:
-                    break
-                await context.write(msg)
+                for out in (_drain(msg, session.outbox) if session.batches else [msg]):
+                    if out is None:
+                        ended = True
+                        break
+                    await context.write(out)
         finally:
             reader.cancel()
             self.dispatcher.detach(session)
@@ -117,11 +166,15 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                     self.dispatcher.add_credits(session, msg.credits.credits)
                 elif kind == "heartbeat":
                     self._heartbeat(session, msg.heartbeat)
-                elif kind in ("complete", "fail"):
+                elif kind in ("complete", "fail", "reports"):
                     if not reports:  # the first of a burst: one proposal for the burst
                         self.node.supervisor.spawn(self._report_burst(session, reports),
                                                    name=f"report-{session.worker_id}")
-                    reports.append((kind, getattr(msg, kind)))
+                    if kind == "reports":
+                        reports.extend(("complete", m) for m in msg.reports.completes)
+                        reports.extend(("fail", m) for m in msg.reports.fails)
+                    else:
+                        reports.append((kind, getattr(msg, kind)))
         except Exception as exc:  # noqa: BLE001 - the stream broke: end the session
             log.info("worker %s stream ended: %r", session.worker_id, exc,
                      extra=logs.fields(worker=session.worker_id))

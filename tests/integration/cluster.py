@@ -68,7 +68,8 @@ class RawWorker:
     """A worker speaking the stream protocol by hand (to test the node, not the SDK)."""
 
     def __init__(self, node: NodeProc, worker_id: str, queues: tuple[str, ...] = ("default",),
-                 *, channel: grpc.Channel | None = None, metadata: tuple = ()):
+                 *, channel: grpc.Channel | None = None, metadata: tuple = (),
+                 batches: bool = False):
         import queue as queue_mod
         import threading
 
@@ -77,8 +78,10 @@ class RawWorker:
         self.pb = worker_pb2
         self._out: queue_mod.Queue = queue_mod.Queue()
         self.inbox: queue_mod.Queue = queue_mod.Queue()
-        self._out.put(worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=worker_id,
-                                                                       queues=list(queues))))
+        # Sizes of the ServerBatch messages received (their parts go into the inbox).
+        self.batch_sizes: list[int] = []
+        self._out.put(worker_pb2.WorkerMessage(hello=worker_pb2.Hello(
+            worker_id=worker_id, queues=list(queues), accepts_batches=batches)))
         stub = worker_pb2_grpc.WorkerServiceStub(channel) if channel else node.workers()
         self._call = stub.Connect(iter(self._out.get, None), metadata=metadata or None)
         self._thread = threading.Thread(target=self._pump, daemon=True)
@@ -88,7 +91,14 @@ class RawWorker:
     def _pump(self) -> None:
         try:
             for msg in self._call:
-                self.inbox.put(msg)
+                if msg.WhichOneof("msg") != "batch":
+                    self.inbox.put(msg)
+                    continue
+                self.batch_sizes.append(len(msg.batch.assigns) + len(msg.batch.report_acks))
+                for assign in msg.batch.assigns:
+                    self.inbox.put(self.pb.ServerMessage(assign=assign))
+                for ack in msg.batch.report_acks:
+                    self.inbox.put(self.pb.ServerMessage(report_ack=ack))
         except grpc.RpcError as exc:
             self.inbox.put(exc)
 
@@ -116,6 +126,14 @@ class RawWorker:
 
     def complete(self, lease, result: bytes = b"ok") -> None:
         self._out.put(self.pb.WorkerMessage(complete=self.pb.Complete(lease=lease, result=result)))
+
+    def reports(self, completes, fails=()) -> None:
+        """One Reports message: a Complete of each lease in `completes`, and each
+        (lease, error, retryable) of `fails`."""
+        self._out.put(self.pb.WorkerMessage(reports=self.pb.Reports(
+            completes=[self.pb.Complete(lease=lease, result=b"ok") for lease in completes],
+            fails=[self.pb.Fail(lease=lease, error=error, retryable=retryable)
+                   for lease, error, retryable in fails])))
 
     def fail(self, lease, error: str, retryable: bool) -> None:
         self._out.put(self.pb.WorkerMessage(fail=self.pb.Fail(lease=lease, error=error,

@@ -1,6 +1,6 @@
 """Overload delays, never drops (issue 14), on real nodes; not timed.
 
-Fires are offered far beyond what one worker stream completes (100 jobs every 100 ms) while
+Fires are offered far beyond what one worker stream completes (40 jobs every 100 ms) while
 API clients create jobs as fast as they can against a small proposer queue. Afterwards:
 every slot between a job's first and last fire ran exactly once and succeeded (none lost,
 none doubled), and every API call was answered (created, or RESOURCE_EXHAUSTED /
@@ -42,11 +42,14 @@ def _idle_spec(name: str) -> types_pb2.JobSpec:
         tasks=[types_pb2.TaskSpec(name="main", queue="never")])
 
 
-def test_overload_delays_and_never_drops_or_doubles(tmp_path):
+# The default fire admission bound, and one the load passes at once: fires then wait in
+# the trigger while the queue's backlog is full, and must still all run, once each.
+@pytest.mark.parametrize("admission", ["10000", "30"])
+def test_overload_delays_and_never_drops_or_doubles(tmp_path, admission):
     cluster = LocalCluster(tmp_path, overrides={
         # A small proposer queue: fires and API calls overflow it, which is the point.
         "max_pending_commands": "300", "max_loop_pending_commands": "200",
-        "runs_retained_per_job": "1000"}).start()
+        "runs_retained_per_job": "1000", "fire_admission_max_ready": admission}).start()
     try:
         _run(cluster)
     except BaseException:

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16gnomon/v1/worker.proto\x12\tgnomon.v1\"D\n\x08LeaseRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\"\xd5\x01\n\rWorkerMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.gnomon.v1.HelloH\x00\x12%\n\x07\x63redits\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.CreditsH\x00\x12)\n\theartbeat\x18\x03 \x01(\x0b\x32\x14.gnomon.v1.HeartbeatH\x00\x12\'\n\x08\x63omplete\x18\x04 \x01(\x0b\x32\x13.gnomon.v1.CompleteH\x00\x12\x1f\n\x04\x66\x61il\x18\x05 \x01(\x0b\x32\x0f.gnomon.v1.FailH\x00\x42\x05\n\x03msg\"\xaa\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06queues\x18\x02 \x03(\t\x12,\n\x06labels\x18\x03 \x03(\x0b\x32\x1c.gnomon.v1.Hello.LabelsEntry\x12!\n\x04held\x18\x04 \x03(\x0b\x32\x13.gnomon.v1.LeaseRef\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1a\n\x07\x43redits\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\"0\n\tHeartbeat\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.gnomon.v1.LeaseRef\"\x8e\x01\n\x08\x43omplete\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x0e\n\x06result\x18\x02 \x01(\x0c\x12\x13\n\x0boutput_tail\x18\x03 \x01(\t\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\x05 \x01(\x03\x42\x0c\n\n_exit_code\"\x9c\x01\n\x04\x46\x61il\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x13\n\x0boutput_tail\x18\x04 \x01(\t\x12\x16\n\texit_code\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\x06 \x01(\x03\x42\x0c\n\n_exit_code\"\xe5\x01\n\rServerMessage\x12%\n\x07welcome\x18\x01 \x01(\x0b\x32\x12.gnomon.v1.WelcomeH\x00\x12#\n\x06\x61ssign\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.AssignH\x00\x12\x30\n\rheartbeat_ack\x18\x03 \x01(\x0b\x32\x17.gnomon.v1.HeartbeatAckH\x00\x12*\n\nreport_ack\x18\x04 \x01(\x0b\x32\x14.gnomon.v1.ReportAckH\x00\x12#\n\x06\x63\x61ncel\x18\x05 \x01(\x0b\x32\x11.gnomon.v1.CancelH\x00\x42\x05\n\x03msg\"g\n\x07Welcome\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x03\x12\x14\n\x0clease_ttl_ms\x18\x03 \x01(\x03\x12\x16\n\x0eresumed_tokens\x18\x04 \x03(\x04\"\xf1\x01\n\x06\x41ssign\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12\x0f\n\x07payload\x18\x07 \x01(\x0c\x12\x18\n\x10scheduled_for_ms\x18\x08 \x01(\x03\x12\x14\n\x0clease_ttl_ms\x18\t \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\n \x01(\x03\x12\x14\n\x0cmax_attempts\x18\x0b \x01(\x05\"<\n\x0cHeartbeatAck\x12\x14\n\x0cvalid_tokens\x18\x01 \x03(\x04\x12\x16\n\x0erevoked_tokens\x18\x02 \x03(\x04\"p\n\tReportAck\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\r\n\x05retry\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\"<\n\x06\x43\x61ncel\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x0e\n\x06reason\x18\x02 \x01(\t2R\n\rWorkerService\x12\x41\n\x07\x43onnect\x12\x18.gnomon.v1.WorkerMessage\x1a\x18.gnomon.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16gnomon/v1/worker.proto\x12\tgnomon.v1\"D\n\x08LeaseRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x11\n\ttask_name\x18\x02 \x01(\t\x12\x15\n\rfencing_token\x18\x03 \x01(\x04\"\xfc\x01\n\rWorkerMessage\x12!\n\x05hello\x18\x01 \x01(\x0b\x32\x10.gnomon.v1.HelloH\x00\x12%\n\x07\x63redits\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.CreditsH\x00\x12)\n\theartbeat\x18\x03 \x01(\x0b\x32\x14.gnomon.v1.HeartbeatH\x00\x12\'\n\x08\x63omplete\x18\x04 \x01(\x0b\x32\x13.gnomon.v1.CompleteH\x00\x12\x1f\n\x04\x66\x61il\x18\x05 \x01(\x0b\x32\x0f.gnomon.v1.FailH\x00\x12%\n\x07reports\x18\x06 \x01(\x0b\x32\x12.gnomon.v1.ReportsH\x00\x42\x05\n\x03msg\"\xc3\x01\n\x05Hello\x12\x11\n\tworker_id\x18\x01 \x01(\t\x12\x0e\n\x06queues\x18\x02 \x03(\t\x12,\n\x06labels\x18\x03 \x03(\x0b\x32\x1c.gnomon.v1.Hello.LabelsEntry\x12!\n\x04held\x18\x04 \x03(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x17\n\x0f\x61\x63\x63\x65pts_batches\x18\x05 \x01(\x08\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x1a\n\x07\x43redits\x12\x0f\n\x07\x63redits\x18\x01 \x01(\x05\"0\n\tHeartbeat\x12#\n\x06leases\x18\x01 \x03(\x0b\x32\x13.gnomon.v1.LeaseRef\"\x8e\x01\n\x08\x43omplete\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x0e\n\x06result\x18\x02 \x01(\x0c\x12\x13\n\x0boutput_tail\x18\x03 \x01(\t\x12\x16\n\texit_code\x18\x04 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\x05 \x01(\x03\x42\x0c\n\n_exit_code\"\x9c\x01\n\x04\x46\x61il\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\r\n\x05\x65rror\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x13\n\x0boutput_tail\x18\x04 \x01(\t\x12\x16\n\texit_code\x18\x05 \x01(\x05H\x00\x88\x01\x01\x12\x13\n\x0b\x64uration_ms\x18\x06 \x01(\x03\x42\x0c\n\n_exit_code\"\x8e\x02\n\rServerMessage\x12%\n\x07welcome\x18\x01 \x01(\x0b\x32\x12.gnomon.v1.WelcomeH\x00\x12#\n\x06\x61ssign\x18\x02 \x01(\x0b\x32\x11.gnomon.v1.AssignH\x00\x12\x30\n\rheartbeat_ack\x18\x03 \x01(\x0b\x32\x17.gnomon.v1.HeartbeatAckH\x00\x12*\n\nreport_ack\x18\x04 \x01(\x0b\x32\x14.gnomon.v1.ReportAckH\x00\x12#\n\x06\x63\x61ncel\x18\x05 \x01(\x0b\x32\x11.gnomon.v1.CancelH\x00\x12\'\n\x05\x62\x61tch\x18\x06 \x01(\x0b\x32\x16.gnomon.v1.ServerBatchH\x00\x42\x05\n\x03msg\"g\n\x07Welcome\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1d\n\x15heartbeat_interval_ms\x18\x02 \x01(\x03\x12\x14\n\x0clease_ttl_ms\x18\x03 \x01(\x03\x12\x16\n\x0eresumed_tokens\x18\x04 \x03(\x04\"\xf1\x01\n\x06\x41ssign\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05queue\x18\x04 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x05 \x01(\x05\x12\x17\n\x0fidempotency_key\x18\x06 \x01(\t\x12\x0f\n\x07payload\x18\x07 \x01(\x0c\x12\x18\n\x10scheduled_for_ms\x18\x08 \x01(\x03\x12\x14\n\x0clease_ttl_ms\x18\t \x01(\x03\x12\x13\n\x0b\x64\x65\x61\x64line_ms\x18\n \x01(\x03\x12\x14\n\x0cmax_attempts\x18\x0b \x01(\x05\"<\n\x0cHeartbeatAck\x12\x14\n\x0cvalid_tokens\x18\x01 \x03(\x04\x12\x16\n\x0erevoked_tokens\x18\x02 \x03(\x04\"p\n\tReportAck\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x10\n\x08\x61\x63\x63\x65pted\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\x12\r\n\x05retry\x18\x04 \x01(\x08\x12\x0e\n\x06reason\x18\x05 \x01(\t\"Q\n\x07Reports\x12&\n\tcompletes\x18\x01 \x03(\x0b\x32\x13.gnomon.v1.Complete\x12\x1e\n\x05\x66\x61ils\x18\x02 \x03(\x0b\x32\x0f.gnomon.v1.Fail\"\\\n\x0bServerBatch\x12\"\n\x07\x61ssigns\x18\x01 \x03(\x0b\x32\x11.gnomon.v1.Assign\x12)\n\x0breport_acks\x18\x02 \x03(\x0b\x32\x14.gnomon.v1.ReportAck\"<\n\x06\x43\x61ncel\x12\"\n\x05lease\x18\x01 \x01(\x0b\x32\x13.gnomon.v1.LeaseRef\x12\x0e\n\x06reason\x18\x02 \x01(\t2R\n\rWorkerService\x12\x41\n\x07\x43onnect\x12\x18.gnomon.v1.WorkerMessage\x1a\x18.gnomon.v1.ServerMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,31 +36,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LEASEREF']._serialized_start=37
   _globals['_LEASEREF']._serialized_end=105
   _globals['_WORKERMESSAGE']._serialized_start=108
-  _globals['_WORKERMESSAGE']._serialized_end=321
-  _globals['_HELLO']._serialized_start=324
-  _globals['_HELLO']._serialized_end=494
-  _globals['_HELLO_LABELSENTRY']._serialized_start=449
-  _globals['_HELLO_LABELSENTRY']._serialized_end=494
-  _globals['_CREDITS']._serialized_start=496
-  _globals['_CREDITS']._serialized_end=522
-  _globals['_HEARTBEAT']._serialized_start=524
-  _globals['_HEARTBEAT']._serialized_end=572
-  _globals['_COMPLETE']._serialized_start=575
-  _globals['_COMPLETE']._serialized_end=717
-  _globals['_FAIL']._serialized_start=720
-  _globals['_FAIL']._serialized_end=876
-  _globals['_SERVERMESSAGE']._serialized_start=879
-  _globals['_SERVERMESSAGE']._serialized_end=1108
-  _globals['_WELCOME']._serialized_start=1110
-  _globals['_WELCOME']._serialized_end=1213
-  _globals['_ASSIGN']._serialized_start=1216
-  _globals['_ASSIGN']._serialized_end=1457
-  _globals['_HEARTBEATACK']._serialized_start=1459
-  _globals['_HEARTBEATACK']._serialized_end=1519
-  _globals['_REPORTACK']._serialized_start=1521
-  _globals['_REPORTACK']._serialized_end=1633
-  _globals['_CANCEL']._serialized_start=1635
-  _globals['_CANCEL']._serialized_end=1695
-  _globals['_WORKERSERVICE']._serialized_start=1697
-  _globals['_WORKERSERVICE']._serialized_end=1779
+  _globals['_WORKERMESSAGE']._serialized_end=360
+  _globals['_HELLO']._serialized_start=363
+  _globals['_HELLO']._serialized_end=558
+  _globals['_HELLO_LABELSENTRY']._serialized_start=513
+  _globals['_HELLO_LABELSENTRY']._serialized_end=558
+  _globals['_CREDITS']._serialized_start=560
+  _globals['_CREDITS']._serialized_end=586
+  _globals['_HEARTBEAT']._serialized_start=588
+  _globals['_HEARTBEAT']._serialized_end=636
+  _globals['_COMPLETE']._serialized_start=639
+  _globals['_COMPLETE']._serialized_end=781
+  _globals['_FAIL']._serialized_start=784
+  _globals['_FAIL']._serialized_end=940
+  _globals['_SERVERMESSAGE']._serialized_start=943
+  _globals['_SERVERMESSAGE']._serialized_end=1213
+  _globals['_WELCOME']._serialized_start=1215
+  _globals['_WELCOME']._serialized_end=1318
+  _globals['_ASSIGN']._serialized_start=1321
+  _globals['_ASSIGN']._serialized_end=1562
+  _globals['_HEARTBEATACK']._serialized_start=1564
+  _globals['_HEARTBEATACK']._serialized_end=1624
+  _globals['_REPORTACK']._serialized_start=1626
+  _globals['_REPORTACK']._serialized_end=1738
+  _globals['_REPORTS']._serialized_start=1740
+  _globals['_REPORTS']._serialized_end=1821
+  _globals['_SERVERBATCH']._serialized_start=1823
+  _globals['_SERVERBATCH']._serialized_end=1915
+  _globals['_CANCEL']._serialized_start=1917
+  _globals['_CANCEL']._serialized_end=1977
+  _globals['_WORKERSERVICE']._serialized_start=1979
+  _globals['_WORKERSERVICE']._serialized_end=2061
 # @@protoc_insertion_point(module_scope)

@@ -17,21 +17,23 @@ class LeaseRef(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., fencing_token: _Optional[int] = ...) -> None: ...
 
 class WorkerMessage(_message.Message):
-    __slots__ = ("hello", "credits", "heartbeat", "complete", "fail")
+    __slots__ = ("hello", "credits", "heartbeat", "complete", "fail", "reports")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     COMPLETE_FIELD_NUMBER: _ClassVar[int]
     FAIL_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     credits: Credits
     heartbeat: Heartbeat
     complete: Complete
     fail: Fail
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credits: _Optional[_Union[Credits, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., complete: _Optional[_Union[Complete, _Mapping]] = ..., fail: _Optional[_Union[Fail, _Mapping]] = ...) -> None: ...
+    reports: Reports
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., credits: _Optional[_Union[Credits, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., complete: _Optional[_Union[Complete, _Mapping]] = ..., fail: _Optional[_Union[Fail, _Mapping]] = ..., reports: _Optional[_Union[Reports, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ("worker_id", "queues", "labels", "held")
+    __slots__ = ("worker_id", "queues", "labels", "held", "accepts_batches")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -43,11 +45,13 @@ class Hello(_message.Message):
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     HELD_FIELD_NUMBER: _ClassVar[int]
+    ACCEPTS_BATCHES_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     labels: _containers.ScalarMap[str, str]
     held: _containers.RepeatedCompositeFieldContainer[LeaseRef]
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ...) -> None: ...
+    accepts_batches: bool
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., labels: _Optional[_Mapping[str, str]] = ..., held: _Optional[_Iterable[_Union[LeaseRef, _Mapping]]] = ..., accepts_batches: _Optional[bool] = ...) -> None: ...
 
 class Credits(_message.Message):
     __slots__ = ("credits",)
@@ -92,18 +96,20 @@ class Fail(_message.Message):
     def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., output_tail: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ...) -> None: ...
 
 class ServerMessage(_message.Message):
-    __slots__ = ("welcome", "assign", "heartbeat_ack", "report_ack", "cancel")
+    __slots__ = ("welcome", "assign", "heartbeat_ack", "report_ack", "cancel", "batch")
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     ASSIGN_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
     REPORT_ACK_FIELD_NUMBER: _ClassVar[int]
     CANCEL_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
     welcome: Welcome
     assign: Assign
     heartbeat_ack: HeartbeatAck
     report_ack: ReportAck
     cancel: Cancel
-    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., report_ack: _Optional[_Union[ReportAck, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ...) -> None: ...
+    batch: ServerBatch
+    def __init__(self, welcome: _Optional[_Union[Welcome, _Mapping]] = ..., assign: _Optional[_Union[Assign, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., report_ack: _Optional[_Union[ReportAck, _Mapping]] = ..., cancel: _Optional[_Union[Cancel, _Mapping]] = ..., batch: _Optional[_Union[ServerBatch, _Mapping]] = ...) -> None: ...
 
 class Welcome(_message.Message):
     __slots__ = ("node_id", "heartbeat_interval_ms", "lease_ttl_ms", "resumed_tokens")
@@ -164,6 +170,22 @@ class ReportAck(_message.Message):
     retry: bool
     reason: str
     def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., accepted: _Optional[bool] = ..., detail: _Optional[str] = ..., retry: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class Reports(_message.Message):
+    __slots__ = ("completes", "fails")
+    COMPLETES_FIELD_NUMBER: _ClassVar[int]
+    FAILS_FIELD_NUMBER: _ClassVar[int]
+    completes: _containers.RepeatedCompositeFieldContainer[Complete]
+    fails: _containers.RepeatedCompositeFieldContainer[Fail]
+    def __init__(self, completes: _Optional[_Iterable[_Union[Complete, _Mapping]]] = ..., fails: _Optional[_Iterable[_Union[Fail, _Mapping]]] = ...) -> None: ...
+
+class ServerBatch(_message.Message):
+    __slots__ = ("assigns", "report_acks")
+    ASSIGNS_FIELD_NUMBER: _ClassVar[int]
+    REPORT_ACKS_FIELD_NUMBER: _ClassVar[int]
+    assigns: _containers.RepeatedCompositeFieldContainer[Assign]
+    report_acks: _containers.RepeatedCompositeFieldContainer[ReportAck]
+    def __init__(self, assigns: _Optional[_Iterable[_Union[Assign, _Mapping]]] = ..., report_acks: _Optional[_Iterable[_Union[ReportAck, _Mapping]]] = ...) -> None: ...
 
 class Cancel(_message.Message):
     __slots__ = ("lease", "reason")

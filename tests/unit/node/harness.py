@@ -352,19 +352,20 @@ class Harness:
                         ack_slack_ms=3 * config.proof_interval_ms,
                         checkpoint_interval_ms=config.lease_checkpoint_interval_ms),
             rng=self.rng, supervisor=self.supervisor)
+        self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
+                                     lease_ttl_ms=config.lease_ttl_ms,
+                                     max_credits=config.max_worker_credits,
+                                     supervisor=self.supervisor,
+                                     priority_aging_ms=config.priority_aging_ms)
         self.trigger = TriggerLoop(
             self.replica, self.proposer,
             trigger_limits or TriggerLimits(
                 tick_ms=config.trigger_tick_ms,
                 max_fires_per_proposal=config.max_fires_per_proposal,
                 max_proposals_inflight=config.max_fire_proposals_inflight,
-                max_slots_per_job=config.max_catch_up_slots_per_job),
-            supervisor=self.supervisor, rng=self.rng)
-        self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
-                                     lease_ttl_ms=config.lease_ttl_ms,
-                                     max_credits=config.max_worker_credits,
-                                     supervisor=self.supervisor,
-                                     priority_aging_ms=config.priority_aging_ms)
+                max_slots_per_job=config.max_catch_up_slots_per_job,
+                max_ready_per_queue=config.fire_admission_max_ready),
+            supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher)
         self.job_backfill = JobBackfillLoop(
             self.replica, self.proposer,
             BackfillLimits(slots_per_step=config.backfill_slots_per_step,

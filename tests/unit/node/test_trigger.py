@@ -8,7 +8,7 @@ import logging
 import pytest
 from pysyncobj import FAIL_REASON
 
-from gnomon.node.core.commands import Barrier, DeleteJob, Fire, SetPaused
+from gnomon.node.core.commands import Barrier, CancelRun, DeleteJob, Fire, SetPaused
 from gnomon.node.core.model import MisfirePolicy, RunState
 from gnomon.node.core.results import Done, RunReply
 from gnomon.node.trigger import TriggerLimits
@@ -292,3 +292,65 @@ async def test_end_at_and_max_runs_stop_the_schedule(leader, clock):
     assert sorted(runs_of(leader, ending)) == [slot, slot + MINUTE]
     assert sorted(runs_of(leader, bounded)) == [slot, slot + MINUTE]
     assert leader.state.jobs[bounded].runs_started == 2
+
+
+def ready_tasks(h, queue: str = "default") -> list[tuple[str, int]]:
+    """(job_id, slot) of the READY tasks on `queue`, oldest slot first."""
+    return sorted((r.job_id, r.scheduled_for_ms) for r in h.state.runs.values()
+                  for t in r.tasks.values() if t.state == "ready" and r.spec.task(
+                      t.task_name).queue == queue)
+
+
+async def test_fires_wait_while_their_queue_backlog_is_at_the_bound(make, clock):
+    """Admission: past the bound a queue's fires wait in the trigger (late, not lost, not
+    doubled); another queue is not held back; cancelled tasks stop counting."""
+    limits = TriggerLimits(tick_ms=5, max_fires_per_proposal=10, max_slots_per_job=4,
+                           max_ready_per_queue=6)
+    h = await make(trigger_limits=limits)
+    await h.lead()
+    jobs = [await h.create_job(f"j{k}", interval_ms=SECOND, next_fire_ms=T0 + SECOND)
+            for k in range(3)]
+    other = await h.create_job("other", interval_ms=SECOND, next_fire_ms=T0 + SECOND,
+                               queue="elsewhere")
+    clock.wall = T0 + 20 * SECOND  # 20 due slots per job
+    await until(lambda: len(ready_tasks(h)) == 6 and h.trigger.parked() == 3,
+                "the default queue at its bound, its jobs parked")
+    await turns(200)
+    assert len(ready_tasks(h)) == 6, "fires went past the bound"
+    assert len(ready_tasks(h, "elsewhere")) == 6, "a full queue held back another queue"
+
+    # Every slot fires once, in order, as the backlog is cancelled away (the heap entries
+    # of cancelled tasks linger until the trigger has the count made exact).
+    fired: list[tuple[str, int]] = []
+    while len(fired) < 3 * 20:
+        batch = ready_tasks(h)
+        assert 0 < len(batch) <= 6
+        fired += batch
+        for job_id, slot in batch:
+            await h.propose(CancelRun("", f"{job_id}@{slot}"))
+        clock.wall += SECOND
+        await until(lambda: ready_tasks(h) or len(fired) == 60, "fires after the backlog fell")
+    assert sorted(fired) == sorted((j, T0 + k * SECOND) for j in jobs for k in range(1, 21))
+    assert h.state.jobs[other].next_fire_ms <= T0 + 8 * SECOND  # still held at its bound
+
+
+async def test_a_full_queue_still_records_the_slots_a_misfire_policy_skips(make, clock):
+    limits = TriggerLimits(tick_ms=5, max_fires_per_proposal=50, max_slots_per_job=50,
+                           max_ready_per_queue=2)
+    h = await make(trigger_limits=limits)
+    await h.lead()
+    filler = await h.create_job("filler", interval_ms=SECOND, next_fire_ms=T0 + SECOND)
+    clock.wall = T0 + 3 * SECOND
+    await until(lambda: len(ready_tasks(h)) == 2, "the filler's runs fill the queue")
+    skipper = await h.create_job("skipper", interval_ms=SECOND, next_fire_ms=T0 + SECOND,
+                                 misfire_policy=MisfirePolicy.SKIP, misfire_grace_ms=SECOND)
+    clock.wall = T0 + 20 * SECOND
+    # The skipper's late slots (1-18 s; the grace is 1 s) are recorded SKIPPED although the
+    # queue is at its bound; its on-time slot (19 s) waits like the filler's.
+    await until(lambda: h.state.jobs[skipper].next_fire_ms == T0 + 19 * SECOND,
+                "the skipped slots recorded")
+    await turns(200)
+    assert runs_of(h, skipper) == {T0 + k * SECOND: RunState.SKIPPED for k in range(1, 19)}
+    assert h.state.jobs[skipper].next_fire_ms == T0 + 19 * SECOND
+    assert len(ready_tasks(h)) == 2 and h.trigger.parked() == 2
+    assert h.state.jobs[filler].next_fire_ms == T0 + 3 * SECOND
