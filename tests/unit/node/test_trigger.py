@@ -329,8 +329,8 @@ async def test_fires_wait_while_their_queue_backlog_is_at_the_bound(make, clock)
         for job_id, slot in batch:
             await h.propose(CancelRun("", f"{job_id}@{slot}"))
         clock.wall += SECOND
-        done = len(fired) == 60
-        await until(lambda: done or ready_tasks(h), "fires after the backlog fell")
+        if len(fired) < 60:
+            await until(lambda: ready_tasks(h), "fires after the backlog fell")
     assert sorted(fired) == sorted((j, T0 + k * SECOND) for j in jobs for k in range(1, 21))
     assert h.state.jobs[other].next_fire_ms <= T0 + 8 * SECOND  # still held at its bound
 
