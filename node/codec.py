@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import operator
 from collections.abc import Iterable
 
 from google.protobuf.message import Message
@@ -488,7 +489,7 @@ def dead_letter_from_proto(m: types_pb2.DeadLetter) -> DeadLetter:
 (_K_PLAIN, _K_SPEC, _K_LIMITS, _K_OPTIONAL, _K_OVERLAP, _K_NEST, _K_TUPLE, _K_TENANT, _K_BYTES,
  _K_BREAKER) = range(10)
 _ENCODE_PLANS: dict[type, tuple[tuple[str, int], ...]] = {}
-_DECODE_PLANS: dict[type, tuple[tuple[str, int], ...]] = {}
+_DECODE_PLANS: dict[type, tuple] = {}
 
 
 def _encode_plan(cmd) -> tuple[tuple[str, int], ...]:
@@ -551,33 +552,51 @@ def _decode_plan(cls: type, m: Message) -> tuple[tuple[str, int], ...]:
 def _command_from_proto(cls: type, m: Message):
     plan = _DECODE_PLANS.get(cls)
     if plan is None:
-        plan = _DECODE_PLANS[cls] = _decode_plan(cls, m)
-    args = []
-    for name, kind in plan:
-        value = getattr(m, name)
-        if kind == _K_PLAIN:
-            pass
-        elif kind == _K_NEST:
-            nested = _NESTED[name]
-            value = tuple(_command_from_proto(nested, item) for item in value)
-        elif kind == _K_BYTES:
-            value = bytes(value)
-        elif kind == _K_SPEC:
-            value = spec_from_proto(value)
-        elif kind == _K_OPTIONAL:
-            value = value if m.HasField(name) else None
-        elif kind == _K_OVERLAP:
-            value = overlap_from_proto(value, "")
-        elif kind == _K_TUPLE:
-            value = tuple(value)
-        elif kind == _K_LIMITS:
-            value = limits_from_proto(value)
-        elif kind == _K_BREAKER:
-            value = breaker_from_proto(value) if m.HasField(name) else None
-        else:
-            value = tenant_from_proto(value)
-        args.append(value)
-    return cls(*args)
+        plan = _DECODE_PLANS[cls] = _fast_plan(_decode_plan(cls, m))
+    read, fixups = plan
+    values = read(m)
+    if not fixups:
+        return cls(*values)
+    values = list(values)
+    for i, name, kind in fixups:
+        values[i] = _decoded(kind, name, values[i], m)
+    return cls(*values)
+
+
+def _fast_plan(plan: tuple[tuple[str, int], ...]):
+    """Every field read by one C call (attrgetter); only the fields that are not plain
+    scalars are converted afterwards, by position."""
+    names = [name for name, _ in plan]
+    if not names:
+        read = lambda m: ()  # noqa: E731 - field-less commands (Barrier)
+    elif len(names) == 1:
+        one = operator.attrgetter(names[0])
+        read = lambda m: (one(m),)  # noqa: E731
+    else:
+        read = operator.attrgetter(*names)
+    fixups = tuple((i, name, kind) for i, (name, kind) in enumerate(plan) if kind != _K_PLAIN)
+    return read, fixups
+
+
+def _decoded(kind: int, name: str, value, m: Message):
+    if kind == _K_NEST:
+        nested = _NESTED[name]
+        return tuple(_command_from_proto(nested, item) for item in value)
+    if kind == _K_BYTES:
+        return bytes(value)
+    if kind == _K_SPEC:
+        return spec_from_proto(value)
+    if kind == _K_OPTIONAL:
+        return value if m.HasField(name) else None
+    if kind == _K_OVERLAP:
+        return overlap_from_proto(value, "")
+    if kind == _K_TUPLE:
+        return tuple(value)
+    if kind == _K_LIMITS:
+        return limits_from_proto(value)
+    if kind == _K_BREAKER:
+        return breaker_from_proto(value) if m.HasField(name) else None
+    return tenant_from_proto(value)
 
 
 def batch_to_bytes(batch: c.Batch) -> bytes:

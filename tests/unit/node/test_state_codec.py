@@ -24,6 +24,7 @@ from gnomon.node.core.model import (
     TaskState,
 )
 from gnomon.node.core.results import Effects
+from gnomon.v1 import snapshot_pb2
 
 from .harness import HOUR, T0, make_spec
 
@@ -256,6 +257,24 @@ def test_run_records_round_trip_with_their_spec(original):
         assert back == run and back.spec == run.spec
     terminal = [r for r in original.runs.values() if r.state in TERMINAL_RUN_STATES]
     assert terminal
+
+
+def test_run_records_are_the_bytes_of_the_full_conversion_whatever_the_spec_cache(original):
+    """encode_run appends a cached spec field to the run's: byte for byte what converting
+    the whole record gives, for runs sharing a spec, after the cache was cleared, and for an
+    equal spec that is another object."""
+    def full(run):
+        rec = snapshot_pb2.RunRecord()
+        codec.run_to_proto(run, rec.run)
+        codec.spec_to_proto(run.spec, rec.spec)
+        return rec.SerializeToString()
+
+    runs = list(original.runs.values())
+    for _ in range(2):
+        assert [state_codec.encode_run(r) for r in runs] == [full(r) for r in runs]
+        state_codec._SPEC_FIELDS.clear()
+    other = dataclasses.replace(runs[0], spec=dataclasses.replace(runs[0].spec, name="other"))
+    assert state_codec.encode_run(other) == full(other) != state_codec.encode_run(runs[0])
 
 
 def test_seq_keys_keep_insertion_order_through_sorting():
