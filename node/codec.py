@@ -581,7 +581,7 @@ def _fast_plan(plan: tuple[tuple[str, int], ...]):
 def _decoded(kind: int, name: str, value, m: Message):
     if kind == _K_NEST:
         nested = _NESTED[name]
-        return tuple(_command_from_proto(nested, item) for item in value)
+        return tuple([_command_from_proto(nested, item) for item in value])
     if kind == _K_BYTES:
         return bytes(value)
     if kind == _K_SPEC:

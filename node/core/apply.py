@@ -1333,8 +1333,9 @@ def _finish_if_done(ctx: Ctx, run: Run, *, retain: bool = True) -> None:
         return
     if run.cancel_requested:  # what waits is cancelled; leased tasks end on their own
         _cancel_tasks(ctx, run, run.reason, leased_too=False)
-    if any(inst.state not in TERMINAL_TASK_STATES for inst in run.tasks.values()):
-        return
+    for inst in run.tasks.values():  # a loop, not any(genexpr): this runs per report
+        if inst.state not in TERMINAL_TASK_STATES:
+            return
     move_run(ctx.state, run, _final_run_event(run))
     run.finished_ms = ctx.now
     _circuit_records(ctx, run)
@@ -1405,7 +1406,8 @@ def _evict(ctx: Ctx, run: Run) -> None:
 
 
 def _has_dead_letters(state: State, run: Run) -> bool:
-    return any((run.run_id, name) in state.dead_letters for name in run.tasks)
+    dead = state.dead_letters
+    return bool(dead) and any((run.run_id, name) in dead for name in run.tasks)
 
 
 def handler_table(pairs: list[tuple[type, Handler]]) -> dict[type, Handler]:
