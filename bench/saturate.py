@@ -1,7 +1,8 @@
 """One saturated gnomon round, nothing else (no peers, no ramp): for A/B comparisons of two
 checkouts at the same moment on the same machine.
 
-    python -m gnomon.bench.saturate [--jobs 800] [--measure-s 15] [--profile-s 0] [--out F]
+    python -m gnomon.bench.saturate [--jobs 800] [--measure-s 15] [--profile-s 0] [--credits 500]
+                                    [--out F]
 
 GNOMON_BENCH_WORKER_BATCHES=0 makes the raw workers send and ask for one message per Assign,
 ack and Complete (the protocol before ServerBatch / Reports), for A/B runs.
@@ -31,12 +32,14 @@ def main() -> None:
     p.add_argument("--warmup-s", type=float, default=5.0)
     p.add_argument("--measure-s", type=float, default=15.0)
     p.add_argument("--profile-s", type=float, default=0.0)
+    p.add_argument("--credits", type=int, default=500, help="per worker stream (8 streams)")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gnomon-bench-sat-") as tmp:
         r = run_gnomon(JobSet("interval", count=a.jobs, interval_ms=a.interval_ms), Path(tmp),
-                       warmup_s=a.warmup_s, measure_s=a.measure_s, profile_s=a.profile_s)
+                       warmup_s=a.warmup_s, measure_s=a.measure_s, profile_s=a.profile_s,
+                       credits=a.credits)
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True, cwd=Path(__file__).parent).stdout.strip()
     out = {"rev": rev, "offered_per_s": r["offered_per_s"],
