@@ -203,12 +203,7 @@ class Node:
                                      priority_aging_ms=cfg.priority_aging_ms)
         self.trigger = TriggerLoop(
             self.replica, self.proposer,
-            TriggerLimits(tick_ms=cfg.trigger_tick_ms,
-                          max_fires_per_proposal=cfg.max_fires_per_proposal,
-                          max_proposals_inflight=cfg.max_fire_proposals_inflight,
-                          max_slots_per_job=cfg.max_catch_up_slots_per_job,
-                          spread_window_ms=cfg.fire_spread_window_ms,
-                          max_ready_per_queue=cfg.fire_admission_max_ready),
+            TriggerLimits.from_config(cfg),
             supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher)
         metrics.FIRES_PARKED.set_function(self.trigger.parked)
         self.job_backfill = JobBackfillLoop(

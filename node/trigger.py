@@ -76,6 +76,15 @@ class TriggerLimits:
     # Tasks of one tenant waiting on one queue at which its fires there wait (0: no bound).
     max_ready_per_queue: int = 0
 
+    @classmethod
+    def from_config(cls, cfg) -> TriggerLimits:
+        """The limits of a node `Config` (any object with its field names)."""
+        return cls(tick_ms=cfg.trigger_tick_ms, max_fires_per_proposal=cfg.max_fires_per_proposal,
+                   max_proposals_inflight=cfg.max_fire_proposals_inflight,
+                   max_slots_per_job=cfg.max_catch_up_slots_per_job,
+                   spread_window_ms=cfg.fire_spread_window_ms,
+                   max_ready_per_queue=cfg.fire_admission_max_ready)
+
 
 @functools.lru_cache(maxsize=4096)
 def _gap_ms(schedule: Schedule, hash_id: str) -> int:

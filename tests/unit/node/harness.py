@@ -359,12 +359,7 @@ class Harness:
                                      priority_aging_ms=config.priority_aging_ms)
         self.trigger = TriggerLoop(
             self.replica, self.proposer,
-            trigger_limits or TriggerLimits(
-                tick_ms=config.trigger_tick_ms,
-                max_fires_per_proposal=config.max_fires_per_proposal,
-                max_proposals_inflight=config.max_fire_proposals_inflight,
-                max_slots_per_job=config.max_catch_up_slots_per_job,
-                max_ready_per_queue=config.fire_admission_max_ready),
+            trigger_limits or TriggerLimits.from_config(config),
             supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher)
         self.job_backfill = JobBackfillLoop(
             self.replica, self.proposer,
