@@ -708,16 +708,34 @@ def _fatal_if_failed(task: asyncio.Task) -> None:
         crash_process(f"proposer failed: {task.exception()!r}")
 
 
+# Per command class: which of the fields approx_size counts it has (looked up per command
+# with getattr, this was 3% of a saturated leader).
+_SIZED_FIELDS: dict[type, tuple[bool, bool, bool, bool, str]] = {}
+
+
 def approx_size(cmd: c.Command) -> int:
     """Bytes a command adds to an entry, roughly: the variable parts plus a fixed overhead."""
-    specs = [item.spec for item in getattr(cmd, "items", ())]
-    spec = getattr(cmd, "spec", None)
-    if spec is not None:
-        specs.append(spec)
-    size = 96 * max(1, len(specs))
-    for one in specs:
-        size += sum(len(t.payload) + 64 for t in one.tasks)
-    return size + len(getattr(cmd, "result", b"")) + len(getattr(cmd, "error", ""))
+    fields = _SIZED_FIELDS.get(type(cmd))
+    if fields is None:
+        fields = _SIZED_FIELDS[type(cmd)] = (
+            *(hasattr(cmd, name) for name in ("items", "spec", "result", "error")),
+            next((name for name in ("grants", "leases") if hasattr(cmd, name)), ""))
+    has_items, has_spec, has_result, has_error, nested = fields
+    size = 96
+    if has_items or has_spec:
+        specs = [item.spec for item in cmd.items] if has_items else []
+        if has_spec and cmd.spec is not None:
+            specs.append(cmd.spec)
+        size *= max(1, len(specs))
+        for one in specs:
+            size += sum(len(t.payload) + 64 for t in one.tasks)
+    if has_result:
+        size += len(cmd.result)
+    if has_error:
+        size += len(cmd.error)
+    if nested:  # GrantLeases, ExpireLeases: ~64 bytes per item
+        size += 64 * len(getattr(cmd, nested))
+    return size
 
 
 def is_rejected(reply: object, code: str | None = None) -> bool:
