@@ -2,6 +2,7 @@
 checkouts at the same moment on the same machine.
 
     python -m gnomon.bench.saturate [--jobs 800] [--measure-s 15] [--profile-s 0] [--credits 500]
+                                    [--set KEY=VALUE ...]
                                     [--out F]
 
 GNOMON_BENCH_WORKER_BATCHES=0 makes the raw workers send and ask for one message per Assign,
@@ -33,16 +34,19 @@ def main() -> None:
     p.add_argument("--measure-s", type=float, default=15.0)
     p.add_argument("--profile-s", type=float, default=0.0)
     p.add_argument("--credits", type=int, default=500, help="per worker stream (8 streams)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a node config override, e.g. fire_admission_max_ready=0 (repeatable)")
     p.add_argument("--out", type=Path)
     a = p.parse_args()
+    overrides = dict(item.split("=", 1) for item in a.set)
     load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="gnomon-bench-sat-") as tmp:
         r = run_gnomon(JobSet("interval", count=a.jobs, interval_ms=a.interval_ms), Path(tmp),
                        warmup_s=a.warmup_s, measure_s=a.measure_s, profile_s=a.profile_s,
-                       credits=a.credits)
+                       credits=a.credits, overrides=overrides)
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True, cwd=Path(__file__).parent).stdout.strip()
-    out = {"rev": rev, "offered_per_s": r["offered_per_s"],
+    out = {"rev": rev, "overrides": overrides, "offered_per_s": r["offered_per_s"],
            "completions_per_s": r["completions_per_s"], "lateness_ms": r["lateness_ms"],
            "cpu_ms_per_task": r["cpu_ms_per_task"],
            "core_pct": {k: v["core_pct"] for k, v in r["cpu"].items() if not k.startswith("_")},
