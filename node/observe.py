@@ -97,6 +97,7 @@ class EntryCounter:
                     candidates.add(lease.run_id)
         candidates.update(k[0] for k in effects.lease_ended)
         candidates.update(k[0] for k in effects.cancelled)
+        ended: Counter[str] = Counter()  # one labels() lookup per outcome, not per run
         for run_id in candidates:
             run = st.runs.get(run_id)
             if run is None or run.state == RunState.RUNNING or run_id in self._counted:
@@ -106,7 +107,9 @@ class EntryCounter:
             self._counted[run_id] = None
             if len(self._counted) > self._remember:
                 self._counted.popitem(last=False)
-            metrics.RUNS_ENDED.labels(run.state).inc()
+            ended[run.state] += 1
+        for state, count in ended.items():
+            metrics.RUNS_ENDED.labels(state).inc(count)
 
 
 def health_verdict(node: Any) -> tuple[bool, str]:

@@ -380,12 +380,15 @@ class TriggerLoop:
             self._back_off(loop, f"{len(fires)} fires not committed ({exc})")
         else:
             self._backoff.succeeded()
-            now = wall_ms()
+            now, made = wall_ms(), {"run": 0, "skipped": 0}
             for fire, reply in zip(fires, replies, strict=True):
                 self._draws.pop((fire.job_id, fire.scheduled_for_ms), None)
                 if getattr(reply, "run_id", ""):
-                    metrics.FIRES.labels("skipped" if fire.skip else "run").inc()
+                    made["skipped" if fire.skip else "run"] += 1
                     metrics.FIRE_LATENESS.observe(max(0, now - fire.scheduled_for_ms) / 1000)
+            for outcome, count in made.items():
+                if count:
+                    metrics.FIRES.labels(outcome).inc(count)
         finally:
             for job_id in job_ids:
                 self._inflight_jobs.discard(job_id)
