@@ -113,6 +113,35 @@ class ReadyBacklog(Protocol):
         """The exact count, after dropping the entries of tasks that left READY."""
 
 
+class _Parked:
+    """The heap entries parked behind one full key: one per job, oldest due first."""
+
+    __slots__ = ("_entries", "_heap")
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[int, int, str]] = {}
+        self._heap: list[tuple[int, int, str]] = []
+
+    def add(self, entry: tuple[int, int, str]) -> None:
+        if self._entries.get(entry[2]) != entry:
+            self._entries[entry[2]] = entry
+            heapq.heappush(self._heap, entry)
+
+    def take(self, n: int) -> list[tuple[int, int, str]]:
+        """Up to `n` entries, oldest first, removed (entries a later add replaced are
+        dropped as they surface)."""
+        out: list[tuple[int, int, str]] = []
+        while self._heap and len(out) < n:
+            entry = heapq.heappop(self._heap)
+            if self._entries.get(entry[2]) == entry:
+                del self._entries[entry[2]]
+                out.append(entry)
+        return out
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class _Unbounded:
     def ready_in(self, queue: str, tenant: str) -> int:
         return 0
@@ -152,7 +181,7 @@ class TriggerLoop:
         self._pruned_ms: dict[_AdmissionKey, int] = {}
         self._inflight_fires: dict[_AdmissionKey, int] = {}
         # key -> job_id -> heap entry (one per job: a job changed while parked is not doubled).
-        self._parked: dict[_AdmissionKey, dict[str, tuple[int, int, str]]] = {}
+        self._parked: dict[_AdmissionKey, _Parked] = {}
 
     def start(self) -> None:
         self._draws.clear()
@@ -308,26 +337,29 @@ class TriggerLoop:
         full = next((k for k in keys if self._backlog.ready_in(*k)
                      + self._inflight_fires.get(k, 0) >= self._limits.max_ready_per_queue),
                     keys[0])
-        self._parked.setdefault(full, {})[due.job_id] = self._entry(due.job_id, due.slot_ms,
-                                                                    due.spec)
+        self._parked.setdefault(full, _Parked()).add(self._entry(due.job_id, due.slot_ms,
+                                                                 due.spec))
 
     def _unpark(self) -> None:
-        """Parked entries of keys below the bound again go back into the heap. A key that
-        still looks full has its count made exact now and then: entries of cancelled tasks
-        stay in the dispatcher's heaps until popped, and nothing pops a queue no worker
-        serves."""
+        """As many parked entries of a key as it has room for go back into the heap, oldest
+        first (all of them at once made every parked job be picked and parked again on
+        every tick: measurable work on a saturated leader). A key that still looks full has
+        its count made exact now and then: entries of cancelled tasks stay in the
+        dispatcher's heaps until popped, and nothing pops a queue no worker serves."""
         if not self._parked:
             return
         bound, now = self._limits.max_ready_per_queue, wall_ms()
         for key in sorted(self._parked):
-            ready = self._backlog.ready_in(*key)
-            if bound > 0 and ready + self._inflight_fires.get(key, 0) >= bound \
-                    and now - self._pruned_ms.get(key, 0) >= _PRUNE_INTERVAL_MS:
+            room = bound - self._backlog.ready_in(*key) - self._inflight_fires.get(key, 0)
+            if bound > 0 and room <= 0 and now - self._pruned_ms.get(key, 0) >= _PRUNE_INTERVAL_MS:
                 self._pruned_ms[key] = now
-                ready = self._backlog.prune(*key)
-            if bound <= 0 or ready + self._inflight_fires.get(key, 0) < bound:
-                for entry in self._parked.pop(key).values():
+                room = bound - self._backlog.prune(*key) - self._inflight_fires.get(key, 0)
+            parked = self._parked[key]
+            if bound <= 0 or room > 0:
+                for entry in parked.take(len(parked) if bound <= 0 else room):
                     heapq.heappush(self._heap, entry)
+            if not parked:
+                del self._parked[key]
 
     def parked(self) -> int:
         """Jobs whose due fire waits for its queue's backlog to fall (metrics)."""
