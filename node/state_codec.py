@@ -27,6 +27,7 @@ from gnomon.node.core.model import (
     queue_key,
 )
 from gnomon.node.core.transitions import track_open
+from gnomon.node.memo import ByIdentity
 from gnomon.v1 import snapshot_pb2, types_pb2
 
 Table = Iterable[tuple[bytes, bytes]]
@@ -41,24 +42,15 @@ def _key_text(key: bytes) -> str:
     return key[8:].decode()
 
 
-# RunRecord's spec field (2, length-delimited) as bytes, by the identity of the spec object:
-# every run of a job shares its spec, and converting it was 40% of encoding a finished run
-# (the tick thread encodes each evicted run). A protobuf message is the concatenation of its
-# fields, so the record is the run's field followed by these bytes. Entries keep their spec
-# alive, so a reused id cannot match (`is`).
-_SPEC_FIELDS: dict[int, tuple[JobSpec, bytes]] = {}
-_SPEC_FIELDS_MAX = 1024
+def _encode_spec_field(spec: JobSpec) -> bytes:
+    return snapshot_pb2.RunRecord(spec=codec.spec_to_proto(spec)).SerializeToString()
 
 
-def _spec_field(spec: JobSpec) -> bytes:
-    hit = _SPEC_FIELDS.get(id(spec))
-    if hit is not None and hit[0] is spec:
-        return hit[1]
-    if len(_SPEC_FIELDS) >= _SPEC_FIELDS_MAX:
-        _SPEC_FIELDS.clear()
-    field = snapshot_pb2.RunRecord(spec=codec.spec_to_proto(spec)).SerializeToString()
-    _SPEC_FIELDS[id(spec)] = (spec, field)
-    return field
+# RunRecord's spec field (2, length-delimited) as bytes, per spec object: every run of a job
+# shares its spec, and converting it was 40% of encoding a finished run (the tick thread
+# encodes each evicted run). A protobuf message is the concatenation of its fields, so the
+# record is the run's field followed by these bytes.
+_spec_field = ByIdentity(_encode_spec_field)
 
 
 def encode_run(run: Run) -> bytes:

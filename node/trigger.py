@@ -45,6 +45,7 @@ from gnomon.node import metrics
 from gnomon.node.clock import wall_ms
 from gnomon.node.core.commands import Fire
 from gnomon.node.core.model import JobSpec, Schedule, ScheduleKind
+from gnomon.node.memo import ByIdentity
 from gnomon.node.raft import NotCommitted, Overloaded, Proposer
 from gnomon.node.replica import Replica
 from gnomon.node.schedules import (
@@ -150,9 +151,12 @@ class _Unbounded:
         return 0
 
 
-def _first_queues(spec: JobSpec) -> list[_AdmissionKey]:
-    """The (queue, tenant) of the tasks a fire makes ready at once (those without deps)."""
-    return sorted({(t.queue or "default", spec.tenant) for t in spec.tasks if not t.depends_on})
+def _root_keys(spec: JobSpec) -> tuple[_AdmissionKey, ...]:
+    return tuple(sorted({(t.queue or "default", spec.tenant) for t in spec.tasks if not t.depends_on}))
+
+
+# The (queue, tenant) of the tasks a fire makes ready at once (those without deps), per spec.
+_first_queues = ByIdentity(_root_keys)
 
 
 class TriggerLoop:

@@ -99,7 +99,7 @@ async def abort(context: grpc.aio.ServicerContext, exc: BaseException):
     if isinstance(exc, NotLeader) and exc.leader_grpc_addr:
         trailing = ((LEADER_METADATA_KEY, exc.leader_grpc_addr),)
     if reason := reason_for(*mapped):
-        trailing = ((REASON_METADATA_KEY, reason),)
+        trailing = (*trailing, (REASON_METADATA_KEY, reason))
     # abort() replaces trailing metadata set earlier: pass it here.
     await context.abort(*mapped, trailing_metadata=trailing)
 

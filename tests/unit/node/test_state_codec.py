@@ -272,7 +272,7 @@ def test_run_records_are_the_bytes_of_the_full_conversion_whatever_the_spec_cach
     runs = list(original.runs.values())
     for _ in range(2):
         assert [state_codec.encode_run(r) for r in runs] == [full(r) for r in runs]
-        state_codec._SPEC_FIELDS.clear()
+        state_codec._spec_field.clear()
     other = dataclasses.replace(runs[0], spec=dataclasses.replace(runs[0].spec, name="other"))
     assert state_codec.encode_run(other) == full(other) != state_codec.encode_run(runs[0])
 
