@@ -143,14 +143,6 @@ class _Parked:
         return len(self._entries)
 
 
-class _Unbounded:
-    def ready_in(self, queue: str, tenant: str) -> int:
-        return 0
-
-    def prune(self, queue: str, tenant: str) -> int:
-        return 0
-
-
 def _root_keys(spec: JobSpec) -> tuple[_AdmissionKey, ...]:
     return tuple(sorted({(t.queue or "default", spec.tenant) for t in spec.tasks if not t.depends_on}))
 
@@ -161,8 +153,7 @@ _first_queues = ByIdentity(_root_keys)
 
 class TriggerLoop:
     def __init__(self, replica: Replica, proposer: Proposer, limits: TriggerLimits, *,
-                 supervisor: Supervisor, rng: random.Random,
-                 backlog: ReadyBacklog | None = None):
+                 supervisor: Supervisor, rng: random.Random, backlog: ReadyBacklog):
         self._replica = replica
         self._proposer = proposer
         self._limits = limits
@@ -181,10 +172,11 @@ class TriggerLoop:
         self._task: asyncio.Task | None = None
         # Admission: the dispatcher's ready count per (queue, tenant), fires proposed and not
         # answered yet per key, and the heap entries parked behind a full key.
-        self._backlog = backlog or _Unbounded()
+        self._backlog = backlog
         self._pruned_ms: dict[_AdmissionKey, int] = {}
         self._inflight_fires: dict[_AdmissionKey, int] = {}
-        # key -> job_id -> heap entry (one per job: a job changed while parked is not doubled).
+        # key -> the entries parked behind it (one per job: a job changed while parked is
+        # not doubled).
         self._parked: dict[_AdmissionKey, _Parked] = {}
 
     def start(self) -> None:
@@ -329,18 +321,22 @@ class TriggerLoop:
     def _room(self, spec: JobSpec) -> int:
         """Runs of `spec` its first queues take before the bound (max_slots_per_job if
         there is no bound)."""
-        bound = self._limits.max_ready_per_queue
-        if bound <= 0:
+        if self._limits.max_ready_per_queue <= 0:
             return self._limits.max_slots_per_job
-        return min((bound - self._backlog.ready_in(*key) - self._inflight_fires.get(key, 0)
-                    for key in _first_queues(spec)), default=self._limits.max_slots_per_job)
+        return min((self._key_room(key) for key in _first_queues(spec)),
+                   default=self._limits.max_slots_per_job)
+
+    def _key_room(self, key: _AdmissionKey, ready: int | None = None) -> int:
+        """Runs the key takes before the bound: the dispatcher's count (or `ready`) and the
+        fires in flight count against it."""
+        if ready is None:
+            ready = self._backlog.ready_in(*key)
+        return self._limits.max_ready_per_queue - ready - self._inflight_fires.get(key, 0)
 
     def _park(self, due: _Due) -> None:
         """Hold the job's entry behind the first of its queues that is full."""
         keys = _first_queues(due.spec)
-        full = next((k for k in keys if self._backlog.ready_in(*k)
-                     + self._inflight_fires.get(k, 0) >= self._limits.max_ready_per_queue),
-                    keys[0])
+        full = next((k for k in keys if self._key_room(k) <= 0), keys[0])
         self._parked.setdefault(full, _Parked()).add(self._entry(due.job_id, due.slot_ms,
                                                                  due.spec))
 
@@ -354,10 +350,10 @@ class TriggerLoop:
             return
         bound, now = self._limits.max_ready_per_queue, wall_ms()
         for key in sorted(self._parked):
-            room = bound - self._backlog.ready_in(*key) - self._inflight_fires.get(key, 0)
+            room = self._key_room(key)
             if bound > 0 and room <= 0 and now - self._pruned_ms.get(key, 0) >= _PRUNE_INTERVAL_MS:
                 self._pruned_ms[key] = now
-                room = bound - self._backlog.prune(*key) - self._inflight_fires.get(key, 0)
+                room = self._key_room(key, self._backlog.prune(*key))
             parked = self._parked[key]
             if bound <= 0 or room > 0:
                 for entry in parked.take(len(parked) if bound <= 0 else room):
