@@ -313,8 +313,10 @@ async def test_fires_wait_while_their_queue_backlog_is_at_the_bound(make, clock)
     other = await h.create_job("other", interval_ms=SECOND, next_fire_ms=T0 + SECOND,
                                queue="elsewhere")
     clock.wall = T0 + 20 * SECOND  # 20 due slots per job
-    await until(lambda: len(ready_tasks(h)) == 6 and h.trigger.parked() == 3,
-                "the default queue at its bound, its jobs parked")
+    # The stable state: both queues at the bound and all four jobs parked (waiting for only
+    # the default queue's three raced the other queue filling up).
+    await until(lambda: len(ready_tasks(h)) == 6 and len(ready_tasks(h, "elsewhere")) == 6
+                and h.trigger.parked() == 4, "both queues at their bound, their jobs parked")
     await turns(200)
     assert len(ready_tasks(h)) == 6, "fires went past the bound"
     assert len(ready_tasks(h, "elsewhere")) == 6, "a full queue held back another queue"
