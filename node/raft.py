@@ -109,6 +109,25 @@ class _StateMachine(SyncObj):
             return
         super()._checkCommandsToApply()
 
+    def _SyncObj__onMessageReceived(self, node, message):  # noqa: N802 - overrides pysyncobj's
+        # pysyncobj sets a follower's nextIndex from every successful append reply. With
+        # several appends in flight, the reply to an older one moves nextIndex back, and the
+        # leader sends again what the follower holds already: the follower truncates and
+        # rewrites (one fsync per entry) the same suffix over and over ("truncating
+        # already-applied log entries"), falls behind, and a failover waits for it to catch
+        # up. On success nextIndex only moves forward here; a real gap still moves it back,
+        # since the follower answers that with reset=True (Raft's consistency check is what
+        # keeps the logs equal, nextIndex is only where the leader starts sending).
+        if (self._SyncObj__raftState == LEADER and message.get("type") == "next_node_idx"
+                and message.get("success") and not message.get("reset")):
+            next_index = self._SyncObj__raftNextIndex
+            sent_up_to = next_index.get(node)
+            super()._SyncObj__onMessageReceived(node, message)
+            if sent_up_to is not None and next_index.get(node, 0) < sent_up_to:
+                next_index[node] = sent_up_to
+            return
+        super()._SyncObj__onMessageReceived(node, message)
+
     # -- storage: pysyncobj internals replaced (node/STORAGE.md) ---------------------------
 
     def _onTick(self, timeToWait=0.0):  # noqa: N802, N803 - pysyncobj's names
