@@ -16,42 +16,42 @@ from __future__ import annotations
 import argparse
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from gnomon.bench.cluster import BenchCluster, log_offsets, node_log_lines, start_cluster
+from gnomon.bench.failover import _fires
 from gnomon.bench.load import WorkerFleet, create_jobs, spec_for
 from gnomon.bench.report import now_ms
 
-FIRES = 'gnomon_fires_total{outcome="run"}'
 STEPS = r"raft role|leading \(session"
 
 
-def _fires(cluster: BenchCluster, node_id: str, tries: int = 100) -> float:
-    for _ in range(tries):
-        try:
-            return cluster.scrape(node_id, timeout=0.5).get(FIRES, 0.0)
-        except OSError:  # restarting
-            time.sleep(0.1)
-    return -1.0
+def _fires_when_up(cluster: BenchCluster, node_id: str, timeout_s: float = 10.0) -> float:
+    """The node's fire counter, waiting for a node restarted after the previous kill."""
+    deadline = time.monotonic() + timeout_s
+    while (value := _fires(cluster, node_id)) < 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return value
 
 
 def _kill_once(cluster: BenchCluster, k: int) -> None:
     leader = cluster.find_leader()
     survivors = [n.node_id for n in cluster.nodes if n is not leader]
-    base = {nid: _fires(cluster, nid) for nid in survivors}
+    base = {nid: _fires_when_up(cluster, nid) for nid in survivors}
     offsets = log_offsets(cluster)
     t_kill = time.time()
     cluster.kill(leader.node_id)
     first = None
     while first is None and time.time() < t_kill + 20:
         for nid in survivors:
-            if _fires(cluster, nid, tries=1) > base[nid] >= 0:
+            if _fires(cluster, nid) > base[nid] >= 0:
                 first = time.time() - t_kill
                 break
         time.sleep(0.01)
     stamp = time.strftime("%H:%M:%S", time.gmtime(t_kill)) + f".{int(t_kill % 1 * 1000):03d}"
-    print(f"kill {k}: {leader.node_id} killed at {stamp}Z; first fire after "
-          f"{first:.3f}s" if first else f"kill {k}: no fire within 20 s")
+    took = f"first fire after {first:.3f}s" if first else "no fire within 20 s"
+    print(f"kill {k}: {leader.node_id} killed at {stamp}Z; {took}")
     for nid, m in node_log_lines(cluster, STEPS, offsets):
         print("   ", nid, m.string[:24], m.string[m.start():])
     cluster.start_node(leader.node_id)
@@ -78,20 +78,13 @@ def main() -> None:
             for k in range(1, args.kills + 1):
                 _kill_once(cluster, k)
                 time.sleep(args.settle_s)
-            counts = {nid: len(lines) for nid, lines in _by_node(
-                node_log_lines(cluster, "truncating already-applied")).items()}
+            counts = Counter(nid for nid, _ in node_log_lines(cluster,
+                                                              "truncating already-applied"))
             print("follower truncations of applied entries:",
                   {n.node_id: counts.get(n.node_id, 0) for n in cluster.nodes})
         finally:
             fleet.stop(timeout_s=10)
             cluster.kill_all()
-
-
-def _by_node(lines: list) -> dict[str, list]:
-    out: dict[str, list] = {}
-    for nid, m in lines:
-        out.setdefault(nid, []).append(m)
-    return out
 
 
 if __name__ == "__main__":
