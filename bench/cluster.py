@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 
 from gnomon.bench.report import log
-from gnomon.node.localcluster import LocalCluster, NodeProc, free_ports, wait_for
+from gnomon.node.local.cluster import LocalCluster, NodeProc, free_ports, wait_for
 from gnomon.v1 import api_pb2
 
 # Node settings every scenario uses unless it says otherwise (documented in the JSON).

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 

@@ -17,9 +17,10 @@ import time
 from pathlib import Path
 
 from gnomon.bench.scale import build_state
-from gnomon.node import state_codec
-from gnomon.node.history import HistoryStore
-from gnomon.node.replica import HistorySink, Replica
+from gnomon.node.replica import Replica
+from gnomon.node.storage import state_codec
+from gnomon.node.storage.history import HistoryStore
+from gnomon.node.storage.history_sink import HistorySink
 
 
 def _decode_s(state) -> float:

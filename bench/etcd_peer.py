@@ -116,7 +116,7 @@ class EtcdCluster:
         return shutil.which("etcd") is not None
 
     def __post_init__(self) -> None:
-        from gnomon.node.localcluster import free_ports
+        from gnomon.node.local.cluster import free_ports
 
         ports = free_ports(2 * self.size)
         for i in range(self.size):

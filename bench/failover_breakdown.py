@@ -5,7 +5,7 @@
 For each kill, prints the time to the first fire committed by a survivor (its
 `gnomon_fires_total` polled every 10 ms) and the survivors' log lines for the steps in
 between: follower -> candidate (the election timeout ran out), candidate -> leader, and
-"leading" (this term's barrier committed, node/leadership.py); plus how many times each
+"leading" (this term's barrier committed, node/leader/session.py); plus how many times each
 node truncated entries it had applied ("truncating already-applied log entries"). Load:
 200 interval jobs every second, one raw worker process with 2 streams. Nothing is timed
 against a goal here; `failover` is the benchmark.

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 
 from gnomon.bench.stats import summary
-from gnomon.node.localcluster import wait_for
+from gnomon.node.local.cluster import wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 # -- job specs and bulk creation ------------------------------------------------------------

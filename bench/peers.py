@@ -28,7 +28,7 @@ from gnomon.bench.cluster import (
 )
 from gnomon.bench.meters import CpuMeter
 from gnomon.bench.report import log, now_ms
-from gnomon.node.localcluster import free_ports
+from gnomon.node.local.cluster import free_ports
 
 PIP_PACKAGES = ["celery[redis]>=5.3,<6", "redis>=5", "celery-redbeat>=2.2",
                 "apscheduler>=3.10,<4", "sqlalchemy>=2", "matplotlib>=3.7"]

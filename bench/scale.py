@@ -45,7 +45,7 @@ from gnomon.bench.load import create_jobs, create_jobs_bulk, interval_spec, once
 from gnomon.bench.meters import CpuMeter, cpu_ms_per_task, cpu_seconds, rss_bytes
 from gnomon.bench.report import Report, log, now_ms, plot
 from gnomon.bench.stats import summary
-from gnomon.node.localcluster import wait_for
+from gnomon.node.local.cluster import wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 GOAL_RSS_GIB = 1.0
@@ -61,7 +61,7 @@ def build_state(n: int, now: int):
     from gnomon.node.core import apply_batch, new_state
     from gnomon.node.core.commands import Batch, CreateJob
     from gnomon.node.core.model import JobSpec, Schedule, TaskSpec
-    from gnomon.node.schedules import first_fire_ms
+    from gnomon.node.spec.schedules import first_fire_ms
 
     state = new_state()
     task = (TaskSpec(name="main"),)
@@ -99,10 +99,11 @@ def install(cluster: BenchCluster, state, scratch: Path) -> dict[str, Any]:
     """Write each node's snapshot (its own raft data, the big state) with the node's code."""
     from pysyncobj.config import SERIALIZER_STATE
 
-    from gnomon.node.history import HistoryStore
-    from gnomon.node.replica import HistorySink, Replica
-    from gnomon.node.snapshot import read_snapshot
-    from gnomon.node.snapshotter import ForkSnapshotter
+    from gnomon.node.raft.snapshotter import ForkSnapshotter
+    from gnomon.node.replica import Replica
+    from gnomon.node.storage.history import HistoryStore
+    from gnomon.node.storage.history_sink import HistorySink
+    from gnomon.node.storage.snapshot_file import read_snapshot
 
     (scratch / "history").mkdir(parents=True, exist_ok=True)
     history = HistorySink(HistoryStore(str(scratch / "history"), map_size=64 << 20))

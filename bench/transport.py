@@ -1,6 +1,6 @@
 """CPU per Raft message: pysyncobj's TCP wire (pickle + zlib level 3 + Fernet, as its
-TcpConnection sends and receives) against gnomon's (node/wire.py codec in frames over TLS
-1.3 between two in-memory `ssl` endpoints, as node/transport.py does).
+TcpConnection sends and receives) against gnomon's (node/raft/wire.py codec in frames over TLS
+1.3 between two in-memory `ssl` endpoints, as node/raft/transport.py does).
 
     python -m gnomon.bench transport [--quick]
 
@@ -22,9 +22,10 @@ from pathlib import Path
 
 from gnomon.bench import Options
 from gnomon.bench.report import Report, log
-from gnomon.node import codec, wire
+from gnomon.node import codec
 from gnomon.node.core import commands as c
-from gnomon.node.tls import ensure_cluster_files
+from gnomon.node.raft import wire
+from gnomon.node.security.certificates import ensure_cluster_files
 
 SIZES = (0, 1, 100, 1000)
 
@@ -69,7 +70,7 @@ class _OldWire:
 
 
 class _NewWire:
-    """Two TLS endpoints over memory BIOs, handshaken once, then frames of node/wire.py."""
+    """Two TLS endpoints over memory BIOs, handshaken once, then frames of node/raft/wire.py."""
 
     def __init__(self, tls_dir: Path) -> None:
         files = ensure_cluster_files(tls_dir, {"n1": ["127.0.0.1"], "n2": ["127.0.0.1"]})

@@ -24,7 +24,6 @@ protocol as the SDK sees it is in ``client/DESIGN.md``.
 from ._access import AuditEntry, Identity, NewToken, Tenant, Token
 from ._blocking_client import Client
 from ._client import AsyncClient
-from ._context import TaskContext
 from ._errors import (
     AlreadyExists,
     Cancelled,
@@ -79,9 +78,10 @@ from ._models import (
     json_payload,
 )
 from ._run_handle import AsyncRunHandle, RunHandle
-from ._task import TaskDefinition, task
 from ._transport import TLSConfig
-from ._worker import ReportRefusal, Worker, WorkerStats
+from .worker.context import TaskContext
+from .worker.task import TaskDefinition, task
+from .worker.worker import ReportRefusal, Worker, WorkerStats
 
 __version__ = "0.1.0"
 

@@ -15,7 +15,6 @@ import grpc
 
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
-from ._context import LeaseState, OutputTail, TaskContext
 from ._errors import InvalidArgument, error_for_status
 from ._models import (
     CLUSTER_LIMIT_NAMES,
@@ -55,6 +54,7 @@ from ._models import (
     TaskState,
 )
 from ._specs import DEFAULT_QUEUE, DEFAULT_TENANT
+from .worker.context import LeaseState, OutputTail, TaskContext
 
 _MISFIRE = {
     MisfirePolicy.RUN_ALL: types_pb2.MISFIRE_POLICY_RUN_ALL,

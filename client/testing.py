@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from ._context import DEFAULT_OUTPUT_TAIL_BYTES, LeaseState, OutputTail, TaskContext
 from ._specs import DEFAULT_QUEUE, DEFAULT_TENANT, json_payload
-from ._task import TaskDefinition
+from .worker.context import DEFAULT_OUTPUT_TAIL_BYTES, LeaseState, OutputTail, TaskContext
+from .worker.task import TaskDefinition
 
 __all__ = ["make_context", "run_task", "run_task_async"]
 

@@ -24,7 +24,7 @@ from typing import Any
 from gnomon.client import AsyncClient, ClusterStatus, GnomonError
 from gnomon.jepsen import disk
 from gnomon.jepsen.net import Net, libfaketime
-from gnomon.node.tls import NodeFiles, ensure_cluster_files
+from gnomon.node.security.certificates import NodeFiles, ensure_cluster_files
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +136,7 @@ class DB:
     # -- processes ---------------------------------------------------------------------------
 
     def start(self, node_id: str, *, join: bool = False) -> None:
-        """Start the node (`join`: a new member, waiting for AddNode; node/MEMBERSHIP.md)."""
+        """Start the node (`join`: a new member, waiting for AddNode; node/raft/DESIGN.md, Membership)."""
         node = self.nodes[node_id]
         self._note_exit(node)
         node.dir.mkdir(parents=True, exist_ok=True)

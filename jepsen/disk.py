@@ -27,10 +27,10 @@ MOUNT_SOURCE = "gnomon-jepsen"
 SNAPSHOT = "snapshot.lmdb"
 JOURNAL = "raft.journal"
 META = "raft.journal.meta"
-# The node's journal format (node/STORAGE.md): 8-byte MAGIC, then u32 length | u32 crc | payload.
+# The node's journal format (node/storage/DESIGN.md): 8-byte MAGIC, then u32 length | u32 crc | payload.
 JOURNAL_MAGIC_LEN = 8
 RECORD_HEAD = 8
-# The snapshot trailer (node/STORAGE.md): b"GNOMSNAP" | u32 format version | sha256.
+# The snapshot trailer (node/storage/DESIGN.md): b"GNOMSNAP" | u32 format version | sha256.
 TRAILER = struct.Struct("<8sI32s")
 FILL_CHUNK = 1 << 20
 

@@ -1,5 +1,5 @@
 """The membership nemesis: replace a node whose disk was wiped, the way an operator must
-(node/MEMBERSHIP.md).
+(node/raft/DESIGN.md, Membership).
 
     member-replace  kill -9 one follower, wipe its data directory, `RemoveNode` it (the
                     cluster runs with one voter fewer while the fault holds); stop: start it

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from gnomon.node.tls import ensure_cluster_files
+from gnomon.node.security.certificates import ensure_cluster_files
 
 
 def main(argv: list[str] | None = None) -> int:

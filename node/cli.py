@@ -6,17 +6,17 @@ import asyncio
 import dataclasses
 import sys
 
-from gnomon.node import logs
-from gnomon.node.auth import read_admin_token
 from gnomon.node.config import ConfigError, load
-from gnomon.node.membership import load_members
-from gnomon.node.tls import TlsError, load_peer_tls
+from gnomon.node.ops import logs
+from gnomon.node.raft.membership import load_members
+from gnomon.node.security.auth import read_admin_token
+from gnomon.node.security.certificates import TlsError, load_peer_tls
 
 
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     if words[:1] == ["restore"]:
-        from gnomon.node.operations import restore_main
+        from gnomon.node.ops.operations import restore_main
 
         return restore_main(words[1:])
     try:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(config.node_id, config.log_format, config.log_level)
     try:
-        # The configuration of this node's log wins over the flags (node/MEMBERSHIP.md).
+        # The configuration of this node's log wins over the flags (node/raft/DESIGN.md, Membership).
         config = dataclasses.replace(config, members=load_members(config)).validate()
     except ConfigError as exc:
         print(f"gnomon-node: {exc}", file=sys.stderr)

@@ -55,13 +55,13 @@ class Config:
     data_dir: str = ".gnomon/node"
     # A new node joining a running cluster: it waits (never standing for election) until
     # `gnomon cluster add-node` made it a member; ignored once its data directory knows it
-    # is one (node/MEMBERSHIP.md). Flag form: --join (no value).
+    # is one (node/raft/DESIGN.md, Membership). Flag form: --join (no value).
     join: bool = False
     # AddNode: how long the new node may take to catch up as a learner, and how many
     # entries behind the commit index it may still be when it is made a voter.
     membership_catch_up_timeout_ms: int = 120_000
     membership_catch_up_lag_entries: int = 64
-    # The Raft port: mutual TLS with one cluster CA (node/TRANSPORT.md). Paths, never key
+    # The Raft port: mutual TLS with one cluster CA (node/raft/DESIGN.md). Paths, never key
     # material; the certificate names this node by the URI urn:gnomon:node:<node_id>.
     raft_tls_cert: str = ""
     raft_tls_key: str = ""
@@ -98,7 +98,7 @@ class Config:
     # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
     log_format: str = "text"
     log_level: str = "info"
-    # "host:port" of the HTTP/JSON API and dashboard (node/http); empty: not served.
+    # "host:port" of the HTTP/JSON API and dashboard (node/api/http); empty: not served.
     http_addr: str = ""
     # Server-sent event streams one node serves at once (each bounded in memory).
     http_max_event_streams: int = 64
@@ -180,7 +180,7 @@ class Config:
     history_max_runs_per_job: int = 10_000
     history_map_bytes: int = 8 << 30
     # A failed history write is retried this many times in all (backoff doubling from
-    # history_retry_backoff_ms), then the node stops (node/STORAGE.md).
+    # history_retry_backoff_ms), then the node stops (node/storage/DESIGN.md).
     history_write_attempts: int = 5
     history_retry_backoff_ms: int = 200
     # Backfill after a snapshot install: runs per page copied from a peer, page byte bound,
@@ -284,7 +284,7 @@ class Config:
         if self.raft_send_backlog_bytes >= self.raft_max_send_buffer_bytes:
             raise ConfigError("raft_send_backlog_bytes: must be below raft_max_send_buffer_bytes")
         # A proposal batch is one log entry and must fit an append message whole: pysyncobj
-        # splits a larger one and its peer unpickles the pieces (node/TRANSPORT.md).
+        # splits a larger one and its peer unpickles the pieces (node/raft/DESIGN.md).
         entry = self.max_entry_bytes
         if entry + FRAME_SLACK_BYTES > self.raft_append_batch_bytes:
             raise ConfigError(

@@ -13,32 +13,35 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from gnomon.node import grpc_tls, logs, metrics, observe
-from gnomon.node.auth import Authenticator, read_admin_token
-from gnomon.node.backfill import Backfill
-from gnomon.node.backfill_jobs import BackfillLimits, JobBackfillLoop
+from gnomon.node.api.grpc.access import AccessGuard, AccessServicer
+from gnomon.node.api.grpc.cluster import ClusterServicer
+from gnomon.node.api.grpc.decode import DecodeGuard
+from gnomon.node.api.grpc.jobs import JobServicer
+from gnomon.node.api.grpc.operations import OperationsServicer
+from gnomon.node.api.grpc.worker import WorkerServicer
 from gnomon.node.clock import mono_ms
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Batch, SetLimits
 from gnomon.node.core.model import Limits
 from gnomon.node.core.results import Effects
-from gnomon.node.dispatch import Dispatcher
-from gnomon.node.history import HistoryError, HistoryStore
-from gnomon.node.leadership import Leadership
-from gnomon.node.leases import LeaseTable, LeaseTiming
-from gnomon.node.operations import OperationError, TransferTimeout, transfer_leadership
-from gnomon.node.raft import NotCommitted, Overloaded, Proposer, RaftNode
-from gnomon.node.replica import HistorySink, Replica, crash_process
-from gnomon.node.servicers.access import AccessGuard, AccessServicer
-from gnomon.node.servicers.cluster import ClusterServicer
-from gnomon.node.servicers.decode import DecodeGuard
-from gnomon.node.servicers.jobs import JobServicer
-from gnomon.node.servicers.operations import OperationsServicer
-from gnomon.node.servicers.worker import WorkerServicer
-from gnomon.node.storage import refuse_to_start
+from gnomon.node.leader.backfill import BackfillLimits, JobBackfillLoop
+from gnomon.node.leader.dispatch import Dispatcher
+from gnomon.node.leader.leases import LeaseTable, LeaseTiming
+from gnomon.node.leader.session import Leadership
+from gnomon.node.leader.trigger import TriggerLimits, TriggerLoop
+from gnomon.node.ops import logs, metrics, observe
+from gnomon.node.ops.operations import OperationError, TransferTimeout, transfer_leadership
+from gnomon.node.process import crash_process
+from gnomon.node.raft.node import NotCommitted, Overloaded, Proposer, RaftNode
+from gnomon.node.raft.startup import refuse_to_start
+from gnomon.node.replica import Replica
+from gnomon.node.security import grpc_tls
+from gnomon.node.security.auth import Authenticator, read_admin_token
+from gnomon.node.spec.validate import InputLimits
+from gnomon.node.storage.history import HistoryError, HistoryStore
+from gnomon.node.storage.history_copy import Backfill
+from gnomon.node.storage.history_sink import HistorySink
 from gnomon.node.tasks import Supervisor, run_steps
-from gnomon.node.trigger import TriggerLimits, TriggerLoop
-from gnomon.node.validate import InputLimits
 from gnomon.v1 import api_pb2, api_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -219,7 +222,7 @@ class Node:
         self.access_guard = AccessGuard(self, self.authenticator)
         self.http = None
         if cfg.http_addr:  # before gRPC: a node that answers gRPC serves HTTP too
-            from gnomon.node.http.server import HttpServer  # aiohttp only where it is served
+            from gnomon.node.api.http.server import HttpServer  # aiohttp only where it is served
 
             self.http = HttpServer(self)
             await self.http.start()
@@ -278,7 +281,7 @@ class Node:
                 pass
 
     async def _start_grpc(self) -> grpc.aio.Server:
-        auth = self.authenticator  # made in run(): the HTTP API shares it (node/http/auth.py)
+        auth = self.authenticator  # made in run(): the HTTP API shares it (node/api/http/auth.py)
         # A connection that has not finished its (TLS) handshake in time is closed.
         options = [*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms",
                                    self.config.grpc_handshake_timeout_ms)]

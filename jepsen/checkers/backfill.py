@@ -15,7 +15,7 @@ from collections import defaultdict
 from typing import Any
 
 from gnomon.node.core.model import Schedule
-from gnomon.node.schedules import next_fire_after
+from gnomon.node.spec.schedules import next_fire_after
 
 BACKFILL = "backfill"
 _BACKFILL_ID = re.compile(r"[^@]+@backfill-\d+-\d+")

@@ -25,7 +25,7 @@ from typing import Any
 from gnomon.jepsen.checkers import overlap
 from gnomon.jepsen.history import NEMESIS, OK, Event
 from gnomon.node.core.model import DEFAULT_MISFIRE_GRACE_MS, MisfirePolicy
-from gnomon.node.schedules import next_fire_after
+from gnomon.node.spec.schedules import next_fire_after
 
 # Slack for "no decision between down and up": signal delivery and the harness's clock reads.
 MARGIN_MS = 250

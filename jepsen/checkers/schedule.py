@@ -31,7 +31,7 @@ from typing import Any
 from gnomon.jepsen.checkers import backfill, misfire, overlap
 from gnomon.jepsen.history import FINAL, OK, WITNESS, Event
 from gnomon.node.core.model import MisfirePolicy, Schedule
-from gnomon.node.schedules import next_fire_after
+from gnomon.node.spec.schedules import next_fire_after
 
 TERMINAL = {"succeeded", "failed", "cancelled", "skipped"}
 EXECUTION_KINDS = {"fire", "lease-end"}

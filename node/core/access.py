@@ -1,4 +1,4 @@
-"""Who may call and how much: bearer tokens and tenants as replicated state (node/AUTH.md).
+"""Who may call and how much: bearer tokens and tenants as replicated state (node/security/DESIGN.md).
 
 A token's secret never enters the log: the leader draws it, the command carries its SHA-256,
 and the caller sees the secret once, in the reply of the RPC that created it. Every node

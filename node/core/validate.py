@@ -1,6 +1,6 @@
 """Shape rules of a JobSpec's task DAG, and the ranges of the replicated limits: the one
 place of these rules. apply() checks them (it must stay total on any log entry) and the
-leader's input validation (node/validate.py) calls the same functions before proposing, so a
+leader's input validation (node/spec/validate.py) calls the same functions before proposing, so a
 user sees exactly the message apply would give.
 
 Name syntax, sizes and schedule expressions are the leader's job alone (before proposing).

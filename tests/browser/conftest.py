@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cluster import module_cluster
+from tests.support.cluster import module_cluster
 
 CHROMIUM = os.environ.get("GNOMON_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -14,9 +14,9 @@ from urllib.parse import quote
 
 import pytest
 
-from gnomon.node.localcluster import wait_for
-from tests.http.client import call
-from tests.integration.cluster import RawWorker
+from gnomon.node.local.cluster import wait_for
+from tests.support.cluster import RawWorker
+from tests.support.http import call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 expect = pytest.importorskip("playwright.sync_api").expect

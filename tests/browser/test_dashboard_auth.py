@@ -11,8 +11,8 @@ import secrets
 
 import pytest
 
-from gnomon.node.localcluster import LocalCluster, wait_for
-from tests.http.client import call
+from gnomon.node.local.cluster import LocalCluster, wait_for
+from tests.support.http import call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 expect = pytest.importorskip("playwright.sync_api").expect

@@ -203,8 +203,8 @@ def _metric_names(text: str) -> set[str]:
 @pytest.mark.timeout(240)
 def test_cluster_started_from_the_manifests_fires_a_job(tmp_path):
     from gnomon.client import Client, JobSpec, OnceSchedule, RunState, TaskSpec
-    from gnomon.node.localcluster import wait_for
-    from gnomon.node.tls import ensure_cluster_files
+    from gnomon.node.local.cluster import wait_for
+    from gnomon.node.security.certificates import ensure_cluster_files
 
     sts = _kind("StatefulSet")
     replicas = sts["spec"]["replicas"]

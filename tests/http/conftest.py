@@ -1,6 +1,6 @@
 import pytest
 
-from tests.integration.cluster import module_cluster
+from tests.support.cluster import module_cluster
 
 # Two event streams per node: the bound is reached by a test without opening 64.
 OVERRIDES = {"http_max_event_streams": "2"}

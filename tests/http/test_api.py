@@ -12,9 +12,9 @@ import grpc
 import pytest
 from google.protobuf import json_format
 
-from gnomon.node.localcluster import wait_for
+from gnomon.node.local.cluster import wait_for
 from gnomon.v1 import api_pb2, types_pb2
-from tests.http.client import call
+from tests.support.http import call
 
 pytestmark = pytest.mark.integration
 

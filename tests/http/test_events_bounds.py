@@ -1,7 +1,7 @@
-"""The per-stream bound of the event hub (node/http/events.py): ids beyond it turn into one
+"""The per-stream bound of the event hub (node/api/http/events.py): ids beyond it turn into one
 `resync`, so a client that does not read holds bounded memory."""
 
-from gnomon.node.http.events import Subscriber
+from gnomon.node.api.http.events import Subscriber
 
 
 def test_changes_coalesce_and_overflow_into_one_resync():

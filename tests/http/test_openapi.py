@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from gnomon.node.http.api import SERVED_SERVICES, all_routes
+from gnomon.node.api.http.api import SERVED_SERVICES, all_routes
 from gnomon.v1 import api_pb2
-from tests.http.client import call
+from tests.support.http import call
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def test_operations_name_their_rpc_and_its_message_types(doc):
              for m in s.methods if not (m.client_streaming or m.server_streaming)}
     missing = every - routed - set(NOT_ROUTED)
     assert not missing, (f"RPCs without an HTTP route: {sorted(missing)}; add a Route to "
-                         "ROUTES in node/http/api.py (or to NOT_ROUTED here, with the reason)")
+                         "ROUTES in node/api/http/api.py (or to NOT_ROUTED here, with the reason)")
     assert not (set(NOT_ROUTED) & routed), "NOT_ROUTED lists an RPC that has a route"
     # Every message schema lists exactly the proto's fields, by their JSON names.
     for name, schema in schemas.items():

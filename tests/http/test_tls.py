@@ -11,9 +11,9 @@ import ssl
 import grpc
 import pytest
 
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
-from tests.integration.cluster import _port_up
+from tests.support.cluster import _port_up
 
 pytestmark = pytest.mark.integration
 

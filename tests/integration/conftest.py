@@ -1,6 +1,6 @@
 import pytest
 
-from tests.integration.cluster import LocalCluster
+from tests.support.cluster import LocalCluster
 
 
 @pytest.fixture

@@ -35,9 +35,9 @@ from gnomon.client import (
     Worker,
     task,
 )
-from gnomon.node.localcluster import LocalCluster
-from tests.integration.cluster import module_cluster
-from tests.integration.test_observe import samples, scrape
+from gnomon.node.local.cluster import LocalCluster
+from tests.support.cluster import module_cluster
+from tests.support.metrics import samples, scrape
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
-from tests.integration.test_cluster import once_job
+from tests.support.jobs import once_job
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import wait_for
+from tests.support.cluster import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -115,7 +115,7 @@ def test_ten_thousand_jobs_catch_up_a_ten_minute_outage_through_a_clock_jump(tmp
     fired or skipped by its job's policy, and the API answers meanwhile."""
     from gnomon.jepsen.db import SITECUSTOMIZE
     from gnomon.jepsen.net import libfaketime
-    from gnomon.node.localcluster import LocalCluster
+    from gnomon.node.local.cluster import LocalCluster
 
     preload = libfaketime()
     if preload is None:

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from gnomon.node.localcluster import free_ports
-from tests.integration.cluster import module_cluster
+from gnomon.node.local.cluster import free_ports
+from tests.support.cluster import module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

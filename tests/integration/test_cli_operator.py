@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from gnomon.client import Client, JobSpec, OnceSchedule, TaskSpec
-from gnomon.node.localcluster import LocalCluster, wait_for
-from tests.integration.cluster import RawWorker, cli, module_cluster
+from gnomon.node.local.cluster import LocalCluster, wait_for
+from tests.support.cluster import RawWorker, cli, module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -8,32 +8,18 @@ import time
 import pytest
 
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import RawWorker, wait_for
+from tests.support.cluster import RawWorker, wait_for
+from tests.support.jobs import every_second_job, once_job, runs_of
 
 pytestmark = pytest.mark.integration
 
 FAST = {"lease_ttl_ms": "2000", "heartbeat_interval_ms": "500"}
 
 
-def every_second_job(name: str, **task) -> types_pb2.JobSpec:
-    return types_pb2.JobSpec(
-        name=name,
-        schedule=types_pb2.Schedule(interval=types_pb2.IntervalSchedule(interval_ms=1000)),
-        tasks=[types_pb2.TaskSpec(name="main", **task)],
-    )
 
 
-def once_job(name: str, **task) -> types_pb2.JobSpec:
-    return types_pb2.JobSpec(
-        name=name,
-        schedule=types_pb2.Schedule(once=types_pb2.OnceSchedule(at_ms=1)),
-        tasks=[types_pb2.TaskSpec(name="main", **task)],
-    )
 
 
-def runs_of(node, job_id: str, limit: int = 1000) -> list[types_pb2.Run]:
-    req = api_pb2.ListRunsRequest(job=api_pb2.JobRef(job_id=job_id), limit=limit)
-    return list(node.jobs().ListRuns(req, timeout=5).runs)
 
 
 def test_job_every_second_fires_each_slot_on_time(make_cluster):

@@ -6,10 +6,10 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from gnomon.node.localcluster import LocalCluster
+from gnomon.node.local.cluster import LocalCluster
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import wait_for
-from tests.integration.test_cluster import every_second_job
+from tests.support.cluster import wait_for
+from tests.support.jobs import every_second_job
 
 pytestmark = pytest.mark.integration
 

@@ -12,8 +12,8 @@ import yaml
 
 from gnomon.client import AlreadyExists, Client, InvalidArgument, JobSpec, OnceSchedule, TaskSpec
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import module_cluster
-from tests.integration.test_cli_operator import FAR_FUTURE_MS, cli
+from tests.support.cluster import cli, module_cluster
+from tests.support.jobs import FAR_FUTURE_MS
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.node.localcluster import free_ports
+from gnomon.node.local.cluster import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -1,4 +1,4 @@
-"""Weighted fair dispatch and concurrency caps per tenant (node/dispatch.py), on real nodes.
+"""Weighted fair dispatch and concurrency caps per tenant (node/leader/dispatch.py), on real nodes.
 
 One worker drains a shared queue that two tenants flood: grants alternate by weight (1:3)
 while both have work; a tenant capped at max_concurrency never holds more leases than that
@@ -13,14 +13,14 @@ import pytest
 
 from gnomon.client import Client
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import RawWorker
+from tests.support.cluster import RawWorker
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    from gnomon.node.localcluster import LocalCluster
+    from gnomon.node.local.cluster import LocalCluster
 
     root = tmp_path_factory.mktemp("fair")
     cluster = LocalCluster(root, metrics=True).start()
@@ -133,7 +133,7 @@ def test_api_rate_limit_per_tenant_with_retry_after(cluster):
 
 
 def test_a_queue_cap_bounds_its_leases_whatever_the_tenants(tmp_path):
-    from gnomon.node.localcluster import LocalCluster
+    from gnomon.node.local.cluster import LocalCluster
 
     cluster = LocalCluster(tmp_path, overrides={"queue_max_concurrency": "narrow=3"}).start()
     try:

@@ -26,7 +26,7 @@ from google.protobuf.descriptor import Descriptor, FieldDescriptor, MethodDescri
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from gnomon.node.localcluster import LocalCluster, NodeProc, wait_for
+from gnomon.node.local.cluster import LocalCluster, NodeProc, wait_for
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
 pytestmark = pytest.mark.integration

@@ -36,8 +36,8 @@ from gnomon.client import (
     Worker,
     task,
 )
-from gnomon.node.localcluster import wait_for_async
-from tests.integration.cluster import module_cluster
+from gnomon.node.local.cluster import wait_for_async
+from tests.support.cluster import module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -19,13 +19,13 @@ import pysyncobj.syncobj
 import pytest
 from pysyncobj import SyncObj, SyncObjConf, replicated
 
-from gnomon.node.journal import DurableJournal, patch_pysyncobj
+from gnomon.node.raft.journal import DurableJournal, patch_pysyncobj
 
 pytestmark = pytest.mark.integration
 
 CHILD = """
 import sys
-from gnomon.node.journal import DurableJournal
+from gnomon.node.raft.journal import DurableJournal
 
 def payload(i):
     return (b"%d," % i) * (1 + (i * 7919) % 20000)   # up to ~120 KB: large, tearable writes

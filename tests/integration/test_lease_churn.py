@@ -10,8 +10,8 @@ import time
 import pytest
 
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import RawWorker
-from tests.integration.test_cluster import once_job
+from tests.support.cluster import RawWorker
+from tests.support.jobs import once_job
 
 pytestmark = pytest.mark.integration
 

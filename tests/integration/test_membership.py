@@ -1,4 +1,4 @@
-"""Membership changes against real nodes (node/MEMBERSHIP.md): grow 3 -> 5 -> 3 under load,
+"""Membership changes against real nodes (node/raft/DESIGN.md, Membership): grow 3 -> 5 -> 3 under load,
 replace a node whose disk was wiped, and what the operator is told when a change cannot be
 made. Under load: an interval job with a worker counting executions, and a writer of
 acknowledged jobs; afterwards no write or fire is lost, none doubled, every replica agrees."""
@@ -13,9 +13,9 @@ import sys
 import pytest
 
 from gnomon.client import Client
-from gnomon.node.localcluster import LocalCluster, wait_for
-from tests.integration.cluster import cli, module_cluster
-from tests.integration.load import TickLoad, caught_up
+from gnomon.node.local.cluster import LocalCluster, wait_for
+from tests.support.cluster import cli, module_cluster
+from tests.support.load import TickLoad, caught_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import urllib.request
 
 import grpc
 import pytest
@@ -23,8 +22,9 @@ from gnomon.client import (
     RetryPolicy,
     TaskSpec,
 )
-from gnomon.node.localcluster import LocalCluster, wait_for
-from tests.integration.cluster import RawWorker, module_cluster
+from gnomon.node.local.cluster import LocalCluster, wait_for
+from tests.support.cluster import RawWorker, module_cluster
+from tests.support.metrics import samples, scrape, total
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -45,24 +45,10 @@ def cluster(tmp_path_factory, request):
         yield c
 
 
-def scrape(addr: str) -> str:
-    with urllib.request.urlopen(f"http://{addr}/metrics", timeout=5) as resp:
-        return resp.read().decode()
 
 
-def samples(text: str) -> dict[str, float]:
-    """`name{labels}` -> value, for every sample line."""
-    out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            key, _, value = line.rpartition(" ")
-            out[key] = float(value)
-    return out
 
 
-def total(s: dict[str, float], name: str) -> float:
-    """Sum over every label set of one sample name."""
-    return sum(v for k, v in s.items() if k == name or k.startswith(name + "{"))
 
 
 def _spec(name: str, queue: str, schedule, *, attempts: int = 1) -> JobSpec:

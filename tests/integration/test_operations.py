@@ -17,9 +17,9 @@ from gnomon.client import (
     OnceSchedule,
     TaskSpec,
 )
-from gnomon.node.localcluster import LocalCluster, wait_for
-from tests.integration.cluster import cli, module_cluster
-from tests.integration.load import FAR_FUTURE_MS, TickLoad, caught_up
+from gnomon.node.local.cluster import LocalCluster, wait_for
+from tests.support.cluster import cli, module_cluster
+from tests.support.load import FAR_FUTURE_MS, TickLoad, caught_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import RawWorker
+from tests.support.cluster import RawWorker
 
 pytestmark = pytest.mark.integration
 

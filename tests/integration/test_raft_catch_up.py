@@ -1,5 +1,5 @@
 """A follower that fell far behind catches up through the transport's backpressure
-(node/TRANSPORT.md: appends beyond raft_send_backlog_bytes are dropped and asked for again,
+(node/raft/DESIGN.md: appends beyond raft_send_backlog_bytes are dropped and asked for again,
 instead of queueing until the link is closed and everything is resent)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, types_pb2
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,7 @@ def test_followers_never_rewrite_what_they_hold_while_appends_are_in_flight(tmp_
     several appends in flight the leader then resends entries the follower holds, and the
     follower truncates and rewrites them (measured: 138 such truncations in ~35 s at 200
     fires/s, a follower seconds behind, and a new leader's first barrier waiting 0.1-0.5 s
-    for it). node/raft.py keeps nextIndex from going back on success; a healthy cluster
+    for it). node/raft/node.py keeps nextIndex from going back on success; a healthy cluster
     truncates nothing."""
     cluster = LocalCluster(tmp_path).start()
     try:

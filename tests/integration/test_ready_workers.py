@@ -26,7 +26,7 @@ from gnomon.client import (
     RunState,
     TaskState,
 )
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -29,7 +29,7 @@ from gnomon.client import (
     Worker,
     task,
 )
-from tests.integration.cluster import module_cluster
+from tests.support.cluster import module_cluster
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -10,9 +10,8 @@ import signal
 import pytest
 
 from gnomon.v1 import api_pb2
-from tests.integration.cluster import wait_for
-from tests.integration.test_cluster import runs_of
-from tests.integration.test_storage_faults import create_jobs, finished_runs
+from tests.support.cluster import wait_for
+from tests.support.jobs import create_jobs, finished_runs, runs_of
 
 pytestmark = pytest.mark.integration
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gnomon.node import snapshot as snapmod
-from gnomon.node.storage import EXIT_STORAGE
+from gnomon.node.raft.startup import EXIT_STORAGE
+from gnomon.node.storage import snapshot_file as snapmod
 from gnomon.v1 import api_pb2
-from tests.integration.cluster import LocalCluster, NodeProc, wait_for
-from tests.integration.test_cluster import once_job
+from tests.support.cluster import LocalCluster, NodeProc, wait_for
+from tests.support.jobs import create_jobs, finished_runs
 
 pytestmark = pytest.mark.integration
 
@@ -57,7 +57,7 @@ def _install(faults):
             return original(self, faulty)
         replica.Replica.add_listener = add_listener
     if "history_fail" in faults:
-        from gnomon.node import history
+        from gnomon.node.storage import history
         left = [faults["history_fail"]]
         original_put = history.HistoryStore.put_runs
         def put_runs(self, records, *args, **kwargs):
@@ -68,7 +68,8 @@ def _install(faults):
             return original_put(self, records, *args, **kwargs)
         history.HistoryStore.put_runs = put_runs
     if "slow_snapshot_s" in faults:
-        from gnomon.node import raft, replica
+        from gnomon.node import replica
+        from gnomon.node.raft import node as raft
         delay, original_write = faults["slow_snapshot_s"], replica.write_snapshot
         machines = []
         original_init = raft._StateMachine.__init__
@@ -82,14 +83,14 @@ def _install(faults):
             return original_write(*args, **kwargs)
         replica.write_snapshot = slow_write
     if "slow_load_s" in faults:
-        from gnomon.node import state_codec
+        from gnomon.node.storage import state_codec
         delay, original_decode = faults["slow_load_s"], state_codec.decode_tables
         def slow_decode(*args, **kwargs):
             time.sleep(delay)
             return original_decode(*args, **kwargs)
         state_codec.decode_tables = slow_decode
     if faults.get("crash_before_compaction"):
-        from gnomon.node import journal
+        from gnomon.node.raft import journal
         min_index = faults["crash_before_compaction"]
         original_delete = journal.DurableJournal.deleteEntriesTo
         def delete_entries_to(self, entry_to):
@@ -128,13 +129,6 @@ def faults(tmp_path: Path, monkeypatch):
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def create_jobs(node: NodeProc, names: list[str]) -> list[str]:
-    ids = []
-    for name in names:
-        req = api_pb2.CreateJobRequest(request_id=f"create-{name}", spec=once_job(name))
-        req.spec.schedule.once.at_ms = FAR
-        ids.append(node.jobs().CreateJob(req, timeout=10).job.job_id)
-    return ids
 
 
 def on_leader(cluster: LocalCluster, what: str, call, exclude: set[str] = frozenset()):
@@ -161,16 +155,6 @@ def job_names(node: NodeProc) -> set[str]:
     return {j.spec.name for j in node.jobs().ListJobs(req, timeout=5).jobs}
 
 
-def finished_runs(node: NodeProc, job_id: str, n: int, prefix: str) -> list[str]:
-    """Trigger and cancel n runs of a job (terminal runs: evicted to the history store)."""
-    ids = []
-    for i in range(n):
-        run = node.jobs().TriggerJob(api_pb2.TriggerJobRequest(
-            request_id=f"{prefix}-t{i}", job=api_pb2.JobRef(job_id=job_id)), timeout=10).run
-        node.jobs().CancelRun(api_pb2.CancelRunRequest(
-            request_id=f"{prefix}-c{i}", run_id=run.run_id), timeout=10)
-        ids.append(run.run_id)
-    return ids
 
 
 def stale_run_ids(node: NodeProc, job_id: str) -> set[str]:

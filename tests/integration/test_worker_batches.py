@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from gnomon.v1 import api_pb2, types_pb2
-from tests.integration.cluster import LocalCluster, RawWorker, module_cluster, wait_for
+from tests.support.cluster import LocalCluster, RawWorker, module_cluster, wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ import grpc
 import pytest
 
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
-from tests.integration.cluster import RawWorker, wait_for
-from tests.integration.test_cluster import once_job, runs_of
+from tests.support.cluster import RawWorker, wait_for
+from tests.support.jobs import once_job, runs_of
 
 pytestmark = pytest.mark.integration
 

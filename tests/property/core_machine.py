@@ -24,7 +24,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from gnomon.node import codec, state_codec
+from gnomon.node import codec
 from gnomon.node.core import apply_batch, digest, new_state
 from gnomon.node.core.commands import (
     BackfillStep,
@@ -79,7 +79,13 @@ from gnomon.node.core.results import (
     RunReply,
 )
 from gnomon.node.core.validate import effective_max_active_runs
-from gnomon.node.snapshot import FORMAT_VERSION, SnapshotMeta, read_snapshot, write_snapshot
+from gnomon.node.storage import state_codec
+from gnomon.node.storage.snapshot_file import (
+    FORMAT_VERSION,
+    SnapshotMeta,
+    read_snapshot,
+    write_snapshot,
+)
 from tests.property.core_checks import (
     BOOTSTRAP_ID,
     LIMIT_CHOICES,

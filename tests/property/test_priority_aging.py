@@ -1,4 +1,4 @@
-"""Priority with aging (issue 9), on the dispatcher's own ready heap (node/dispatch.py).
+"""Priority with aging (issue 9), on the dispatcher's own ready heap (node/leader/dispatch.py).
 
 A low priority task under a continuous stream of high priority ones is dispatched within
 its bound: it waits behind tasks that became ready after it for at most (their priority -
@@ -11,7 +11,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnomon.node.dispatch import ReadyHeap, ready_rank
+from gnomon.node.leader.dispatch import ReadyHeap, ready_rank
 
 TICK_MS = 100
 

@@ -12,9 +12,9 @@ import time
 import grpc
 import pytest
 
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
-from tests.integration.cluster import RawWorker
+from tests.support.cluster import RawWorker
 
 pytestmark = pytest.mark.integration
 
@@ -320,8 +320,8 @@ def test_nodes_reach_each_other_with_their_certificate_and_the_admin_token(clust
     """History backfill dials a peer's gRPC port as the node does (node/grpc_tls.peer_channel)."""
     import asyncio
 
-    from gnomon.node import grpc_tls
     from gnomon.node.config import Config, Member
+    from gnomon.node.security import grpc_tls
 
     node = cluster.nodes[0]
     files = cluster.tls_files()[node.node_id]
@@ -374,7 +374,7 @@ def test_audit_log_records_administrative_actions_on_every_node(cluster, world):
 def test_a_client_certificate_may_stand_for_a_token(cluster, world, tmp_path):
     """Mutual TLS: a certificate whose common name a token names authenticates without a
     bearer token; revoking the token ends it; an unknown common name is UNAUTHENTICATED."""
-    from gnomon.node import tls as tls_mod
+    from gnomon.node.security import certificates as tls_mod
 
     admin = world["admin"]
     made = admin.call(admin.access, "CreateToken", api_pb2.CreateTokenRequest(

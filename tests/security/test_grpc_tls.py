@@ -13,9 +13,9 @@ import pytest
 
 from gnomon.client import Client, IntervalSchedule, JobSpec, TaskSpec, TLSConfig, Unavailable
 from gnomon.client.cli import main as cli_main
-from gnomon.node import grpc_tls
-from gnomon.node import tls as tls_mod
 from gnomon.node.config import Config, Member
+from gnomon.node.security import certificates as tls_mod
+from gnomon.node.security import grpc_tls
 
 pytestmark = pytest.mark.integration
 
@@ -24,7 +24,7 @@ FAST_FAIL = {"timeout_s": 3.0, "retries": 1, "attempt_timeout_s": 1.5}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    from gnomon.node.localcluster import LocalCluster
+    from gnomon.node.local.cluster import LocalCluster
 
     root = tmp_path_factory.mktemp("grpctls")
     cluster = LocalCluster(root, overrides={"grpc_handshake_timeout_ms": "1500"},
@@ -104,7 +104,7 @@ def _config(grpc_addr: str, **kw) -> Config:
 
 
 def test_a_plaintext_port_beyond_loopback_is_announced_loudly(caplog):
-    with caplog.at_level(logging.WARNING, logger="gnomon.node.grpc_tls"):
+    with caplog.at_level(logging.WARNING, logger="gnomon.node.security.grpc_tls"):
         grpc_tls.warn_if_exposed(_config("127.0.0.1:7701"))
         grpc_tls.warn_if_exposed(_config("10.1.2.3:7701", tls_cert="c", tls_key="k"))
         assert not caplog.records

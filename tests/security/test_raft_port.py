@@ -1,4 +1,4 @@
-"""Attacks on the Raft port of a real 3-node cluster (node/TRANSPORT.md).
+"""Attacks on the Raft port of a real 3-node cluster (node/raft/DESIGN.md).
 
 Each attack must end with the connection closed, every node up, the leader and term
 unchanged (for attackers without a member's key) and nothing applied: the jobs are the same
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.node import tls as tls_mod
-from gnomon.node import wire
-from gnomon.node.localcluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, wait_for
+from gnomon.node.raft import wire
+from gnomon.node.security import certificates as tls_mod
 from gnomon.v1 import api_pb2
-from tests.integration.cluster import module_cluster
+from tests.support.cluster import module_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ from google.protobuf.message import DecodeError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnomon.node.servicers import decode
-from gnomon.node.servicers.decode import DecodeGuard, Malformed, explain, guard_handler
+from gnomon.node.api.grpc import decode
+from gnomon.node.api.grpc.decode import DecodeGuard, Malformed, explain, guard_handler
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
 BAD = "XXXXXX"

@@ -1,4 +1,4 @@
-"""node/membership.py: the entry form (plain strings, readable without globals), the member
+"""node/raft/membership.py: the entry form (plain strings, readable without globals), the member
 file a restarted node starts from, and the refusal of a removed node's data directory."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import dataclasses
 
 import pytest
 
-from gnomon.node import entries
 from gnomon.node.config import Config, ConfigError, Member
-from gnomon.node.membership import (
+from gnomon.node.raft import entries
+from gnomon.node.raft.membership import (
     ADD,
     REMOVE,
     Membership,

@@ -8,7 +8,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnomon.node import schedules
 from gnomon.node.core.model import (
     DEFAULT_MISFIRE_GRACE_MS,
     JobSpec,
@@ -17,7 +16,8 @@ from gnomon.node.core.model import (
     ScheduleKind,
     TaskSpec,
 )
-from gnomon.node.schedules import (
+from gnomon.node.spec import schedules
+from gnomon.node.spec.schedules import (
     ScheduleError,
     check_schedule,
     decide_fire,

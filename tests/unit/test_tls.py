@@ -1,4 +1,4 @@
-"""Raft-port certificates (node/tls.py): a node refuses to start with files that do not fit,
+"""Raft-port certificates (node/security/certificates.py): a node refuses to start with files that do not fit,
 with a message that names the setting."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import datetime as dt
 
 import pytest
 
-from gnomon.node import tls
+from gnomon.node.security import certificates as tls
 
 
 @pytest.fixture

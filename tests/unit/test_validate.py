@@ -16,7 +16,7 @@ from gnomon.node.core.model import (
     ScheduleKind,
     TaskSpec,
 )
-from gnomon.node.validate import (
+from gnomon.node.spec.validate import (
     InputLimits,
     ValidationError,
     validate_request_id,
@@ -353,7 +353,7 @@ def test_timing_accepted() -> None:
 
 
 def test_run_parameters_are_merged_into_json_payloads() -> None:
-    from gnomon.node.validate import merge_params
+    from gnomon.node.spec.validate import merge_params
 
     spec = make_spec(tasks=(TaskSpec(name="a", payload=b'{"table":"users","day":"sun"}'),
                             TaskSpec(name="b")))
@@ -373,7 +373,7 @@ def test_run_parameters_are_merged_into_json_payloads() -> None:
 
 
 def test_backfill_range_rules_name_the_field() -> None:
-    from gnomon.node.validate import BACKFILL_CLOCK_SLACK_MS, validate_backfill_range
+    from gnomon.node.spec.validate import BACKFILL_CLOCK_SLACK_MS, validate_backfill_range
 
     now = 1_800_000_000_000
     assert validate_backfill_range(now - 600_000, now - 60_000, now) == now - 60_000
@@ -390,7 +390,7 @@ def test_backfill_range_rules_name_the_field() -> None:
 
 def test_queue_refs_and_breakers() -> None:
     from gnomon.node.core.model import CircuitBreaker
-    from gnomon.node.validate import validate_breaker, validate_queue_ref
+    from gnomon.node.spec.validate import validate_breaker, validate_queue_ref
 
     assert validate_queue_ref("", "etl") == ("default", "etl")
     with pytest.raises(ValidationError, match="tenant: must match"):

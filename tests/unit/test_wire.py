@@ -1,4 +1,4 @@
-"""The Raft port's codec (node/wire.py) and entry unpickling (node/entries.py)."""
+"""The Raft port's codec (node/raft/wire.py) and entry unpickling (node/raft/entries.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gnomon.node import entries, wire
+from gnomon.node.raft import entries, wire
 
 values = st.recursive(
     st.none() | st.booleans() | st.integers(-(1 << 63), (1 << 63) - 1)

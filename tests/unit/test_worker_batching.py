@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
-from gnomon.client._worker_stream import _MAX_REPORTS_PER_MESSAGE, _as_reports
-from gnomon.node.servicers import worker as ws
+from gnomon.client.worker.stream import _MAX_REPORTS_PER_MESSAGE, _as_reports
+from gnomon.node.api.grpc import worker as ws
 from gnomon.v1 import worker_pb2 as W
 
 

@@ -1113,7 +1113,7 @@ class ClusterServiceServicer:
         """This node's run history (terminal runs evicted from the replicated state into its
         history store), page by page in run id order. Nodes call it on each other: a node that
         installed a snapshot from the leader lacks the runs evicted before the snapshot and copies
-        them from a peer (node/STORAGE.md, "History backfill"). FAILED_PRECONDITION when this
+        them from a peer (node/storage/DESIGN.md, "History backfill"). FAILED_PRECONDITION when this
         node's own history is incomplete or it has not applied `min_applied_index` yet: ask
         another node.
         """
@@ -1326,7 +1326,7 @@ class OperationsServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def AddNode(self, request, context):
-        """Makes a node a voting member (node/MEMBERSHIP.md). The node must be running, started
+        """Makes a node a voting member (node/raft/DESIGN.md, Membership). The node must be running, started
         with --join and the members' list, with a certificate of the cluster CA naming it. It
         first catches up as a learner (a snapshot when the leader's log no longer reaches back,
         then the log), not counted in any quorum; once its match index is within
@@ -1592,7 +1592,7 @@ class OperationsService:
 
 
 class AccessServiceStub:
-    """Bearer tokens (node/AUTH.md). Every call but these needs `authorization: Bearer <secret>`
+    """Bearer tokens (node/security/DESIGN.md). Every call but these needs `authorization: Bearer <secret>`
     when the cluster runs with --admin-token-file; admins manage every token, a tenant-admin
     the tenant-writer, tenant-reader and worker tokens of its own tenants.
     """
@@ -1651,7 +1651,7 @@ class AccessServiceStub:
 
 
 class AccessServiceServicer:
-    """Bearer tokens (node/AUTH.md). Every call but these needs `authorization: Bearer <secret>`
+    """Bearer tokens (node/security/DESIGN.md). Every call but these needs `authorization: Bearer <secret>`
     when the cluster runs with --admin-token-file; admins manage every token, a tenant-admin
     the tenant-writer, tenant-reader and worker tokens of its own tenants.
     """
@@ -1773,7 +1773,7 @@ def add_AccessServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AccessService:
-    """Bearer tokens (node/AUTH.md). Every call but these needs `authorization: Bearer <secret>`
+    """Bearer tokens (node/security/DESIGN.md). Every call but these needs `authorization: Bearer <secret>`
     when the cluster runs with --admin-token-file; admins manage every token, a tenant-admin
     the tenant-writer, tenant-reader and worker tokens of its own tenants.
     """

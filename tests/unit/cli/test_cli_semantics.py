@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-import gnomon.client._cli_semantics as semantics
+import gnomon.client.cli.backfill_circuits as semantics
 from gnomon.client import (
     Backfill,
     CircuitBreaker,
@@ -19,7 +19,7 @@ from gnomon.client import (
     QueueCircuit,
     TaskSpec,
 )
-from tests.unit.cli.test_cli import T0, FakeClient, run
+from tests.support.fake_client import T0, FakeClient, run
 
 
 @pytest.fixture

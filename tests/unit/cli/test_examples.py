@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gnomon.client import CronDialect, CronSchedule
-from gnomon.client._cli_dev import DEMO_QUEUE, EXAMPLE_JOBS, demo_tasks
-from gnomon.client._cli_spec import load_spec_file, spec_from_data
-from gnomon.client._cli_workers import load_task_modules
+from gnomon.client.cli.dev import DEMO_QUEUE, EXAMPLE_JOBS, demo_tasks
+from gnomon.client.cli.spec import load_spec_file, spec_from_data
+from gnomon.client.cli.workers import load_task_modules
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 SPEC_FILES = sorted(p for p in EXAMPLES.iterdir() if p.suffix in (".yaml", ".json"))

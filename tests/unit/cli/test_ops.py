@@ -7,15 +7,15 @@ import json
 
 import pytest
 
-from gnomon.client._cli_ops import (
+from gnomon.client.cli.ops import (
     QueueInfoLike,
     check_servers,
     idle_queue_warnings,
     job_document_spec,
     read_spec_documents,
 )
-from gnomon.client._cli_parser import build_parser
-from gnomon.client._cli_values import UsageError
+from gnomon.client.cli.parser import build_parser
+from gnomon.client.cli.values import UsageError
 
 
 @pytest.mark.parametrize("good", ["127.0.0.1:7701", "a:1,b:2", "node-1.example:65535", "[::1]:7701"])
@@ -78,7 +78,7 @@ class _Recorder:
 
 def test_the_whole_command_is_bounded_by_timeout():
     from gnomon.client import DeadlineExceeded
-    from gnomon.client._cli_ops import DeadlineClient
+    from gnomon.client.cli.ops import DeadlineClient
 
     rec = _Recorder()
     client = DeadlineClient(rec, 30.0)

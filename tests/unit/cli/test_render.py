@@ -24,7 +24,7 @@ from gnomon.client import (
     TaskInstance,
     TaskState,
 )
-from gnomon.client._cli_render import (
+from gnomon.client.cli.render import (
     cluster_json,
     dead_letter_json,
     fmt_duration,
@@ -42,7 +42,7 @@ from gnomon.client._cli_render import (
     run_json,
     table,
 )
-from gnomon.client._cli_spec import spec_from_data
+from gnomon.client.cli.spec import spec_from_data
 
 T0 = 1796035262000  # 2026-11-30 10:41:02Z
 

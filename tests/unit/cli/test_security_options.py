@@ -7,8 +7,8 @@ import argparse
 
 import pytest
 
-from gnomon.client._cli_values import UsageError
 from gnomon.client.cli import _security
+from gnomon.client.cli.values import UsageError
 
 
 def _args(**kw) -> argparse.Namespace:

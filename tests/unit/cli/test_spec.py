@@ -15,7 +15,7 @@ from gnomon.client import (
     RetryPolicy,
     TaskSpec,
 )
-from gnomon.client._cli_spec import (
+from gnomon.client.cli.spec import (
     UsageError,
     bytes_to_data,
     load_spec_file,

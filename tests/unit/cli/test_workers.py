@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from gnomon.client import NonRetryableError, TaskContext, TaskDefinition, Worker, task
-from gnomon.client._cli_spec import UsageError
-from gnomon.client._cli_workers import load_task_modules, worker_tasks
-from gnomon.client._workers_http import RequestFailed, RequestRejected, http_task, send_request
-from gnomon.client._workers_shell import (
+from gnomon.client.cli.spec import UsageError
+from gnomon.client.cli.workers import load_task_modules, worker_tasks
+from gnomon.client.ready_workers.http import RequestFailed, RequestRejected, http_task, send_request
+from gnomon.client.ready_workers.shell import (
     BadPayload,
     CommandFailed,
     CommandFailedFinal,
@@ -26,7 +26,7 @@ from gnomon.client._workers_shell import (
     shell_task,
 )
 from gnomon.client.testing import make_context, run_task_async
-from tests.unit.client.fakes import FakeWorkerService, assign, start_server
+from tests.support.fakes import FakeWorkerService, assign, start_server
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -274,7 +274,7 @@ def test_http_status_classes(server, status, error):
 
 
 def test_http_connection_refused_is_retryable():
-    from tests.unit.client.fakes import closed_address
+    from tests.support.fakes import closed_address
 
     ctx = _ctx({"url": f"http://{closed_address()}/x"})
     with pytest.raises(RequestFailed, match="refused"):

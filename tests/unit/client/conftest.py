@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from .fakes import start_server
+from tests.support.fakes import start_server
 
 
 @pytest.fixture

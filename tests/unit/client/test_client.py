@@ -23,8 +23,7 @@ from gnomon.client import (
     Unavailable,
 )
 from gnomon.v1 import api_pb2, types_pb2
-
-from .fakes import Abort, FakeNode, Hang, closed_address
+from tests.support.fakes import Abort, FakeNode, Hang, closed_address
 
 SPEC = JobSpec.single("nightly", CronSchedule("0 3 * * *"), payload={"x": 1})
 

@@ -31,7 +31,7 @@ from gnomon.client import (
     TaskState,
 )
 from gnomon.client import _convert as cv
-from gnomon.client._context import LeaseState, OutputTail
+from gnomon.client.worker.context import LeaseState, OutputTail
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
 INT32 = st.integers(-(2**31), 2**31 - 1)

@@ -73,7 +73,7 @@ def test_stale_version_reason_is_a_conflict():
 
 
 def test_a_conflict_is_told_by_its_reason_not_by_its_message():
-    # The node sends `gnomon-reason: VERSION_CONFLICT` (node/servicers/errors.py); the text is
+    # The node sends `gnomon-reason: VERSION_CONFLICT` (node/api/grpc/errors.py); the text is
     # for people and may change.
     err = error_for_status(
         grpc.StatusCode.FAILED_PRECONDITION,

@@ -18,8 +18,7 @@ from gnomon.client import (
     RunState,
 )
 from gnomon.v1 import api_pb2, types_pb2
-
-from .fakes import FakeNode
+from tests.support.fakes import FakeNode
 
 
 def _run(state: int, *results: tuple[str, bytes, str]) -> types_pb2.Run:

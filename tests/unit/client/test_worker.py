@@ -23,9 +23,8 @@ from gnomon.client import (
     Worker,
     task,
 )
-from gnomon.node.localcluster import wait_for_async
-
-from .fakes import FakeWorkerService, assign, closed_address
+from gnomon.node.local.cluster import wait_for_async
+from tests.support.fakes import FakeWorkerService, assign, closed_address
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -354,7 +353,7 @@ async def test_the_ack_reason_decides_over_retry_and_reaches_the_refusal(serve):
 
 
 async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeypatch):
-    import gnomon.client._worker_reports as reports_module
+    import gnomon.client.worker.reports as reports_module
 
     monkeypatch.setattr(reports_module, "_MAX_REPORT_ATTEMPTS", 2)
     monkeypatch.setattr(reports_module, "_REPORT_BACKOFF", reports_module.Backoff(0.001, 0.002))
@@ -391,7 +390,7 @@ async def test_report_never_recorded_is_abandoned_after_the_limit(serve, monkeyp
 
 
 async def test_report_waiting_to_be_resent_when_the_lease_lapses_is_abandoned(serve, monkeypatch):
-    import gnomon.client._worker_reports as reports_module
+    import gnomon.client.worker.reports as reports_module
 
     # The resend would come long after the lease lapsed.
     monkeypatch.setattr(reports_module, "_REPORT_BACKOFF", reports_module.Backoff(60.0, 60.0))

@@ -7,11 +7,12 @@ import hashlib
 
 import pytest
 
-from gnomon.node import codec, state_codec
+from gnomon.node import codec
 from gnomon.node.core import apply_batch, digest, new_state
 from gnomon.node.core import commands as c
 from gnomon.node.core.access import CreateToken, RevokeToken, TokenReply
 from gnomon.node.core.errors import Code, Rejected
+from gnomon.node.storage import state_codec
 
 T0 = 1_790_000_000_000
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gnomon.node import leases
+from gnomon.node.leader import leases
 
 from .harness import Clock, Harness, node_config
 

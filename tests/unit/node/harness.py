@@ -32,7 +32,6 @@ from typing import Any
 from pysyncobj import FAIL_REASON
 
 from gnomon.node import codec
-from gnomon.node.backfill_jobs import BackfillLimits, JobBackfillLoop
 from gnomon.node.config import Config, Member
 from gnomon.node.core import commands as c
 from gnomon.node.core.model import (
@@ -44,18 +43,20 @@ from gnomon.node.core.model import (
     TaskSpec,
 )
 from gnomon.node.core.results import JobReply
-from gnomon.node.dispatch import Dispatcher, WorkerSession
-from gnomon.node.history import HistoryStore
-from gnomon.node.leadership import Leadership
-from gnomon.node.leases import LeaseTable, LeaseTiming
-from gnomon.node.localcluster import wait_for_async
-from gnomon.node.membership import Membership
-from gnomon.node.raft import LEADER, Proposer
-from gnomon.node.replica import HistorySink, Replica
+from gnomon.node.leader.backfill import BackfillLimits, JobBackfillLoop
+from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
+from gnomon.node.leader.leases import LeaseTable, LeaseTiming
+from gnomon.node.leader.session import Leadership
+from gnomon.node.leader.trigger import TriggerLimits, TriggerLoop
+from gnomon.node.local.cluster import wait_for_async
+from gnomon.node.raft.membership import Membership
+from gnomon.node.raft.node import LEADER, Proposer
+from gnomon.node.replica import Replica
 from gnomon.node.server import Node
+from gnomon.node.spec.validate import InputLimits
+from gnomon.node.storage.history import HistoryStore
+from gnomon.node.storage.history_sink import HistorySink
 from gnomon.node.tasks import Supervisor
-from gnomon.node.trigger import TriggerLimits, TriggerLoop
-from gnomon.node.validate import InputLimits
 
 T0 = 1_700_000_000_000  # wall ms at the start of every test
 M0 = 5_000_000  # mono ms at the start of every test
@@ -63,14 +64,14 @@ HOUR = 3_600_000
 
 # Every module that imported a clock function by name: (module, attribute, which clock).
 CLOCK_USERS = [
-    ("gnomon.node.trigger", "wall_ms", "wall"),
-    ("gnomon.node.leases", "wall_ms", "wall"),
-    ("gnomon.node.leases", "mono_ms", "mono"),
-    ("gnomon.node.dispatch", "wall_ms", "wall"),
-    ("gnomon.node.leadership", "mono_ms", "mono"),
-    ("gnomon.node.raft", "wall_ms", "wall"),
-    ("gnomon.node.raft", "mono_ms", "mono"),
-    ("gnomon.node.servicers.jobs", "wall_ms", "wall"),
+    ("gnomon.node.leader.trigger", "wall_ms", "wall"),
+    ("gnomon.node.leader.leases", "wall_ms", "wall"),
+    ("gnomon.node.leader.leases", "mono_ms", "mono"),
+    ("gnomon.node.leader.dispatch", "wall_ms", "wall"),
+    ("gnomon.node.leader.session", "mono_ms", "mono"),
+    ("gnomon.node.raft.node", "wall_ms", "wall"),
+    ("gnomon.node.raft.node", "mono_ms", "mono"),
+    ("gnomon.node.api.grpc.jobs", "wall_ms", "wall"),
 ]
 
 MEMBERS = (

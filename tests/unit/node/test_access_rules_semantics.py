@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from gnomon.node.auth import Principal
+from gnomon.node.api.grpc.access import JOBS, RULES, RUN_CREATING
 from gnomon.node.core.access import TENANT_ADMIN, TENANT_READER, TENANT_WRITER
-from gnomon.node.servicers.access import JOBS, RULES, RUN_CREATING
+from gnomon.node.security.auth import Principal
 from gnomon.v1 import api_pb2
 
 

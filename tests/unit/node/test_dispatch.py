@@ -1,4 +1,4 @@
-"""Dispatcher (node/dispatch.py): order, fairness, one grant per round, Assign, Cancel."""
+"""Dispatcher (node/leader/dispatch.py): order, fairness, one grant per round, Assign, Cancel."""
 
 from __future__ import annotations
 

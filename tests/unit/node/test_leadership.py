@@ -1,4 +1,4 @@
-"""Leadership (node/leadership.py): a session starts after its own barrier, freshness, demotion."""
+"""Leadership (node/leader/session.py): a session starts after its own barrier, freshness, demotion."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from pysyncobj import FAIL_REASON
 
 from gnomon.node.core.commands import Barrier, CreateJob, SetLimits
-from gnomon.node.raft import LEADER, NotCommitted
+from gnomon.node.raft.node import LEADER, NotCommitted
 
 from .harness import (
     LOOP_TASKS,

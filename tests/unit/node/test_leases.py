@@ -1,4 +1,4 @@
-"""Lease table (node/leases.py): re-arm, renew, expiry, Hello, checkpoints, retries."""
+"""Lease table (node/leader/leases.py): re-arm, renew, expiry, Hello, checkpoints, retries."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ async def test_a_failed_expiry_proposal_is_retried(leader, clock):
 
 
 async def test_an_expiry_refused_as_overloaded_is_retried(make, clock, caplog):
-    caplog.set_level(logging.WARNING, logger="gnomon.node.leases")
+    caplog.set_level(logging.WARNING, logger="gnomon.node.leader.leases")
     h = await make(max_pending_commands=5, max_inflight_batches=1)
     await h.lead()
     [(run_id, token)] = await leased_runs(h, 1)

@@ -7,15 +7,15 @@ import dataclasses
 import json
 import logging
 
-from gnomon.node import logs, metrics
 from gnomon.node.config import Config
 from gnomon.node.core import commands as c
 from gnomon.node.core.apply import new_state
 from gnomon.node.core.errors import Rejected
 from gnomon.node.core.results import Effects
-from gnomon.node.localcluster import wait_for_async
-from gnomon.node.observe import EntryCounter
-from gnomon.node.raft import Proposer
+from gnomon.node.local.cluster import wait_for_async
+from gnomon.node.ops import logs, metrics
+from gnomon.node.ops.observe import EntryCounter
+from gnomon.node.raft.node import Proposer
 
 
 class _SilentRaft:
@@ -97,7 +97,7 @@ def test_dev_screen_lines_from_many_threads_never_share_a_line():
     import io
     import threading
 
-    from gnomon.client._cli_dev import write_line
+    from gnomon.client.cli.dev import write_line
 
     out = io.StringIO()
 
@@ -119,7 +119,7 @@ def test_native_stderr_writes_become_records_one_json_event_per_line():
     import subprocess
     import sys
 
-    code = ("from gnomon.node import logs; logs.configure('n1', 'json')\n"
+    code = ("from gnomon.node.ops import logs; logs.configure('n1', 'json')\n"
             "import logging, os, sys\n"
             "os.write(2, b'core: a line from C\\n')\n"
             "print('Traceback (most recent call last):\\n  File x', file=sys.stderr)\n"

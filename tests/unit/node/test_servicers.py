@@ -1,4 +1,4 @@
-"""Servicers (node/servicers/), called directly on the in-process leader with a stand-in
+"""Servicers (node/api/grpc/), called directly on the in-process leader with a stand-in
 context: error mapping, not-leader answers, paging, runs of deleted jobs, delete with
 cancel_running, limits, status, and the worker stream's report acks and output cut."""
 
@@ -9,18 +9,11 @@ import asyncio
 import grpc
 import pytest
 
-from gnomon.node.auth import ANONYMOUS
-from gnomon.node.core import digest
-from gnomon.node.core.commands import Barrier, CompleteTask, CreateJob
-from gnomon.node.core.errors import Code, Rejected
-from gnomon.node.core.model import AttemptOutcome, RunState, TaskState
-from gnomon.node.raft import LeadershipLost, NotCommitted, Overloaded
-from gnomon.node.schedules import ScheduleError
-from gnomon.node.servicers import errors
-from gnomon.node.servicers.access import set_principal
-from gnomon.node.servicers.base import translated
-from gnomon.node.servicers.cluster import ClusterServicer
-from gnomon.node.servicers.errors import (
+from gnomon.node.api.grpc import errors
+from gnomon.node.api.grpc.access import set_principal
+from gnomon.node.api.grpc.base import translated
+from gnomon.node.api.grpc.cluster import ClusterServicer
+from gnomon.node.api.grpc.errors import (
     EXCEPTION_CODES,
     LEADER_METADATA_KEY,
     REJECTED_CODES,
@@ -28,9 +21,16 @@ from gnomon.node.servicers.errors import (
     ServiceError,
     check,
 )
-from gnomon.node.servicers.jobs import JobServicer
-from gnomon.node.servicers.worker import MAX_ERROR_BYTES, WorkerServicer, _tail
-from gnomon.node.validate import ValidationError
+from gnomon.node.api.grpc.jobs import JobServicer
+from gnomon.node.api.grpc.worker import MAX_ERROR_BYTES, WorkerServicer, _tail
+from gnomon.node.core import digest
+from gnomon.node.core.commands import Barrier, CompleteTask, CreateJob
+from gnomon.node.core.errors import Code, Rejected
+from gnomon.node.core.model import AttemptOutcome, RunState, TaskState
+from gnomon.node.raft.node import LeadershipLost, NotCommitted, Overloaded
+from gnomon.node.security.auth import ANONYMOUS
+from gnomon.node.spec.schedules import ScheduleError
+from gnomon.node.spec.validate import ValidationError
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
 from .harness import MEMBERS, Aborted, Context, Worker, has, turns, until

@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from gnomon.node import codec, state_codec
+from gnomon.node import codec
 from gnomon.node.core import apply_batch, digest, new_state
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Rejected
@@ -24,6 +24,7 @@ from gnomon.node.core.model import (
     TaskState,
 )
 from gnomon.node.core.results import Effects
+from gnomon.node.storage import state_codec
 from gnomon.v1 import snapshot_pb2
 
 from .harness import HOUR, T0, make_spec

@@ -1,4 +1,4 @@
-"""Trigger loop (node/trigger.py): due slots -> Fire commands, chunked, CAS, misfire policy."""
+"""Trigger loop (node/leader/trigger.py): due slots -> Fire commands, chunked, CAS, misfire policy."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pysyncobj import FAIL_REASON
 from gnomon.node.core.commands import Barrier, CancelRun, DeleteJob, Fire, SetPaused
 from gnomon.node.core.model import MisfirePolicy, RunState
 from gnomon.node.core.results import Done, RunReply
-from gnomon.node.trigger import TriggerLimits
+from gnomon.node.leader.trigger import TriggerLimits
 
 from .harness import HOUR, T0, commands_of, has, turns, until
 
@@ -100,7 +100,7 @@ async def test_catch_up_goes_out_in_bounded_chunks_oldest_first(make, clock):
 
 
 async def test_no_room_in_the_proposer_backs_off_then_catches_up_fully(make, clock, caplog):
-    caplog.set_level(logging.INFO, logger="gnomon.node.trigger")
+    caplog.set_level(logging.INFO, logger="gnomon.node.leader.trigger")
     h = await make(max_pending_commands=40, max_loop_pending_commands=30, max_inflight_batches=1)
     await h.lead()
     job = await h.create_job("busy", interval_ms=SECOND, next_fire_ms=T0 + SECOND)

@@ -11,10 +11,10 @@ from types import SimpleNamespace
 import grpc
 import pytest
 
-from gnomon.node.backfill import Backfill, serve_export
 from gnomon.node.config import Member
-from gnomon.node.history import HistoryStore
-from gnomon.node.replica import HistorySink
+from gnomon.node.storage.history import HistoryStore
+from gnomon.node.storage.history_copy import Backfill, serve_export
+from gnomon.node.storage.history_sink import HistorySink
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.node.history import Backfill, HistoryStore
+from gnomon.node.storage.history import Backfill, HistoryStore
 
 
 def rec(job: str, ms: int) -> tuple[str, int, str, bytes]:

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal, MemoryJournal
 
-from gnomon.node import journal as jmod
-from gnomon.node.journal import DurableJournal, JournalError, make_journal, patch_pysyncobj
+from gnomon.node.raft import journal as jmod
+from gnomon.node.raft.journal import DurableJournal, JournalError, make_journal, patch_pysyncobj
 
 
 def _raise(exc: BaseException) -> None:

@@ -15,10 +15,11 @@ from gnomon.node import replica as replica_mod
 from gnomon.node.core import commands as c
 from gnomon.node.core import digest
 from gnomon.node.core.model import JobSpec, Schedule, TaskSpec
-from gnomon.node.history import HistoryStore
-from gnomon.node.replica import HistorySink, Replica
-from gnomon.node.snapshot import SnapshotError
-from gnomon.node.state_codec import decode_run
+from gnomon.node.replica import Replica
+from gnomon.node.storage.history import HistoryStore
+from gnomon.node.storage.history_sink import HistorySink
+from gnomon.node.storage.snapshot_file import SnapshotError
+from gnomon.node.storage.state_codec import decode_run
 
 SPEC = JobSpec(tenant="t", name="j", schedule=Schedule(kind="once", at_ms=1 << 50),
                tasks=(TaskSpec(name="main"),))
@@ -230,7 +231,7 @@ def test_snapshot_without_digest_by_default(replica: Replica, tmp_path: Path) ->
 
 def test_undecodable_snapshot_content_is_a_snapshot_error(replica: Replica,
                                                           tmp_path: Path) -> None:
-    from gnomon.node.snapshot import FORMAT_VERSION, SnapshotMeta, write_snapshot
+    from gnomon.node.storage.snapshot_file import FORMAT_VERSION, SnapshotMeta, write_snapshot
 
     path = str(tmp_path / "snap")
     write_snapshot(path, SnapshotMeta(FORMAT_VERSION, 2, "", 0, 0, 0),

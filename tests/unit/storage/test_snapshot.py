@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.node import snapshot as snapmod
-from gnomon.node.snapshot import (
+from gnomon.node.storage import snapshot_file as snapmod
+from gnomon.node.storage.snapshot_file import (
     FORMAT_VERSION,
     SnapshotError,
     SnapshotMeta,

@@ -14,14 +14,14 @@ from pathlib import Path
 import pytest
 from pysyncobj.config import SERIALIZER_STATE
 
-from gnomon.node.snapshot import (
+from gnomon.node.raft.snapshotter import ForkSnapshotter
+from gnomon.node.storage.snapshot_file import (
     FORMAT_VERSION,
     SnapshotError,
     SnapshotMeta,
     read_snapshot,
     write_snapshot,
 )
-from gnomon.node.snapshotter import ForkSnapshotter
 
 LAST, BEFORE = (b"cmd-10", 10, 3), (b"cmd-9", 9, 3)
 DATA = (None, LAST, BEFORE, {"n1", "n2"})
@@ -132,7 +132,7 @@ def test_a_failed_child_reports_once_then_backs_off(tmp_path: Path, host: Host,
                                                    caplog) -> None:
     s = make(tmp_path, host, retry_s=0.5)
     host.fail = True
-    with caplog.at_level(logging.WARNING, logger="gnomon.node.snapshotter"):
+    with caplog.at_level(logging.WARNING, logger="gnomon.node.raft.snapshotter"):
         s.serialize(DATA, 9)
         assert finish(s) == SERIALIZER_STATE.FAILED
     assert "No space left on device" in caplog.text
@@ -225,7 +225,7 @@ def test_a_damaged_snapshot_from_the_leader_is_discarded(tmp_path: Path, host: H
     def flip(chunk: bytes) -> bytes:
         return chunk[:100] + bytes([chunk[100] ^ 1]) + chunk[101:]
 
-    with caplog.at_level(logging.ERROR, logger="gnomon.node.snapshotter"):
+    with caplog.at_level(logging.ERROR, logger="gnomon.node.raft.snapshotter"):
         assert not transmit(leader, follower, damage=flip)
     assert "rejected" in caplog.text and "digest" in caplog.text
     assert (tmp_path / "b" / "snapshot.lmdb").read_bytes() == b"the current one"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.node.journal import DurableJournal
-from gnomon.node.storage import StorageError, align_journal, check_files
+from gnomon.node.raft.journal import DurableJournal
+from gnomon.node.raft.startup import StorageError, align_journal, check_files
 
 
 def _raise(exc: BaseException) -> None:

@@ -1,0 +1,1 @@
+"""The ready-made workers (``gnomon worker shell|http``); private to the CLI."""

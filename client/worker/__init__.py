@@ -1,0 +1,1 @@
+"""The SDK worker's parts behind ``gnomon.client.Worker`` (private: import from gnomon.client)."""

@@ -1,0 +1,1 @@
+"""The node's client-facing surfaces: gRPC servicers (grpc/) and HTTP (http/)."""

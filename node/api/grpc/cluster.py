@@ -1,0 +1,97 @@
+"""ClusterService: status of this node and, as far as it knows, of the cluster."""
+
+from __future__ import annotations
+
+import asyncio
+from importlib.metadata import PackageNotFoundError, version
+
+import grpc
+
+from gnomon.node import codec
+from gnomon.node.api.grpc.base import ServicerBase, translated
+from gnomon.node.api.grpc.errors import ServiceError, check
+from gnomon.node.core import commands as c
+from gnomon.node.core import digest
+from gnomon.node.core.results import LimitsReply
+from gnomon.node.core.validate import validate_limits
+from gnomon.node.raft.node import ROLE_NAMES
+from gnomon.node.spec.validate import validate_request_id
+from gnomon.node.storage.history_copy import serve_export
+from gnomon.v1 import api_pb2, api_pb2_grpc
+
+try:
+    VERSION = version("gnomon")
+except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
+    VERSION = "0+unknown"
+
+
+class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
+    @translated
+    async def GetStatus(self, request, context):  # noqa: N802
+        node = self.node
+        raw = node.raft.status()
+        me = node.config.self_member
+        # None when the leader's proof is stale here (no quorum): "no leader" (server.py).
+        leader = node.fresh_leader() if hasattr(node, "fresh_leader") else node.raft.leader()
+        out = api_pb2.GetStatusResponse(
+            node_id=me.node_id,
+            leader_node_id=leader.node_id if leader else "",
+            leader_grpc_address=leader.grpc_addr if leader else "",
+            term=int(raw.get("raft_term", 0)),
+            commit_index=int(raw.get("commit_idx", 0)),
+            applied_index=int(raw.get("last_applied", 0)),
+            version=VERSION,
+        )
+        role = ROLE_NAMES.get(raw.get("state"), "unknown")
+        for m in node.raft.membership.members():
+            if m.node_id == me.node_id:
+                out.nodes.add(node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,
+                              role=role, match_index=out.applied_index, connected=True)
+                continue
+            connected = raw.get(f"partner_node_status_server_{m.raft_addr}", 0) == 2
+            out.nodes.add(
+                node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,
+                role=("leader" if leader and leader.node_id == m.node_id
+                      else "follower" if connected else "unreachable"),
+                match_index=int(raw.get(f"match_idx_server_{m.raft_addr}", 0)),
+                connected=connected,
+            )
+        with self.lock:
+            st = node.replica.state
+            out.clock_ms = st.clock_ms
+            out.jobs = len(st.jobs)
+            out.active_runs = st.active_runs
+            out.dead_letters = len(st.dead_letters)
+            out.dead_letters_evicted = st.dead_letters_evicted
+            out.limits_version = st.limits_version
+            codec.limits_to_proto(st.limits, out.limits)
+        if request.include_digest:
+            out.state_digest = await asyncio.to_thread(self._digest)
+        return out
+
+    def _digest(self) -> str:
+        # O(state) and under the lock (it stalls the tick thread meanwhile): only on request.
+        with self.lock:
+            return digest(self.node.replica.state)
+
+    async def ExportHistory(self, request, context):  # noqa: N802
+        """Pages of this node's run history, for a peer's backfill (node/storage/history_copy.py)."""
+        async for page in serve_export(self.node, request, context):
+            yield page
+
+    @translated
+    async def SetLimits(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        self.require_leader()
+        with self.lock:
+            current = self.node.replica.state.limits
+        limits = codec.limits_from_proto(request.limits, current)
+        check(validate_limits(limits))  # apply checks too; refusing here commits nothing
+        reply = check(await self.node.proposer.propose(
+            c.SetLimits(request.request_id, limits, request.expected_version)))
+        if not isinstance(reply, LimitsReply):  # dedupe: another request's request_id
+            raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"request_id: {request.request_id!r} already answered a "
+                               "different request; use a new request_id for each request")
+        return api_pb2.SetLimitsResponse(limits=codec.limits_to_proto(limits),
+                                         limits_version=reply.version)

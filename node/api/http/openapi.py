@@ -1,0 +1,141 @@
+"""The OpenAPI 3.1 document of the HTTP API, generated from the route table and the proto
+descriptors (so a field added to a message appears in it without an edit here)."""
+
+from __future__ import annotations
+
+import re
+
+from google.protobuf import descriptor as _d
+
+from gnomon.node.api.http.api import IDEMPOTENCY_HEADER, Route, all_routes
+
+_SCALARS = {
+    _d.FieldDescriptor.TYPE_DOUBLE: {"type": "number"},
+    _d.FieldDescriptor.TYPE_FLOAT: {"type": "number"},
+    _d.FieldDescriptor.TYPE_INT32: {"type": "integer", "format": "int32"},
+    _d.FieldDescriptor.TYPE_SINT32: {"type": "integer", "format": "int32"},
+    _d.FieldDescriptor.TYPE_UINT32: {"type": "integer", "format": "int32"},
+    _d.FieldDescriptor.TYPE_FIXED32: {"type": "integer", "format": "int32"},
+    # Canonical proto JSON writes 64-bit integers as strings (and reads both).
+    _d.FieldDescriptor.TYPE_INT64: {"type": ["string", "integer"], "format": "int64"},
+    _d.FieldDescriptor.TYPE_SINT64: {"type": ["string", "integer"], "format": "int64"},
+    _d.FieldDescriptor.TYPE_UINT64: {"type": ["string", "integer"], "format": "uint64"},
+    _d.FieldDescriptor.TYPE_FIXED64: {"type": ["string", "integer"], "format": "uint64"},
+    _d.FieldDescriptor.TYPE_BOOL: {"type": "boolean"},
+    _d.FieldDescriptor.TYPE_STRING: {"type": "string"},
+    _d.FieldDescriptor.TYPE_BYTES: {"type": "string", "contentEncoding": "base64"},
+}
+
+PROBLEM_SCHEMA = {"type": "object", "required": ["status", "code", "detail"], "properties": {
+    "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+    "detail": {"type": "string", "description": "the gRPC status message, verbatim"},
+    "code": {"type": "string", "description": "the gRPC status code name"},
+    "field": {"type": "string", "description": "the field the detail names ('' if none)"},
+    "rule": {"type": "string", "description": "the rule it broke (the detail after the field)"},
+    "reason": {"type": "string", "description": "the gnomon-reason, when one applies"},
+    "leader": {"type": "string", "description": "the leader's gRPC address (not the leader)"},
+}}
+
+
+def _message_schema(desc: _d.Descriptor, schemas: dict) -> dict:
+    ref = {"$ref": f"#/components/schemas/{desc.full_name}"}
+    if desc.full_name in schemas:
+        return ref
+    schemas[desc.full_name] = {}  # placeholder for recursion
+    props = {}
+    for f in desc.fields:
+        props[f.json_name] = _field_schema(f, schemas)
+    schemas[desc.full_name] = {"type": "object", "properties": props,
+                               "additionalProperties": False}
+    return ref
+
+
+def _field_schema(f: _d.FieldDescriptor, schemas: dict) -> dict:
+    if f.type == f.TYPE_MESSAGE:
+        if f.message_type.GetOptions().map_entry:
+            value = f.message_type.fields_by_name["value"]
+            return {"type": "object", "additionalProperties": _field_schema(value, schemas)}
+        one = _message_schema(f.message_type, schemas)
+    elif f.type == f.TYPE_ENUM:
+        one = {"type": "string", "enum": [v.name for v in f.enum_type.values]}
+    else:
+        one = dict(_SCALARS[f.type])
+    if f.is_repeated:
+        return {"type": "array", "items": one}
+    return one
+
+
+def _query_params(route: Route) -> list[dict]:
+    """Top-level scalar fields of the request message as query parameters (GET, DELETE),
+    minus those a path parameter sets."""
+    cls = route.request_type()
+    if cls is None or route.body:
+        return []
+    taken = {p.split(".")[0] for p in route.path_fields.values()}
+    out = []
+    for f in cls.DESCRIPTOR.fields:
+        if f.name in taken or f.name == "request_id":
+            continue
+        if f.type == f.TYPE_MESSAGE:
+            for sub in f.message_type.fields:
+                if sub.type != sub.TYPE_MESSAGE:
+                    out.append({"name": f"{f.name}.{sub.name}", "in": "query",
+                                "schema": _field_schema(sub, {})})
+            continue
+        out.append({"name": f.name, "in": "query", "schema": _field_schema(f, {})})
+    return out
+
+
+def operation_id(route: Route) -> str:
+    words = re.sub(r"[{}]", "", route.path).strip("/").replace("/", "_").replace(".", "_")
+    return f"{route.method.lower()}_{words}"
+
+
+def document() -> dict:
+    schemas: dict = {}
+    paths: dict = {}
+    for route in all_routes():
+        op: dict = {"operationId": operation_id(route), "summary": route.summary,
+                    "parameters": [{"name": p, "in": "path", "required": True,
+                                    "schema": {"type": "string"}} for p in
+                                   re.findall(r"{(\w+)}", route.path)]}
+        if route.rpc:
+            op["x-grpc-method"] = f"gnomon.v1.{route.rpc}"
+            req, resp = route.request_type(), route.response_type()
+            op["parameters"] += _query_params(route)
+            if "request_id" in req.DESCRIPTOR.fields_by_name:
+                op["parameters"].append({
+                    "name": IDEMPOTENCY_HEADER, "in": "header", "required": False,
+                    "description": "the request_id: a retry with the same key has one effect",
+                    "schema": {"type": "string", "maxLength": 128}})
+            if route.body:
+                op["requestBody"] = {"required": False, "content": {"application/json": {
+                    "schema": _message_schema(req.DESCRIPTOR, schemas)}}}
+            ok = {"description": "the response message", "content": {"application/json": {
+                "schema": _message_schema(resp.DESCRIPTOR, schemas)}}}
+        elif route.path == "/v1/events":
+            ok = {"description": "an event stream (node/api/http/events.py)",
+                  "content": {"text/event-stream": {"schema": {"type": "string"}}}}
+        elif route.path == "/v1/openapi.json":
+            ok = {"description": "this document",
+                  "content": {"application/json": {"schema": {"type": "object"}}}}
+        else:
+            ok = None
+        responses: dict = {}
+        if ok is not None:
+            responses[str(route.status)] = ok
+        responses["307"] = {"description": "not the leader: repeat the request at Location "
+                                           "(the leader's HTTP address)"}
+        responses["default"] = {"description": "an error", "content": {
+            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+        op["responses"] = responses
+        paths.setdefault(route.path, {})[route.method.lower()] = op
+    schemas["Problem"] = PROBLEM_SCHEMA
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "gnomon HTTP/JSON API", "version": "v1",
+                 "description": "Bodies are the canonical JSON of the gnomon.v1 proto messages "
+                                "named by x-grpc-method; node/api/http/DESIGN.md."},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }

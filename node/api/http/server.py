@@ -1,0 +1,183 @@
+"""The node's HTTP server (aiohttp on the node's event loop): the API, events and dashboard."""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from pathlib import Path
+
+import grpc
+from aiohttp import web
+
+from gnomon.node.api.grpc.access import AccessServicer
+from gnomon.node.api.grpc.cluster import ClusterServicer
+from gnomon.node.api.grpc.jobs import JobServicer
+from gnomon.node.api.grpc.operations import OperationsServicer
+from gnomon.node.api.http.api import HttpContext, Route, all_routes, build_request, to_json
+from gnomon.node.api.http.auth import authorize, authorize_events
+from gnomon.node.api.http.events import EventHub
+from gnomon.node.api.http.openapi import document
+from gnomon.node.api.http.problems import PROBLEM_TYPE, Problem
+from gnomon.node.security.grpc_tls import is_loopback
+
+log = logging.getLogger(__name__)
+
+STATIC = Path(__file__).parent / "static"
+MAX_BODY_BYTES = 16 << 20  # as gRPC's max_receive_message_length on the node
+CORS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Expose-Headers": "Location, Retry-After",
+}
+PREFLIGHT = CORS | {
+    "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Idempotency-Key, Authorization",
+    "Access-Control-Max-Age": "600",
+}
+
+
+def ssl_context(config) -> ssl.SSLContext | None:
+    """The gRPC port's TLS for the HTTP port: the same certificate and key, and with
+    tls_client_ca the same mutual TLS (clients present a certificate of that CA)."""
+    if not config.tls_cert:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(config.tls_cert, config.tls_key)
+        if config.tls_client_ca:
+            ctx.load_verify_locations(config.tls_client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise SystemExit(f"gnomon-node: tls_cert: cannot load the HTTP port's TLS: {exc}") \
+            from None
+    return ctx
+
+
+class HttpServer:
+    def __init__(self, node):
+        self.node = node
+        self.servicers = {"JobService": JobServicer(node), "ClusterService": ClusterServicer(node),
+                          "OperationsService": OperationsServicer(node),
+                          "AccessService": AccessServicer(node, node.authenticator)}
+        self.events = EventHub(node, max_streams=node.config.http_max_event_streams)
+        self.app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
+        routes = all_routes()
+        for route in routes:
+            self.app.router.add_route(route.method, route.path, self._handler(route))
+        for path in dict.fromkeys(r.path for r in routes):
+            self.app.router.add_route("OPTIONS", path, self._preflight)
+        self.app.router.add_get("/", self._index)
+        self.app.router.add_static("/ui/", STATIC)
+        self._runner: web.AppRunner | None = None
+        self._openapi = json.dumps(document())
+
+    async def start(self) -> None:
+        addr = self.node.config.http_addr
+        host, _, port = addr.rpartition(":")
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
+                                     shutdown_timeout=2.0)
+        await self._runner.setup()
+        tls = ssl_context(self.node.config)
+        try:
+            await web.TCPSite(self._runner, host or "0.0.0.0", int(port),
+                              ssl_context=tls).start()
+        except OSError as exc:
+            raise SystemExit(f"http_addr: cannot bind {addr}: {exc}") from None
+        self.events.start()
+        log.info("node %s serving HTTP on %s://%s/", self.node.config.node_id, self.scheme, addr)
+        if tls is None and not is_loopback(addr):
+            log.warning("the HTTP port %s listens beyond loopback WITHOUT TLS: anyone who "
+                        "reaches it reads and changes every job. Set --tls-cert and --tls-key "
+                        "(the HTTP port uses the gRPC port's TLS).", addr)
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.node.config.tls_cert else "http"
+
+    async def stop(self) -> None:
+        await self.events.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler):
+        api = request.path.startswith("/v1/")
+        try:
+            resp = await handler(request)
+        except Problem as p:
+            resp = self._redirect(request, p) or p.response()
+        except web.HTTPException as exc:
+            if not api or exc.status < 400:
+                raise
+            code = {404: grpc.StatusCode.NOT_FOUND, 405: grpc.StatusCode.UNIMPLEMENTED,
+                    413: grpc.StatusCode.RESOURCE_EXHAUSTED}.get(exc.status,
+                                                                 grpc.StatusCode.INVALID_ARGUMENT)
+            what = {404: "no such route", 405: "method not allowed on this route",
+                    413: f"body larger than {MAX_BODY_BYTES} bytes"}.get(exc.status, exc.reason)
+            p = Problem(code, f"{request.method} {request.path}: {what}")
+            body = p.body() | {"status": exc.status, "title": exc.reason}
+            resp = web.Response(status=exc.status, text=json.dumps(body),
+                                content_type=PROBLEM_TYPE)
+        except NotImplementedError:  # an RPC in the proto whose servicer is not written yet
+            resp = Problem(grpc.StatusCode.UNIMPLEMENTED,
+                           f"{request.path}: not implemented by this node").response()
+        except Exception:
+            log.exception("HTTP %s %s failed", request.method, request.path)
+            resp = Problem(grpc.StatusCode.INTERNAL, "internal error; the node's log has it").response()
+        if api and not resp.prepared:
+            resp.headers.update(CORS)
+        return resp
+
+    def _redirect(self, request: web.Request, p: Problem) -> web.Response | None:
+        """A follower's UNAVAILABLE naming the leader -> 307 to the leader's HTTP address."""
+        if p.code != grpc.StatusCode.UNAVAILABLE:
+            return None
+        p.headers.setdefault("Retry-After", "1")
+        if not p.leader:
+            return None
+        http = next((m.http_addr for m in self.node.raft.membership.members()
+                     if m.grpc_addr == p.leader and m.http_addr), "")
+        if not http:
+            return None
+        body = p.body() | {"status": 307, "title": "Temporary Redirect"}
+        return web.Response(status=307, text=json.dumps(body), content_type=PROBLEM_TYPE,
+                            headers={"Location": f"{self.scheme}://{http}{request.path_qs}"})
+
+    async def _preflight(self, request: web.Request) -> web.Response:
+        return web.Response(status=204, headers=PREFLIGHT)
+
+    async def _index(self, request: web.Request) -> web.FileResponse:
+        return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
+
+    def _handler(self, route: Route):
+        if route.rpc:
+            servicer = self.servicers[route.service]
+            method = getattr(servicer, route.method_name)
+
+            async def call(request: web.Request) -> web.Response:
+                msg = await build_request(route, request)
+                context = HttpContext()
+                access = await authorize(self.node, route.service, route.method_name, request,
+                                         msg, context)
+                context.metadata = access.metadata
+                reply = await method(msg, context)
+                access.succeeded(msg)
+                resp = web.json_response(to_json(reply), status=route.status)
+                if route.rpc == "JobService.CreateJob":
+                    resp.headers["Location"] = f"/v1/jobs/{reply.job.job_id}"
+                return resp
+
+            return call
+        if route.path == "/v1/events":
+            async def events(request: web.Request) -> web.StreamResponse:
+                authorize_events(self.node, request)
+                return await self.events.stream(request)
+            return events
+        if route.path == "/v1/openapi.json":
+            async def openapi(request: web.Request) -> web.Response:
+                return web.Response(text=self._openapi, content_type="application/json")
+            return openapi
+        raise ValueError(f"route {route.method} {route.path}: no handler")

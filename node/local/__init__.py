@@ -1,0 +1,1 @@
+"""A local cluster of real node processes (tests, bench, `gnomon dev`)."""

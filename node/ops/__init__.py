@@ -1,0 +1,1 @@
+"""What operators see and do: metrics, logs, observed state, operations."""

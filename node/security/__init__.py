@@ -1,0 +1,1 @@
+"""Who may call: authentication, admission, TLS and certificates (DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""Job specs as the leader checks them: schedules (croniter), validation, input errors."""
