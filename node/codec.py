@@ -485,7 +485,7 @@ def dead_letter_from_proto(m: types_pb2.DeadLetter) -> DeadLetter:
 # Per command class, how each field converts, worked out once (from the field names, the
 # proto field types and the first value seen) instead of per command: the generic walk with
 # dataclasses.fields() and isinstance checks was most of the codec's cost, which every node
-# pays for every command of every entry (issue 14's follower profile: 18%).
+# pays for every command of every entry (18% of a follower's profile, bench/RESULTS.md).
 (_K_PLAIN, _K_SPEC, _K_LIMITS, _K_OPTIONAL, _K_OVERLAP, _K_NEST, _K_TUPLE, _K_TENANT, _K_BYTES,
  _K_BREAKER) = range(10)
 _ENCODE_PLANS: dict[type, tuple[tuple[str, int], ...]] = {}

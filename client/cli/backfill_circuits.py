@@ -1,4 +1,4 @@
-"""``gnomon job backfill`` and ``gnomon queue circuit|circuits`` (issue 9's job semantics)."""
+"""``gnomon job backfill`` and ``gnomon queue circuit|circuits`` (runs of past slots, queue circuit breakers)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Backfilled runs (issue 9), from the final run listing of each job.
+"""Backfilled runs, from the final run listing of each job.
 
 A backfill run (trigger "backfill", id "<job>@backfill-<n>-<slot>", n the job's backfill) is a slot of the job's
 schedule that had not run: every slot has at most one run that was not SKIPPED, whichever

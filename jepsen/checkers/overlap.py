@@ -1,4 +1,4 @@
-"""Overlap policies (issue 9), from the final run listing of each job.
+"""Overlap policies, from the final run listing of each job.
 
 A run SKIPPED with a reason starting "overlap" is legal only when the job's overlap policy
 is bounded (not ALLOW_ALL) and another run of the job was active when the fire was decided

@@ -196,7 +196,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def _report_burst(self, session: WorkerSession, reports: list) -> None:
         """The Complete/Fail reports the reader queued by the time this task runs (one loop
         turn after the first): proposed in one call, acknowledged one by one in order. One
-        call per report cost a future, a timer and a task each (issue 14's profile)."""
+        call per report cost a future, a timer and a task each."""
         burst = reports[:MAX_REPORTS_PER_PROPOSAL]
         del reports[:MAX_REPORTS_PER_PROPOSAL]
         if reports:  # a long burst: the rest in calls of their own (one refusal each)
