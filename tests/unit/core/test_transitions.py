@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gnomon.node.core import apply
+from gnomon.node.core import apply, limits
 from gnomon.node.core.commands import Barrier
 from gnomon.node.core.model import RunState, TaskState
 from gnomon.node.core.transitions import (
@@ -63,4 +63,4 @@ def test_run_moves_keep_the_active_count(h):
 
 def test_the_handler_table_refuses_a_command_type_twice():
     with pytest.raises(ValueError, match="Barrier registered twice"):
-        apply.handler_table([(Barrier, apply._barrier), (Barrier, apply._barrier)])
+        apply.handler_table([(Barrier, limits._barrier), (Barrier, limits._barrier)])
