@@ -99,13 +99,14 @@ def main(
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_USAGE
     try:
-        factory = client_factory or functools.partial(_default_client,
-                                                      **_security(args, os.environ))
+        security = _security(args, os.environ)
     except UsageError as e:
         print(f"gnomon: {e}", file=err)
         return EXIT_USAGE
+    factory = client_factory or functools.partial(_default_client, **security)
     ctx = CommandContext(args, factory, out)
     ctx.err = err
+    ctx.security = security
     handler = COMMANDS[(args.group, getattr(args, "action", None))]
     try:
         return handler(ctx)

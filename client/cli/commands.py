@@ -82,6 +82,9 @@ class CommandContext:
         self.timeout_s: float = getattr(args, "timeout", None) or 10.0
         self._factory = factory
         self._client: Any = None
+        # TLS and token of this command ("tls", "token"), for the commands that dial
+        # themselves (the ready-made workers); main() sets them.
+        self.security: dict[str, Any] = {}
 
     @property
     def client(self) -> Any:
@@ -512,6 +515,9 @@ def _cmd_worker(ctx: CommandContext) -> int:
         worker_id=a.worker_id,
         shutdown_grace_s=a.shutdown_grace,
         log_level=a.log_level,
+        tls=ctx.security.get("tls"),
+        token=ctx.security.get("token"),
+        connect_timeout_s=a.connect_timeout or None,
     )
 
 

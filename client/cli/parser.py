@@ -477,6 +477,14 @@ def _add_worker_commands(groups: Any, leaf: Leaf) -> None:
             metavar="SECONDS",
             help="on SIGTERM, running tasks may finish this long (default 30)",
         )
+        p.add_argument(
+            "--connect-timeout",
+            type=float,
+            default=60.0,
+            metavar="SECONDS",
+            help="exit (code 3) if no node accepted the worker's stream within this long "
+            "after start, e.g. a TLS cluster dialled without --ca (default 60; 0 waits forever)",
+        )
         p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     add_worker_list(worker, leaf)
 

@@ -10,6 +10,8 @@ import signal
 import sys
 from collections.abc import Sequence
 
+from .._client import AsyncClient
+from .._transport import TLSConfig
 from ..ready_workers.http import http_task
 from ..ready_workers.shell import shell_task
 from ..worker.task import TaskDefinition
@@ -109,27 +111,41 @@ def serve(
     worker_id: str | None,
     shutdown_grace_s: float,
     log_level: str,
+    tls: TLSConfig | None = None,
+    token: str | None = None,
+    connect_timeout_s: float | None = None,
 ) -> int:
-    """Serve until SIGINT/SIGTERM; returns the exit code."""
+    """Serve until SIGINT/SIGTERM; returns the exit code. The worker dials with the
+    command's TLS and token (``--ca``/``--cert``/``--key``/``--token-file``, ``GNOMON_*``, or
+    the local ``gnomon dev`` cluster's); GnomonError if no node accepts it."""
     logging.basicConfig(
         level=getattr(logging, log_level.upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    worker = Worker(
-        servers,
-        tasks=tasks,
-        queues=list(queues) or None,
-        worker_id=worker_id,
-        max_concurrency=concurrency,
-        shutdown_grace_s=shutdown_grace_s,
-        labels={"kind": kind},
-    )
-    print(
-        f"gnomon worker {kind}: {worker.worker_id} serving queue(s) {', '.join(worker.queues)} "
-        f"of {servers}; Ctrl-C or SIGTERM stops it",
-        file=sys.stderr,
-        flush=True,
-    )
-    asyncio.run(_serve(worker, shutdown_grace_s))
+
+    async def run() -> None:
+        client = AsyncClient(servers, tls=tls, token=token)
+        try:
+            worker = Worker(
+                client,
+                tasks=tasks,
+                queues=list(queues) or None,
+                worker_id=worker_id,
+                max_concurrency=concurrency,
+                shutdown_grace_s=shutdown_grace_s,
+                labels={"kind": kind},
+                connect_timeout_s=connect_timeout_s,
+            )
+            print(
+                f"gnomon worker {kind}: {worker.worker_id} serving queue(s) "
+                f"{', '.join(worker.queues)} of {servers}; Ctrl-C or SIGTERM stops it",
+                file=sys.stderr,
+                flush=True,
+            )
+            await _serve(worker, shutdown_grace_s)
+        finally:
+            await client.close()
+
+    asyncio.run(run())
     return 0

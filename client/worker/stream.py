@@ -11,14 +11,18 @@ import random
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import grpc
 import grpc.aio
 
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
-from .._errors import error_for_status
+if TYPE_CHECKING:
+    # WorkerService.Connect: WorkerMessages out, ServerMessages in.
+    _Connect = grpc.aio.StreamStreamCall[worker_pb2.WorkerMessage, worker_pb2.ServerMessage]
+
+from .._errors import Unavailable, error_for_status
 from .._transport import (
     Backoff,
     ChannelConfig,
@@ -115,8 +119,10 @@ class WorkerStream:
         prepare_hello: Callable[[], Sequence[HeldLease]],
         on_connected: Callable[[], Awaitable[None]],
         handlers: Mapping[str, Callable[[Any], None]],
+        connect_timeout_s: float | None = None,
     ) -> None:
         self._config = config
+        self._connect_timeout_s = connect_timeout_s
         self._identity = identity
         self._hello_timeout_s = hello_timeout_s
         self._backoff = backoff
@@ -126,7 +132,7 @@ class WorkerStream:
         self._prepare_hello = prepare_hello
         self._on_connected = on_connected
         self._handlers = handlers
-        self.call: grpc.aio.StreamStreamCall | None = None
+        self.call: _Connect | None = None
         self.closing = False
         """Set by shutdown: a stream that ends is not reopened."""
         self._write_lock = asyncio.Lock()
@@ -183,7 +189,7 @@ class WorkerStream:
                         fut.set_result(ok)
             return ok
 
-    async def _write_locked(self, call: grpc.aio.StreamStreamCall,
+    async def _write_locked(self, call: _Connect,
                             msgs: Sequence[worker_pb2.WorkerMessage]) -> bool:
         if self.call is not call:
             return False
@@ -230,6 +236,8 @@ class WorkerStream:
         failover = Failover(Router(self._config.servers), self._backoff, self._rng)
         address = failover.router.current()
         worker_id = self._identity.worker_id
+        started = time.monotonic()
+        ever_welcomed = False
         try:
             while not (self.closing or stop.is_set()):
                 end = await self._session(pool.get(address), address, stop)
@@ -237,10 +245,14 @@ class WorkerStream:
                     break
                 if end.welcomed:
                     failover.succeeded(address)
+                    ever_welcomed = True
                 if end.error is not None and end.error.code() in _FATAL:
-                    raise error_for_status(
+                    error = error_for_status(
                         end.error.code(), end.error.details() or "", reason=reason_of(end.error)
                     )
+                    log.error("worker %s: %s refused the stream: %s", worker_id, address, error)
+                    raise error
+                self._check_connect_deadline(started, ever_welcomed, address, end)
                 step = failover.next(address, end.hint)
                 if step.redirected:
                     log.info("worker %s: %s names %s as leader", worker_id, address, step.address)
@@ -257,6 +269,24 @@ class WorkerStream:
                 address = step.address
         finally:
             await pool.close()
+
+    def _check_connect_deadline(self, started: float, ever_welcomed: bool, address: str,
+                                end: _SessionEnd) -> None:
+        """A worker no node ever welcomed gives up after ``connect_timeout_s``: a plaintext
+        dial of a TLS port, a wrong CA or a wrong address never heals by retrying."""
+        limit = self._connect_timeout_s
+        if ever_welcomed or limit is None or time.monotonic() - started < limit:
+            return
+        detail = end.detail or "closed"
+        hint = ""
+        if "Socket closed" in detail or "handshake" in detail.lower() \
+                or "ssl" in detail.lower():
+            hint = (" (a TLS port dialled in plaintext, or the wrong CA? give --ca, or "
+                    "GNOMON_CA, and --token-file)")
+        message = (f"no node accepted worker {self._identity.worker_id}'s stream within "
+                   f"{limit:g}s; last: {address}: {detail}{hint}")
+        log.error("worker %s: %s", self._identity.worker_id, message)
+        raise Unavailable(message)
 
     # --- one stream ------------------------------------------------------------------------
 
@@ -313,7 +343,7 @@ class WorkerStream:
         return end
 
     async def _greet(
-        self, call: grpc.aio.StreamStreamCall, stop: asyncio.Event, end: _SessionEnd
+        self, call: _Connect, stop: asyncio.Event, end: _SessionEnd
     ) -> worker_pb2.Welcome | None:
         """Send Hello (with the leases still held), apply the Welcome; None (and
         ``end.detail`` says why) if none came."""
@@ -346,6 +376,7 @@ class WorkerStream:
         if first is grpc.aio.EOF:
             end.detail = "server closed the stream before Welcome"
             return None
+        first = cast(worker_pb2.ServerMessage, first)  # read() is typed object: EOF or this
         if first.WhichOneof("msg") != "welcome":
             end.detail = f"protocol error: expected Welcome, got {first.WhichOneof('msg')}"
             return None
@@ -353,11 +384,12 @@ class WorkerStream:
         self._leases.resume(held, first.welcome.resumed_tokens, hello_at)
         return first.welcome
 
-    async def _read_loop(self, call: grpc.aio.StreamStreamCall) -> None:
+    async def _read_loop(self, call: _Connect) -> None:
         while True:
             msg = await call.read()
             if msg is grpc.aio.EOF:
                 return
+            msg = cast(worker_pb2.ServerMessage, msg)  # read() is typed object: EOF or this
             kind = msg.WhichOneof("msg")
             if kind == "batch":  # queued Assigns and ReportAcks in one message (Hello said so)
                 for assign in msg.batch.assigns:

@@ -88,6 +88,10 @@ class Worker:
     the cluster did not record as sent is logged and passed to ``on_report_refused`` (a
     ``ReportRefusal``; called on the worker's event loop, so keep it short); ``stats`` counts
     them. A report the cluster could not commit is sent again while the lease holds.
+
+    ``connect_timeout_s``: if no node has welcomed the worker's stream that long after
+    ``run()`` began, ``run()`` logs at ERROR and raises ``Unavailable`` (None: retry forever).
+    A refused authentication (UNAUTHENTICATED, PERMISSION_DENIED) raises at once.
     """
 
     def __init__(
@@ -107,6 +111,7 @@ class Worker:
         reconnect_initial_s: float = 0.1,
         reconnect_max_s: float = 5.0,
         hello_timeout_s: float = 10.0,
+        connect_timeout_s: float | None = None,
         on_report_refused: Callable[[ReportRefusal], object] | None = None,
     ) -> None:
         if isinstance(client_or_servers, AsyncClient | Client):
@@ -138,6 +143,7 @@ class Worker:
             timing=self._timing,
             leases=self._leases,
             prepare_hello=self._prepare_hello,
+            connect_timeout_s=connect_timeout_s,
             on_connected=self._send_pending_reports,
             # Bound here, so a subclass's override of a hook is the one called.
             handlers={

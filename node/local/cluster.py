@@ -10,7 +10,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -34,7 +34,7 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def wait_for(predicate: Callable[[], T], *, timeout_s: float, what: str,
+def wait_for(predicate: Callable[[], T | None], *, timeout_s: float, what: str,
              interval_s: float = 0.05) -> T:
     """Poll until predicate returns a truthy value, or fail naming `what`."""
     deadline = time.monotonic() + timeout_s
@@ -50,7 +50,7 @@ def wait_for(predicate: Callable[[], T], *, timeout_s: float, what: str,
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last error: {last_exc})")
 
 
-async def wait_for_async(predicate: Callable[[], T], *, timeout_s: float, what: str,
+async def wait_for_async(predicate: Callable[[], T | None], *, timeout_s: float, what: str,
                          interval_s: float = 0.001) -> T:
     """`wait_for` on an event loop: poll `predicate` every `interval_s` (it must not block)."""
     loop = asyncio.get_running_loop()
@@ -132,6 +132,12 @@ class LocalCluster:
     _tls: dict[str, NodeFiles] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self._place_nodes()
+        if self.secure:
+            self._secure_clients()
+
+    def _place_nodes(self) -> None:
+        """Each node's ports and paths (free ports on 127.0.0.1)."""
         ports = free_ports(2 * self.size)
         for i in range(self.size):
             node_id = f"n{i + 1}"
@@ -145,15 +151,17 @@ class LocalCluster:
         if self.http:
             for node, port in zip(self.nodes, free_ports(self.size), strict=True):
                 node.http_addr = f"127.0.0.1:{port}"
-        if self.secure:
-            client = self.client_tls()
-            files = [Path(client[k]).read_bytes() if k in client else None
-                     for k in ("ca_file", "key_file", "cert_file")]
-            creds = grpc.composite_channel_credentials(
-                grpc.ssl_channel_credentials(*files),
-                grpc.access_token_call_credentials(self.admin_token()))
-            for node in self.nodes:
-                node.credentials = creds
+
+    def _secure_clients(self) -> None:
+        """Every node's channel speaks TLS with the cluster CA and carries the admin token."""
+        client = self.client_tls()
+        files = [Path(client[k]).read_bytes() if k in client else None
+                 for k in ("ca_file", "key_file", "cert_file")]
+        creds = grpc.composite_channel_credentials(
+            grpc.ssl_channel_credentials(*files),
+            grpc.access_token_call_credentials(self.admin_token()))
+        for node in self.nodes:
+            node.credentials = creds
 
     def admin_token(self) -> str:
         """The bootstrap admin token of a secure cluster (`root/tls/admin.token`, 0600)."""
@@ -246,6 +254,7 @@ class LocalCluster:
     def kill(self, node_id: str, sig: int = signal.SIGKILL) -> None:
         node = self.node(node_id)
         if node.alive():
+            assert node.proc is not None  # alive: started
             node.proc.send_signal(sig)
             node.proc.wait(timeout=30)
         if node.channel is not None:
@@ -255,6 +264,7 @@ class LocalCluster:
     def stop(self) -> None:
         for node in self.nodes:
             if node.alive():
+                assert node.proc is not None  # alive: started
                 node.proc.send_signal(signal.SIGTERM)
         for node in self.nodes:
             if node.proc is not None:
@@ -271,7 +281,7 @@ class LocalCluster:
         return node.cluster().GetStatus(api_pb2.GetStatusRequest(include_digest=include_digest),
                                         timeout=2)
 
-    def leader(self, timeout_s: float = 30.0, exclude: set[str] = frozenset()) -> NodeProc:
+    def leader(self, timeout_s: float = 30.0, exclude: Set[str] = frozenset()) -> NodeProc:
         """The node that leads and accepts writes (its barrier committed)."""
 
         def probe() -> NodeProc | None:

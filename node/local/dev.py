@@ -44,13 +44,14 @@ _LOG_TAIL_CHARS = 2000
 
 @dataclass
 class DevCluster(LocalCluster):
-    """A LocalCluster on the given ports instead of free ones."""
+    """A LocalCluster on the given ports instead of free ones (secured as any LocalCluster:
+    its own probes speak TLS with the dev CA and carry the admin token)."""
 
     grpc_ports: tuple[int, ...] = DEFAULT_GRPC_PORTS
     raft_ports: tuple[int, ...] = DEFAULT_RAFT_PORTS
     metrics_ports: tuple[int, ...] = ()
 
-    def __post_init__(self) -> None:
+    def _place_nodes(self) -> None:
         self.size = len(self.grpc_ports)
         self.nodes = [
             NodeProc(
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             dead = [n for n in cluster.nodes if not n.alive()]
             if dead:
                 n = dead[0]
+                assert n.proc is not None  # cluster.start() started every node
                 print(
                     f"gnomon dev: node {n.node_id} exited with code {n.proc.returncode} while "
                     f"starting; last lines of {n.log_path}:\n{_tail(n.log_path)}",
@@ -192,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                 break
             for n in cluster.nodes:
                 if not n.alive() and n.node_id not in reported:
+                    assert n.proc is not None  # cluster.start() started every node
                     reported.add(n.node_id)
                     print(
                         f"gnomon dev: node {n.node_id} exited (code {n.proc.returncode}); "

@@ -25,6 +25,7 @@ from gnomon.client import (
     Run,
     RunState,
     TaskState,
+    TLSConfig,
 )
 from gnomon.node.local.cluster import LocalCluster, wait_for
 
@@ -80,24 +81,36 @@ class WorkerProc:
         return self.proc.returncode
 
 
+def _security_flags(cluster: LocalCluster) -> list[str]:
+    """--ca and --token-file of the secure cluster (TLS and tokens, as `gnomon dev` runs)."""
+    return ["--ca", cluster.client_tls()["ca_file"],
+            "--token-file", str(cluster.root / "tls" / "admin.token")]
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("workers")
-    cluster = LocalCluster(root, 3).start()
+    # Secure like the default `gnomon dev` cluster: the workers must dial with --ca and a token.
+    cluster = LocalCluster(root, 3, secure=True, mutual_tls=False).start()
     workers: list[WorkerProc] = []
     client = None
     try:
         cluster.leader()
         servers = cluster.servers
+        flags = _security_flags(cluster)
         workers.append(
             WorkerProc(
-                servers, "shell", root / "shell.log", "--queue", "shell", "--kill-grace", "1"
+                servers, "shell", root / "shell.log", "--queue", "shell", "--kill-grace", "1",
+                *flags,
             )
         )
-        workers.append(WorkerProc(servers, "http", root / "http.log", "--queue", "http"))
-        workers.append(WorkerProc(servers, "python", root / "py.log", "--module", "examples.tasks"))
-        client = Client(servers, timeout_s=10)
-        yield {"servers": servers, "client": client, "root": root, "workers": workers}
+        workers.append(WorkerProc(servers, "http", root / "http.log", "--queue", "http", *flags))
+        workers.append(WorkerProc(servers, "python", root / "py.log", "--module", "examples.tasks",
+                                  *flags))
+        client = Client(servers, timeout_s=10, tls=TLSConfig(**cluster.client_tls()),
+                        token=cluster.admin_token())
+        yield {"servers": servers, "client": client, "root": root, "workers": workers,
+               "flags": flags, "cluster": cluster}
         # Stopped by SIGTERM, the workers drain and exit cleanly.
         assert [w.stop() for w in workers] == [0, 0, 0], [
             w.log.read_text()[-3000:] for w in workers
@@ -124,12 +137,41 @@ def finished(env: dict[str, Any], run: Run, timeout_s: float = 40.0) -> Run:
 
 def gnomon(env: dict[str, Any], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "gnomon.client.cli", "--server", env["servers"], *args],
+        [sys.executable, "-m", "gnomon.client.cli", "--server", env["servers"], *env["flags"],
+         *args],
         capture_output=True,
         text=True,
         env=_env(),
         timeout=60,
     )
+
+
+# --- connecting ----------------------------------------------------------------------------
+
+
+def _worker_exit(env: dict[str, Any], log: Path, *extra: str) -> tuple[int, str]:
+    worker = WorkerProc(env["servers"], "shell", log, "--queue", "nobody", *extra)
+    try:
+        code = worker.proc.wait(timeout=60)
+    finally:
+        worker.stop()
+    return code, log.read_text()
+
+
+def test_a_worker_without_the_ca_says_so_at_error_and_exits_3_after_its_deadline(env, tmp_path):
+    code, log = _worker_exit(env, tmp_path / "w.log", "--connect-timeout", "2")
+    assert code == 3, log[-2000:]
+    assert " ERROR gnomon.client.worker: " in log, log[-2000:]
+    assert "within 2s" in log and "--ca" in log, log[-2000:]
+
+
+def test_a_worker_with_a_wrong_token_is_refused_at_error_and_exits(env, tmp_path):
+    bad = tmp_path / "bad.token"
+    bad.write_text("not-a-token\n")
+    code, log = _worker_exit(env, tmp_path / "w.log", "--ca", env["flags"][1],
+                             "--token-file", str(bad))
+    assert code == 1, log[-2000:]
+    assert " ERROR gnomon.client.worker: " in log and "UNAUTHENTICATED" in log.upper(), log[-2000:]
 
 
 # --- shell ---------------------------------------------------------------------------------
