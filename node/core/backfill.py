@@ -5,8 +5,6 @@ Imports `fire` (each slot is admitted like a fire) and `common`.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from gnomon.node.core import spans
 from gnomon.node.core.commands import BackfillStep, CancelBackfill, StartBackfill
 from gnomon.node.core.common import Ctx, _find_job
@@ -21,6 +19,7 @@ from gnomon.node.core.model import (
     RunTrigger,
 )
 from gnomon.node.core.results import Done, JobReply, Reply
+from gnomon.node.core.transitions import BackfillEvent, move_backfill
 
 
 def _start_backfill(ctx: Ctx, cmd: StartBackfill) -> Reply:
@@ -107,10 +106,10 @@ def _backfill_step(ctx: Ctx, cmd: BackfillStep) -> Reply:
         job.ran_spans = spans.add(job.ran_spans, span_hi or slot, slot)
         span_hi = slot
     done = cmd.done or cmd.next_cursor_ms >= bf.to_ms
-    job.backfill = replace(
-        bf, next_slot_ms=min(cmd.next_cursor_ms, bf.to_ms), created=created, skipped=skipped,
-        span_hi_ms=span_hi, status=BackfillStatus.DONE if done else BackfillStatus.RUNNING,
-        finished_ms=ctx.now if done else 0)
+    job.backfill = move_backfill(
+        bf, BackfillEvent.FINISH if done else BackfillEvent.STEP,
+        next_slot_ms=min(cmd.next_cursor_ms, bf.to_ms), created=created, skipped=skipped,
+        span_hi_ms=span_hi, finished_ms=ctx.now if done else 0)
     ctx.effects.backfills.append(job.job_id)
     return Done()
 
@@ -123,7 +122,7 @@ def _cancel_backfill(ctx: Ctx, cmd: CancelBackfill) -> Reply:
     if bf is None or bf.status != BackfillStatus.RUNNING:
         return Rejected(Code.FAILED_PRECONDITION,
                         f"job_id: job {job.job_id!r} has no backfill running")
-    job.backfill = replace(bf, status=BackfillStatus.CANCELLED, finished_ms=ctx.now)
+    job.backfill = move_backfill(bf, BackfillEvent.CANCEL, finished_ms=ctx.now)
     ctx.effects.jobs.append(job.job_id)
     ctx.effects.backfills.append(job.job_id)
     return JobReply(job_id=job.job_id, version=job.version)

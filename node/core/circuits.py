@@ -29,6 +29,7 @@ from gnomon.node.core.model import (
     queue_key,
 )
 from gnomon.node.core.results import Done, JobReply, Reply
+from gnomon.node.core.transitions import CircuitEvent, move_circuit
 from gnomon.node.core.validate import check_breaker
 
 
@@ -50,9 +51,8 @@ def _set_queue_circuit(ctx: Ctx, cmd: SetQueueCircuit) -> Reply:
         return rejected
     if old is not None and old.breaker == cmd.breaker:
         return Done()  # the same rule again keeps the state
-    opens = old.circuit.opens if old is not None else 0
-    table[key] = QueueCircuit(cmd.tenant, cmd.queue, cmd.breaker,
-                              replace(CLOSED_CIRCUIT, opens=opens))
+    circuit = _reset(old.circuit) if old is not None else CLOSED_CIRCUIT
+    table[key] = QueueCircuit(cmd.tenant, cmd.queue, cmd.breaker, circuit)
     return Done()
 
 
@@ -63,15 +63,21 @@ def _reset_circuit(ctx: Ctx, cmd: ResetCircuit) -> Reply:
         if qc is None:
             return Rejected(Code.NOT_FOUND, f"queue: queue {cmd.queue!r} of tenant "
                             f"{cmd.tenant!r} has no circuit breaker")
-        ctx.state.queue_circuits[key] = replace(
-            qc, circuit=replace(CLOSED_CIRCUIT, opens=qc.circuit.opens))
+        ctx.state.queue_circuits[key] = replace(qc, circuit=_reset(qc.circuit))
         return Done()
     job = _find_job(ctx.state, cmd.job_id)
     if isinstance(job, Rejected):
         return job
-    job.circuit = replace(CLOSED_CIRCUIT, opens=job.circuit.opens)
+    job.circuit = _reset(job.circuit)
     ctx.effects.jobs.append(job.job_id)
     return JobReply(job_id=job.job_id, version=job.version)
+
+
+def _reset(circuit: Circuit) -> Circuit:
+    """Closed again (ResetCircuit, a changed queue rule): its window, cool-down and probe
+    forgotten, `opens` kept."""
+    return move_circuit(circuit, CircuitEvent.RESET, opened_ms=0, recent_failures=(),
+                        probe_run_id="")
 
 
 # --- circuit breaker -----------------------------------------------------------------------------
@@ -86,7 +92,7 @@ def _circuit_holds(ctx: Ctx, job: Job) -> str:
     if circuit.status == CircuitStatus.OPEN:
         if ctx.now < circuit.opened_ms + breaker.cooldown_ms:
             return "circuit open"
-        job.circuit = replace(circuit, status=CircuitStatus.HALF_OPEN, probe_run_id="")
+        job.circuit = move_circuit(circuit, CircuitEvent.COOLED, probe_run_id="")
         return ""
     probe = circuit.probe_run_id
     if probe and (probe in ctx.state.running_by_job.get(job.job_id, ())
@@ -114,19 +120,19 @@ def _next_circuit(ctx: Ctx, breaker: CircuitBreaker, circuit: Circuit, failed: b
     reopens it; while closed, the window opens it at failure_percent of window_runs."""
     if circuit.status == CircuitStatus.HALF_OPEN and run_id == circuit.probe_run_id:
         if not failed:
-            return replace(circuit, status=CircuitStatus.CLOSED, probe_run_id="",
-                           recent_failures=(), opened_ms=0)
+            return move_circuit(circuit, CircuitEvent.PROBE_SUCCEEDED, probe_run_id="",
+                                recent_failures=(), opened_ms=0)
         ctx.effects.circuit_opened.append(name)
-        return replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now, probe_run_id="",
-                       opens=circuit.opens + 1)
+        return move_circuit(circuit, CircuitEvent.PROBE_FAILED, opened_ms=ctx.now,
+                            probe_run_id="", opens=circuit.opens + 1)
     if circuit.status != CircuitStatus.CLOSED:
         return circuit
     recent = (*circuit.recent_failures, failed)[-max(1, breaker.window_runs):]
     if (len(recent) >= breaker.window_runs
             and 100 * sum(recent) >= breaker.failure_percent * len(recent)):
         ctx.effects.circuit_opened.append(name)
-        return replace(circuit, status=CircuitStatus.OPEN, opened_ms=ctx.now,
-                       recent_failures=(), opens=circuit.opens + 1)
+        return move_circuit(circuit, CircuitEvent.TRIP, opened_ms=ctx.now,
+                            recent_failures=(), opens=circuit.opens + 1)
     return replace(circuit, recent_failures=recent)
 
 
@@ -158,8 +164,8 @@ def _queue_circuit_holds(ctx: Ctx, job: Job) -> str:
         if circuit.status == CircuitStatus.OPEN:
             if ctx.now < circuit.opened_ms + qc.breaker.cooldown_ms:
                 return f"circuit open: queue {queue}"
-            table[key] = replace(qc, circuit=replace(circuit, status=CircuitStatus.HALF_OPEN,
-                                                     probe_run_id=""))
+            table[key] = replace(qc, circuit=move_circuit(circuit, CircuitEvent.COOLED,
+                                                          probe_run_id=""))
             continue
         if circuit.probe_run_id and _run_open(ctx.state, circuit.probe_run_id):
             return f"circuit half-open: queue {queue}: probe {circuit.probe_run_id} running"

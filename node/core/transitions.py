@@ -1,6 +1,8 @@
-"""Every state transition of task instances and runs, as data (h11's
-EVENT_TRIGGERED_TRANSITIONS): one table of (state, event) -> state per entity, and the one
-function per entity that applies it. apply.py never assigns a state itself.
+"""Every state transition of task instances, runs, circuit breakers and backfills, as data
+(h11's EVENT_TRIGGERED_TRANSITIONS): one table of (state, event) -> state per entity, and the
+one function per entity that applies it. No handler assigns a state itself; a new breaker
+starts closed (`CLOSED_CIRCUIT`) and a new backfill running (done at once when it has no
+slots): creations, not transitions.
 
 An event that the table does not allow from the current state raises IllegalTransition: a
 handler that asks for one has a bug, and apply crashing (which stops the node) is the right
@@ -10,9 +12,16 @@ answer — never a state nobody designed. node/core/DESIGN.md carries the tables
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from gnomon.node.core.index import RunFifo
 from gnomon.node.core.model import (
     TERMINAL_RUN_STATES,
+    Backfill,
+    BackfillStatus,
+    Circuit,
+    CircuitStatus,
     Run,
     RunState,
     State,
@@ -41,6 +50,20 @@ class RunEvent:
     CANCEL = "cancel"  # cancelled, or a task of it was cancelled and the rest ended
     REOPEN = "reopen"  # a dead letter of it was replayed
     START = "start"  # a run buffered by the overlap policy starts (an active one ended)
+
+
+class CircuitEvent:
+    TRIP = "trip"  # closed: failure_percent of the window's runs failed
+    COOLED = "cooled"  # open: the cool-down passed (a scheduled fire asks; it may probe)
+    PROBE_SUCCEEDED = "probe_succeeded"  # the half-open breaker's probe run succeeded
+    PROBE_FAILED = "probe_failed"  # the probe run failed
+    RESET = "reset"  # ResetCircuit, or SetQueueCircuit with a changed rule
+
+
+class BackfillEvent:
+    STEP = "step"  # a BackfillStep that leaves slots of the range to go
+    FINISH = "finish"  # a BackfillStep that exhausted the range (or the leader's last)
+    CANCEL = "cancel"  # CancelBackfill
 
 
 _LIVE = (TaskState.PENDING, TaskState.READY, TaskState.LEASED, TaskState.RETRY_WAIT)
@@ -76,6 +99,22 @@ RUN_TRANSITIONS: dict[tuple[str, str], str] = {
 }
 
 
+CIRCUIT_TRANSITIONS: dict[tuple[str, str], str] = {
+    (CircuitStatus.CLOSED, CircuitEvent.TRIP): CircuitStatus.OPEN,
+    (CircuitStatus.OPEN, CircuitEvent.COOLED): CircuitStatus.HALF_OPEN,
+    (CircuitStatus.HALF_OPEN, CircuitEvent.PROBE_SUCCEEDED): CircuitStatus.CLOSED,
+    (CircuitStatus.HALF_OPEN, CircuitEvent.PROBE_FAILED): CircuitStatus.OPEN,
+    **{(status, CircuitEvent.RESET): CircuitStatus.CLOSED
+       for status in (CircuitStatus.CLOSED, CircuitStatus.OPEN, CircuitStatus.HALF_OPEN)},
+}
+
+BACKFILL_TRANSITIONS: dict[tuple[str, str], str] = {
+    (BackfillStatus.RUNNING, BackfillEvent.STEP): BackfillStatus.RUNNING,
+    (BackfillStatus.RUNNING, BackfillEvent.FINISH): BackfillStatus.DONE,
+    (BackfillStatus.RUNNING, BackfillEvent.CANCEL): BackfillStatus.CANCELLED,
+}
+
+
 class IllegalTransition(Exception):
     """A handler asked for a transition the tables do not have: a bug; the node must stop."""
 
@@ -106,6 +145,24 @@ def move_run(state: State, run: Run, event: str) -> None:
         fifo.push(run.run_id)
 
 
+def move_circuit(circuit: Circuit, event: str, **changes: Any) -> Circuit:
+    """The breaker after `event`: a new value (breaker states are immutable; the caller stores
+    it) with the table's status and `changes`."""
+    new = CIRCUIT_TRANSITIONS.get((circuit.status, event))
+    if new is None:
+        raise IllegalTransition(f"circuit: no {event!r} from {circuit.status!r}")
+    return replace(circuit, status=new, **changes)
+
+
+def move_backfill(backfill: Backfill, event: str, **changes: Any) -> Backfill:
+    """The backfill after `event`: a new value, like `move_circuit`."""
+    new = BACKFILL_TRANSITIONS.get((backfill.status, event))
+    if new is None:
+        raise IllegalTransition(
+            f"backfill {backfill.number}: no {event!r} from {backfill.status!r}")
+    return replace(backfill, status=new, **changes)
+
+
 def _open_table(state: State, run_state: str) -> dict[str, dict[str, None]] | None:
     if run_state == RunState.RUNNING:
         return state.running_by_job
@@ -133,7 +190,8 @@ def untrack_open(state: State, run: Run) -> None:
 def render_tables() -> str:
     """The tables as Markdown (what core/DESIGN.md shows)."""
     lines = []
-    for title, table in (("Task", TASK_TRANSITIONS), ("Run", RUN_TRANSITIONS)):
+    for title, table in (("Task", TASK_TRANSITIONS), ("Run", RUN_TRANSITIONS),
+                         ("Circuit", CIRCUIT_TRANSITIONS), ("Backfill", BACKFILL_TRANSITIONS)):
         lines += [f"| {title} state | event | new state |", "|---|---|---|"]
         lines += [f"| {old} | {event} | {new} |" for (old, event), new in table.items()]
         lines.append("")
