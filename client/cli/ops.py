@@ -408,8 +408,9 @@ class DeadlineClient:
     """The client of one command, bounded as a whole by --timeout: each call is given the
     time that is left of it (a command of several calls, e.g. a read then a write, or status
     from one node then from the leader, ends within --timeout too). Waits for a run
-    (``wait_*``, bounded by --wait-timeout) and calls without a ``timeout_s`` are passed as
-    they are."""
+    (``wait_*``) are bounded by --wait-timeout instead, and the calls after a wait get a
+    fresh --timeout (reading the run a wait gave up on must not fail because the wait was
+    longer than --timeout). Calls with their own ``timeout_s`` are passed as they are."""
 
     def __init__(self, client: Any, timeout_s: float) -> None:
         import time
@@ -420,7 +421,9 @@ class DeadlineClient:
 
     def __getattr__(self, name: str) -> Any:
         attr = getattr(self._client, name)
-        if name.startswith("wait_") or not callable(attr) or not _takes_timeout(attr):
+        if name.startswith("wait_") and callable(attr):
+            return self._waiting(attr)
+        if not callable(attr) or not _takes_timeout(attr):
             return attr
 
         def bounded(*args: Any, **kwargs: Any) -> Any:
@@ -440,6 +443,17 @@ class DeadlineClient:
             return attr(*args, **kwargs)
 
         return bounded
+
+    def _waiting(self, wait: Any) -> Any:
+        def waiting(*args: Any, **kwargs: Any) -> Any:
+            import time
+
+            try:
+                return wait(*args, **kwargs)
+            finally:
+                self._deadline = time.monotonic() + self._timeout_s
+
+        return waiting
 
 
 def _takes_timeout(fn: Any) -> bool:

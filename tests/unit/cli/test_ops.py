@@ -90,3 +90,26 @@ def test_the_whole_command_is_bounded_by_timeout():
     spent = DeadlineClient(_Recorder(), 0.0)
     with pytest.raises(DeadlineExceeded, match="--timeout"):
         spent.list_jobs()
+
+
+def test_a_wait_longer_than_timeout_leaves_the_call_after_it_a_fresh_timeout(monkeypatch):
+    """`job trigger X --wait` exited 3 ("--timeout 10s passed before the command's next
+    call") whenever the wait outlived --timeout: the run read after the wait had no time."""
+    import time
+
+    from gnomon.client import DeadlineExceeded
+    from gnomon.client.cli.ops import DeadlineClient
+
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+
+    class Slow(_Recorder):
+        def wait_run(self, run_id: str, *, timeout_s: float = 300.0) -> float:
+            now[0] += timeout_s  # the whole --wait-timeout passes
+            raise DeadlineExceeded("run still running")
+
+    rec = Slow()
+    client = DeadlineClient(rec, 10.0)
+    with pytest.raises(DeadlineExceeded):
+        client.wait_run("r", timeout_s=300.0)
+    assert client.list_jobs() == "jobs" and rec.seen == [10.0]
