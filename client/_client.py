@@ -236,8 +236,8 @@ class AsyncClient(AccessCalls):
         notes: a job's (``job_id``, or ``name`` in ``tenant``), or ``schedule`` (``name`` and
         ``tenant`` then say whose hash ``H`` uses). ``after``: an aware datetime or UTC ms;
         None means now. Changes nothing."""
-        after_ms = 0 if after is None else instant_ms(after) if isinstance(after, datetime) \
-            else after
+        after_ms = 0 if after is None else instant_ms(after, "after") \
+            if isinstance(after, datetime) else after
         req = cv.preview_request(schedule, job_id, tenant, name, count, after_ms)
         resp = await self._call(_JOBS, "PreviewSchedule", req, timeout_s=timeout_s)
         return cv.preview_from_proto(resp)

@@ -9,7 +9,9 @@ import argparse
 import dataclasses
 import os
 import tomllib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gnomon.node.core.model import Limits
 from gnomon.node.core.validate import validate_limits
@@ -306,14 +308,14 @@ class Config:
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
-def _coerce(name: str, raw: object) -> object:
+def _coerce(name: str, raw: object) -> Any:
+    """`raw` (a flag, variable or TOML value) as the type of the field `name`."""
     kind = _FIELDS[name].type
     if name == "members":
-        items = raw.split(";") if isinstance(raw, str) else raw
-        return tuple(m if isinstance(m, Member) else _member(m) for m in items if m)
+        return tuple(m if isinstance(m, Member) else _member(m)
+                     for m in _items(name, raw, ";") if m)
     if name == "canaries":
-        items = raw.split(",") if isinstance(raw, str) else raw
-        return tuple(str(x) for x in items if x)
+        return tuple(str(x) for x in _items(name, raw, ",") if x)
     if kind == "bool":
         if isinstance(raw, bool):
             return raw
@@ -321,14 +323,22 @@ def _coerce(name: str, raw: object) -> object:
         if text not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
             raise ConfigError(f"{name}: {raw!r} is not true or false")
         return text in ("1", "true", "yes", "on")
-    try:
-        if kind == "int":
-            return int(raw)
-        if kind == "float":
-            return float(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{name}: {raw!r} is not a {kind}") from None
+    if kind in ("int", "float"):
+        try:
+            if isinstance(raw, str | int | float):
+                return int(raw) if kind == "int" else float(raw)
+        except (ValueError, OverflowError):
+            pass
+        raise ConfigError(f"{name}: {raw!r} is not a {kind}")
     return str(raw)
+
+
+def _items(name: str, raw: object, sep: str) -> Sequence[object]:
+    if isinstance(raw, str):
+        return raw.split(sep)
+    if isinstance(raw, list | tuple):
+        return raw
+    raise ConfigError(f"{name}: {raw!r} is not a list")
 
 
 def _member(item: object) -> Member:
@@ -372,7 +382,9 @@ def field_help() -> dict[str, str]:
     out = {}
     for name, f in _FIELDS.items():
         text = _FIELD_TEXT.get(name) or comments.get(name) or name.replace("_", " ")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        default = (f.default if f.default is not dataclasses.MISSING
+                   else f.default_factory() if f.default_factory is not dataclasses.MISSING
+                   else None)
         shown = "none" if default in ("", ()) else default
         out[name] = f"{text} (default: {shown}; env GNOMON_{name.upper()})".replace("%", "%%")
     return out

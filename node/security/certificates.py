@@ -318,8 +318,10 @@ def _load_ca(crt: Path, key_path: Path) -> CertificateAuthority | None:
         key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
     except (OSError, ValueError, TypeError):
         return None
+    public = cert.public_key()
     if not isinstance(key, ec.EllipticCurvePrivateKey) or \
-            key.public_key().public_numbers() != cert.public_key().public_numbers():
+            not isinstance(public, ec.EllipticCurvePublicKey) or \
+            key.public_key().public_numbers() != public.public_numbers():
         return None
     if cert.not_valid_after_utc - dt.datetime.now(dt.UTC) < RENEW_BEFORE:
         return None

@@ -58,3 +58,12 @@ def test_unknown_toml_key_is_refused(tmp_path):
     toml.write_text('lease_tll_ms = 5\n')
     with pytest.raises(ConfigError, match="lease_tll_ms: unknown"):
         load(["--config", str(toml)], {})
+
+
+@pytest.mark.parametrize("line", ["members = 5", "canaries = 3"])
+def test_a_toml_list_key_that_is_not_a_list_names_the_key(tmp_path, line):
+    # Was TypeError ('int' object is not iterable), found by mypy: raw TOML values are objects.
+    toml = tmp_path / "node.toml"
+    toml.write_text(line + "\n")
+    with pytest.raises(ConfigError, match=line.split()[0] + ": .* is not a list"):
+        load(["--node-id", "n1", *TLS, "--config", str(toml)], {})

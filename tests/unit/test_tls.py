@@ -67,3 +67,23 @@ def test_certs_command_writes_a_set(tmp_path, capsys):
     assert "n1: --raft-tls-cert" in out and "n2.key" in out
     assert _load(tls.NodeFiles(tmp_path / "c" / "n2.crt", tmp_path / "c" / "n2.key",
                                tmp_path / "c" / "ca.crt"), node_id="n2")
+
+
+def test_a_ca_certificate_whose_key_is_not_ec_is_issued_again(files, tmp_path):
+    # Was AttributeError from ensure_cluster_files (an Ed25519 public key has no
+    # public_numbers), found by mypy: the CA certificate's key was assumed to be EC.
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from cryptography.x509.oid import NameOID
+
+    key = ed25519.Ed25519PrivateKey.generate()
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "not ec")])
+    now = dt.datetime.now(dt.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+            .public_key(key.public_key()).serial_number(1)
+            .not_valid_before(now).not_valid_after(now + dt.timedelta(days=3650))
+            .sign(key, None))
+    tls.write_cert(files["n1"].ca, cert)
+    again = tls.ensure_cluster_files(tmp_path / "tls", {"n1": ["127.0.0.1"]})
+    assert again["n1"].ca.read_bytes() != cert.public_bytes(tls.serialization.Encoding.PEM)
+    assert _load(again["n1"]).node_id == "n1"

@@ -342,3 +342,21 @@ def _spec_pb(name):
         schedule=types_pb2.Schedule(interval=types_pb2.IntervalSchedule(interval_ms=1000)),
         tasks=[types_pb2.TaskSpec(name="main")],
     )
+
+
+class _PreviewNode(FakeNode):
+    async def PreviewSchedule(self, request, context):  # noqa: N802 - the RPC's name
+        return await self._handle("PreviewSchedule", request, context)
+
+
+async def test_preview_schedule_after_a_datetime_sends_its_ms(serve):
+    # Was TypeError (instant_ms called without the parameter's name), found by mypy.
+    from datetime import UTC, datetime
+
+    node = _PreviewNode()
+    async with fast([await serve(node)]) as client:
+        await client.preview_schedule("j1", after=datetime(2026, 1, 1, tzinfo=UTC))
+        with pytest.raises(InvalidArgument, match="after: .* naive datetime"):
+            await client.preview_schedule("j1", after=datetime(2026, 1, 1))
+    ((method, req),) = node.calls
+    assert method == "PreviewSchedule" and req.after_ms == 1_767_225_600_000
