@@ -18,6 +18,7 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check node client tests bench examples jepsen
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 # Everything, including the fault-injection smoke tier (tests/jepsen, marker `jepsen`: root,
 # network namespaces, iptables, libfaketime; it skips with the reason where those are missing).

@@ -199,7 +199,8 @@ def _tenant_with(tenant: Tenant, settings: dict[str, int]) -> Tenant:
 
         raise InvalidArgument(f"{unknown[0]}: not a tenant setting (one of "
                               f"{', '.join(TENANT_SETTINGS)})")
-    return replace(tenant, **settings)
+    changes: dict[str, Any] = dict(settings)  # every one an int field (TENANT_SETTINGS)
+    return replace(tenant, **changes)
 
 
 class BlockingAccessCalls:

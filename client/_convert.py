@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
@@ -63,21 +63,24 @@ _MISFIRE = {
 }
 _MISFIRE_BACK = {v: k for k, v in _MISFIRE.items()}
 
-_DIALECT: dict[CronDialect | None, int] = {
+# The generated stubs type an enum field as its enum class; Value() is typed as a plain int.
+_DIALECT: dict[CronDialect | None, types_pb2.CronDialect] = {
     None: types_pb2.CRON_DIALECT_UNSPECIFIED,
     CronDialect.SECONDS_LAST: types_pb2.CRON_DIALECT_SECONDS_LAST,
     CronDialect.SECONDS_FIRST: types_pb2.CRON_DIALECT_SECONDS_FIRST,
 }
 _DIALECT_BACK = {v: k for k, v in _DIALECT.items() if k is not None}
-_DST_NONEXISTENT: dict[DstNonexistent | None, int] = {
-    None: 0,
-    **{p: types_pb2.DstNonexistentPolicy.Value(f"DST_NONEXISTENT_POLICY_{p.name}")
+_DST_NONEXISTENT: dict[DstNonexistent | None, types_pb2.DstNonexistentPolicy] = {
+    None: types_pb2.DST_NONEXISTENT_POLICY_UNSPECIFIED,
+    **{p: cast("types_pb2.DstNonexistentPolicy",
+               types_pb2.DstNonexistentPolicy.Value(f"DST_NONEXISTENT_POLICY_{p.name}"))
        for p in DstNonexistent},
 }
 _DST_NONEXISTENT_BACK = {v: k for k, v in _DST_NONEXISTENT.items() if k is not None}
-_DST_AMBIGUOUS: dict[DstAmbiguous | None, int] = {
-    None: 0,
-    **{p: types_pb2.DstAmbiguousPolicy.Value(f"DST_AMBIGUOUS_POLICY_{p.name}")
+_DST_AMBIGUOUS: dict[DstAmbiguous | None, types_pb2.DstAmbiguousPolicy] = {
+    None: types_pb2.DST_AMBIGUOUS_POLICY_UNSPECIFIED,
+    **{p: cast("types_pb2.DstAmbiguousPolicy",
+               types_pb2.DstAmbiguousPolicy.Value(f"DST_AMBIGUOUS_POLICY_{p.name}"))
        for p in DstAmbiguous},
 }
 _DST_AMBIGUOUS_BACK = {v: k for k, v in _DST_AMBIGUOUS.items() if k is not None}
@@ -88,13 +91,17 @@ _CIRCUIT_BACK = {types_pb2.CIRCUIT_STATUS_CLOSED: "closed", types_pb2.CIRCUIT_ST
 # Jitter and bounds: the same scalars on both sides.
 _TIMING = ("jitter_ms", "start_at_ms", "end_at_ms", "max_runs", "delete_after_success")
 
-_OVERLAP = {p: types_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{p.name}") for p in OverlapPolicy}
+_OVERLAP = {
+    p: cast("types_pb2.OverlapPolicy", types_pb2.OverlapPolicy.Value(f"OVERLAP_POLICY_{p.name}"))
+    for p in OverlapPolicy
+}
 _OVERLAP_BACK = {v: k for k, v in _OVERLAP.items()}
 
 
-def overlap_to_proto(policy: OverlapPolicy | str | None) -> int:
+def overlap_to_proto(policy: OverlapPolicy | str | None) -> types_pb2.OverlapPolicy:
     """A trigger's override: None is UNSPECIFIED (the job's policy)."""
-    return 0 if policy is None else _OVERLAP[OverlapPolicy(policy)]
+    return (types_pb2.OVERLAP_POLICY_UNSPECIFIED if policy is None
+            else _OVERLAP[OverlapPolicy(policy)])
 
 _RUN_STATE = {
     RunState.UNSPECIFIED: types_pb2.RUN_STATE_UNSPECIFIED,

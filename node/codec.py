@@ -10,7 +10,8 @@ import dataclasses
 import functools
 import json
 import operator
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -89,7 +90,9 @@ def _enum_prefix(enum_type) -> str:
     return enum_type.values_by_number[0].name[: -len("UNSPECIFIED")]
 
 
-def enum_to_proto(enum_type, value: str) -> int:
+# Any, not int: the generated stubs type an enum field as its enum class (an int subclass that
+# no value is built as at run time), and a number is assignable to the field of its enum.
+def enum_to_proto(enum_type, value: str) -> Any:
     return enum_type.values_by_name[_enum_prefix(enum_type) + value.upper()].number
 
 
@@ -118,7 +121,7 @@ _DST_NONEXISTENT = types_pb2.DstNonexistentPolicy.DESCRIPTOR
 _DST_AMBIGUOUS = types_pb2.DstAmbiguousPolicy.DESCRIPTOR
 
 
-def overlap_to_proto(value: str) -> int:
+def overlap_to_proto(value: str) -> Any:  # Any: as enum_to_proto
     """"" (a trigger without override) is UNSPECIFIED."""
     return enum_to_proto(_OVERLAP, value) if value else 0
 
@@ -150,11 +153,14 @@ def schedule_to_proto(s: Schedule, out: types_pb2.Schedule) -> None:
     if s.kind == ScheduleKind.CRON:
         out.cron.expression = s.expression
         out.cron.timezone = s.timezone
-        out.cron.dialect = enum_to_proto(_DIALECT, s.dialect) if s.dialect else 0
+        out.cron.dialect = (enum_to_proto(_DIALECT, s.dialect) if s.dialect
+                            else types_pb2.CRON_DIALECT_UNSPECIFIED)
         out.cron.dst_nonexistent = (
-            enum_to_proto(_DST_NONEXISTENT, s.dst_nonexistent) if s.dst_nonexistent else 0)
+            enum_to_proto(_DST_NONEXISTENT, s.dst_nonexistent) if s.dst_nonexistent
+            else types_pb2.DST_NONEXISTENT_POLICY_UNSPECIFIED)
         out.cron.dst_ambiguous = (
-            enum_to_proto(_DST_AMBIGUOUS, s.dst_ambiguous) if s.dst_ambiguous else 0)
+            enum_to_proto(_DST_AMBIGUOUS, s.dst_ambiguous) if s.dst_ambiguous
+            else types_pb2.DST_AMBIGUOUS_POLICY_UNSPECIFIED)
     elif s.kind == ScheduleKind.INTERVAL:
         out.interval.interval_ms = s.interval_ms
         out.interval.anchor_ms = s.anchor_ms
@@ -524,7 +530,7 @@ def _command_to_proto(cmd, out: Message) -> None:
         elif kind == _K_LIMITS:
             limits_to_proto(value, getattr(out, name))
         elif kind == _K_OVERLAP:
-            out.overlap_policy = overlap_to_proto(value)
+            setattr(out, name, overlap_to_proto(value))
         elif kind == _K_TUPLE:
             getattr(out, name).extend(value)
         elif kind == _K_BREAKER:
@@ -567,6 +573,7 @@ def _fast_plan(plan: tuple[tuple[str, int], ...]):
     """Every field read by one C call (attrgetter); only the fields that are not plain
     scalars are converted afterwards, by position."""
     names = [name for name, _ in plan]
+    read: Callable[[Message], tuple[Any, ...]]
     if not names:
         read = lambda m: ()  # noqa: E731 - field-less commands (Barrier)
     elif len(names) == 1:
@@ -632,7 +639,9 @@ _REPLY_CLASSES = {
 def _reply_fields(reply: object) -> dict:
     if isinstance(reply, r.JobsReply):  # nested replies keep their type tag
         return {"items": [{"type": type(i).__name__, **_reply_fields(i)} for i in reply.items]}
-    return dataclasses.asdict(reply) if dataclasses.is_dataclass(reply) else {}
+    if dataclasses.is_dataclass(reply) and not isinstance(reply, type):
+        return dataclasses.asdict(reply)
+    return {}
 
 
 def reply_to_bytes(reply: object) -> bytes:

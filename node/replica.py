@@ -18,13 +18,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from gnomon.node import codec
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import apply_batch, digest, new_state
 from gnomon.node.core.commands import Batch
 from gnomon.node.core.errors import UnknownCommand
-from gnomon.node.core.model import State
+from gnomon.node.core.model import Run, State
 from gnomon.node.core.results import Effects
 from gnomon.node.process import Crash
 from gnomon.node.storage import state_codec
@@ -98,7 +99,8 @@ class Replica:
                 self.applied_entries += 1
             stage = "handing evicted runs to the history store"
             if effects.evicted_runs or effects.audit:
-                self.history.put(list(effects.evicted_runs),
+                # core's Effects types them as objects; they are the evicted Runs.
+                self.history.put(list(cast("list[Run]", effects.evicted_runs)),
                                  [AuditEntry(*a) for a in effects.audit])
             stage = "notifying listeners after apply"
             for listener in self._listeners:

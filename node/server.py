@@ -8,12 +8,14 @@ import logging
 import os
 import random
 import signal
+from typing import cast
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from gnomon.node.api.grpc.access import AccessGuard, AccessServicer
+from gnomon.node.api.grpc.base import NodeApi
 from gnomon.node.api.grpc.cluster import ClusterServicer
 from gnomon.node.api.grpc.decode import DecodeGuard
 from gnomon.node.api.grpc.jobs import JobServicer
@@ -155,6 +157,7 @@ class Node:
             version, limits = self.replica.state.limits_version, self.replica.state.limits
         mine = self.config.initial_limits()
         if version == 0:
+            assert self.proposer is not None  # run() made it before this node could lead
             try:
                 await self.proposer.propose(SetLimits(LIMITS_BOOTSTRAP_ID, mine, bootstrap=True))
             except (NotCommitted, Overloaded) as exc:
@@ -176,8 +179,10 @@ class Node:
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         cfg = self.config
+        # The raft node and proposer are made below, before a role change can reach the loop.
         self.leadership = Leadership(
-            lambda: self.raft, lambda: self.proposer, proof_interval_ms=cfg.proof_interval_ms,
+            lambda: cast(RaftNode, self.raft), lambda: cast(Proposer, self.proposer),
+            proof_interval_ms=cfg.proof_interval_ms,
             on_start=self._start_leading, on_stop=self._stop_leading, supervisor=self.supervisor,
         )
         self.replica.add_listener(self._observe_applied)
@@ -249,6 +254,7 @@ class Node:
         serving_names = ("", "gnomon.v1.JobService", "gnomon.v1.WorkerService")
         last: bool | None = None
         leader_seen: str | None = None
+        assert self.raft is not None  # spawned by run() after it made the raft node
         while not self._stopping.is_set():
             leader = self.raft.leader()
             leader_id = leader.node_id if leader is not None else None
@@ -288,11 +294,12 @@ class Node:
         server = grpc.aio.server(options=options,
                                  interceptors=[DecodeGuard(), self.access_guard])
         api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
-        api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self), server)
-        api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(self), server)
-        api_pb2_grpc.add_OperationsServiceServicer_to_server(OperationsServicer(self), server)
+        api = cast(NodeApi, self)  # started by run() after it made the raft node and proposer
+        api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(api), server)
+        api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(api), server)
+        api_pb2_grpc.add_OperationsServiceServicer_to_server(OperationsServicer(api), server)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-            WorkerServicer(self, self.dispatcher, self.leases), server)
+            WorkerServicer(api, self.dispatcher, self.leases), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # Server reflection: grpcurl and Postman list and call the services without .proto files.
@@ -336,6 +343,8 @@ class Node:
         """Stop in order, bounded by shutdown_timeout_ms: a step that hangs (a peer that
         never answers, a disk that never returns) must not keep the process alive."""
         log.info("shutting down")
+        raft, proposer = self.raft, self.proposer
+        assert raft is not None and proposer is not None  # run() made them before serving
         timeout_s = self.config.shutdown_timeout_ms / 1000
         stuck = await run_steps([
             ("health", self._health.enter_graceful_shutdown),
@@ -343,9 +352,9 @@ class Node:
             ("leader loops", self.leadership.stop),
             ("HTTP server", self.http.stop if self.http else _nothing),
             ("gRPC server", lambda: server.stop(grace=min(2.0, timeout_s / 4))),
-            ("proposer", self.proposer.stop),
+            ("proposer", proposer.stop),
             ("background tasks", lambda: self.supervisor.cancel_all(timeout_s / 4)),
-            ("raft", lambda: asyncio.to_thread(self.raft.destroy)),
+            ("raft", lambda: asyncio.to_thread(raft.destroy)),
             ("history", lambda: asyncio.to_thread(self.replica.history.close)),
         ], timeout_s)
         if stuck is not None:

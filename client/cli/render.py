@@ -606,5 +606,6 @@ def render_limits(limits: ClusterLimits, version: int) -> str:
 
 def limits_json(limits: ClusterLimits | LimitsUpdate, version: int | None = None) -> dict[str, Any]:
     if isinstance(limits, LimitsUpdate):
-        limits, version = limits.limits, limits.limits_version
+        version = limits.limits_version
+        limits = limits.limits
     return {"limits_version": version or 0, "limits": dict(limits.items())}

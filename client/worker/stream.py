@@ -18,10 +18,6 @@ import grpc.aio
 
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
-if TYPE_CHECKING:
-    # WorkerService.Connect: WorkerMessages out, ServerMessages in.
-    _Connect = grpc.aio.StreamStreamCall[worker_pb2.WorkerMessage, worker_pb2.ServerMessage]
-
 from .._errors import Unavailable, error_for_status
 from .._transport import (
     Backoff,
@@ -33,6 +29,10 @@ from .._transport import (
     reason_of,
 )
 from .leases import HeldLease, LeaseTable, LeaseTiming
+
+if TYPE_CHECKING:
+    # WorkerService.Connect: WorkerMessages out, ServerMessages in.
+    _Connect = grpc.aio.StreamStreamCall[worker_pb2.WorkerMessage, worker_pb2.ServerMessage]
 
 log = logging.getLogger("gnomon.client.worker")
 

@@ -163,7 +163,7 @@ class JobBackfillLoop:
     def _plan(self, st: State, job_id: str) -> _Plan | None:
         job = st.jobs.get(job_id)
         bf = job.backfill if job is not None else None
-        if bf is None or bf.status != BackfillStatus.RUNNING:
+        if job is None or bf is None or bf.status != BackfillStatus.RUNNING:
             self._jobs.pop(job_id, None)
             return None
         tenant = st.access.tenants.get(job.spec.tenant)

@@ -264,7 +264,7 @@ class Dispatcher:
 
     def _keys(self, session: WorkerSession) -> list[tuple[str, str]]:
         """The heaps a session may take from."""
-        keys = []
+        keys: list[tuple[str, str]] = []
         for queue in session.queues:
             tenants = self._queue_tenants.get(queue, {})
             wanted = tenants if session.tenants is None else \
@@ -300,7 +300,7 @@ class Dispatcher:
                 _, run_id, task_name = heapq.heappop(self._waiting)
                 run = runs.get(run_id)
                 inst = run.tasks.get(task_name) if run else None
-                if inst is not None and inst.state == TaskState.RETRY_WAIT:
+                if run is not None and inst is not None and inst.state == TaskState.RETRY_WAIT:
                     self._heap(run, task_name).push(run.spec.priority, inst.retry_at_ms,
                                                     next(self._seq), run_id, task_name)
 
@@ -415,7 +415,7 @@ class Dispatcher:
         with self._replica.lock:
             run = self._replica.state.runs.get(grant.run_id)
             inst = run.tasks.get(grant.task_name) if run else None
-            if inst is None or inst.fencing_token != token:
+            if run is None or inst is None or inst.fencing_token != token:
                 return None  # already cancelled or expired by a later entry
             spec = run.spec.task(grant.task_name)
             return worker_pb2.Assign(

@@ -185,7 +185,7 @@ class LeaseTable:
             for run_id, task_name, token in keys:
                 run = runs.get(run_id)
                 inst = run.tasks.get(task_name) if run else None
-                if inst is not None and inst.fencing_token == token:
+                if run is not None and inst is not None and inst.fencing_token == token:
                     self._add(run, inst, now + inst.lease_ttl_ms, now)
 
     def ended(self, keys: list[tuple[str, str, int]]) -> None:

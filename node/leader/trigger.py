@@ -385,7 +385,8 @@ class TriggerLoop:
         one's slot), at most `limit`, of which at most `admit` make a run (a slot its
         misfire policy skips makes no task and is always taken). Croniter runs here,
         outside the lock."""
-        spec, fires, slot = due.spec, [], due.slot_ms
+        spec, slot = due.spec, due.slot_ms
+        fires: list[Fire] = []
         hash_id = job_hash_id(spec.tenant, spec.name)
         delay = self.delay_ms(due.job_id, slot, spec)
         while slot and slot + delay <= now_ms and len(fires) < limit:

@@ -25,6 +25,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 from gnomon.node.clock import mono_ms
 from gnomon.node.config import Member
@@ -32,6 +33,9 @@ from gnomon.node.core import digest
 from gnomon.node.core.commands import Barrier
 from gnomon.node.raft.membership import ADD, REMOVE
 from gnomon.node.raft.node import LeadershipLost
+
+if TYPE_CHECKING:
+    from gnomon.node.storage.history_sink import HistorySink
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +231,8 @@ def restore(file: str, data_dir: str, *, sha256: str = "") -> dict:
         raise OperationError(f"{file}: SHA-256 is {file_sha256(file)}, not {sha256}")
     if os.path.isdir(data_dir) and os.listdir(data_dir):
         raise OperationError(f"{data_dir}: not empty; restore only into a new data directory")
-    replica = Replica(None, crash=_refuse)  # only reads: no history store
+    # Only reads (read_snapshot never touches the history store): no history store.
+    replica = Replica(cast("HistorySink", None), crash=_refuse)
     try:
         loaded = replica.read_snapshot(file)  # verifies the trailer and decodes every table
     except SnapshotError as exc:

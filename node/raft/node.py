@@ -17,7 +17,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 from pysyncobj.config import SERIALIZER_STATE  # noqa: F401 - re-exported for tests
@@ -70,6 +70,8 @@ class ApplyHost(Protocol):
 
 
 class _StateMachine(SyncObj):
+    _SyncObj__raftCommitIndex: int  # pysyncobj's (SyncObj.__init__ sets it); assigned below
+
     def __init__(self, self_addr: str, others: list[str], conf: SyncObjConf, host: ApplyHost,
                  snapshots: ForkSnapshotter, loaded: LoadedSnapshot | None,
                  crash: Callable[[str], None], transport_class: Callable,
@@ -284,7 +286,7 @@ class _StateMachine(SyncObj):
 
     def _after_load(self, loaded: LoadedSnapshot) -> None:
         self._SyncObj__raftLastApplied = loaded.index
-        last = self._SyncObj__raftLog[-1][1]
+        last: int = self._SyncObj__raftLog[-1][1]
         if self._SyncObj__raftCommitIndex > last:
             self._SyncObj__raftCommitIndex = last
             self._SyncObj__raftLog.setRaftCommitIndex(last)
@@ -739,24 +741,28 @@ def approx_size(cmd: c.Command) -> int:
     """Bytes a command adds to an entry, roughly: the variable parts plus a fixed overhead."""
     fields = _SIZED_FIELDS.get(type(cmd))
     if fields is None:
+        has_items, has_spec, has_result, has_error = (
+            hasattr(cmd, name) for name in ("items", "spec", "result", "error"))
         fields = _SIZED_FIELDS[type(cmd)] = (
-            *(hasattr(cmd, name) for name in ("items", "spec", "result", "error")),
+            has_items, has_spec, has_result, has_error,
             next((name for name in ("grants", "leases") if hasattr(cmd, name)), ""))
     has_items, has_spec, has_result, has_error, nested = fields
+    # The fields are probed per class with hasattr (above), which does not narrow the union.
+    cmd_: Any = cmd
     size = 96
     if has_items or has_spec:
-        specs = [item.spec for item in cmd.items] if has_items else []
-        if has_spec and cmd.spec is not None:
-            specs.append(cmd.spec)
+        specs = [item.spec for item in cmd_.items] if has_items else []
+        if has_spec and cmd_.spec is not None:
+            specs.append(cmd_.spec)
         size *= max(1, len(specs))
         for one in specs:
             size += sum(len(t.payload) + 64 for t in one.tasks)
     if has_result:
-        size += len(cmd.result)
+        size += len(cmd_.result)
     if has_error:
-        size += len(cmd.error)
+        size += len(cmd_.error)
     if nested:  # GrantLeases, ExpireLeases: ~64 bytes per item
-        size += 64 * len(getattr(cmd, nested))
+        size += 64 * len(getattr(cmd_, nested))
     return size
 
 

@@ -28,7 +28,7 @@ import socket
 import ssl
 import threading
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from pysyncobj.dns_resolver import globalDnsResolver
@@ -110,7 +110,7 @@ class _Conn:
         self.last_rx = now
         self.last_tx = now
         self.mask = 0
-        self.callback = None
+        self.callback: Callable[[int, int], None] | None = None  # the poller's, once watched
 
     def who(self) -> str:
         return f"{self.peer_id} ({self.label})" if self.peer_id else self.label

@@ -234,7 +234,7 @@ def _dst_kind(at_ms: int, zone: ZoneInfo, expanded: list) -> tuple[str, int]:
     return "", 0
 
 
-def _next_with(template: croniter, zone: ZoneInfo, after_ms: int) -> int:
+def _next_with(template: croniter[datetime], zone: ZoneInfo, after_ms: int) -> int:
     # Exact: no float round trip of after_ms before croniter sees it.
     start = (_EPOCH + after_ms * _MS).astimezone(zone)
     # Cached croniter objects are shared: they carry the current position, and `#` expressions
@@ -245,11 +245,11 @@ def _next_with(template: croniter, zone: ZoneInfo, after_ms: int) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _parse_cached(expr: str, hash_id: str | None) -> croniter:
+def _parse_cached(expr: str, hash_id: str | None) -> croniter[datetime]:
     return croniter(expr, _EPOCH, ret_type=datetime, hash_id=hash_id, max_years_between_matches=50)
 
 
-def _parse(expr: str, hash_id: str | None, field: str) -> croniter:
+def _parse(expr: str, hash_id: str | None, field: str) -> croniter[datetime]:
     try:
         return _parse_cached(expr, hash_id)
     except (CroniterError, ValueError) as exc:

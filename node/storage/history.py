@@ -186,6 +186,7 @@ class HistoryStore:
             found = cur.prev() if cur.set_range(end) else cur.last()
             while found and len(out) < limit and cur.key().startswith(prefix):
                 value = txn.get(cur.value(), db=self._runs)
+                assert value is not None  # _put writes a run and its index key in one txn
                 out.append(_decode_value(value)[2])
                 found = cur.prev()
         return out
@@ -206,7 +207,7 @@ class HistoryStore:
 
     # -- writing -------------------------------------------------------------------------------
 
-    def _put_all(self, txn: lmdb.Transaction, records: Iterable[Record]) -> None:
+    def _put_all(self, txn: lmdb.Transaction[bytes], records: Iterable[Record]) -> None:
         """Put every record; each job's run count is read once and written once per txn
         (it was a get and a put per run: a tenth of a node's history writer)."""
         counts: dict[str, int] = {}
@@ -218,7 +219,7 @@ class HistoryStore:
             else:
                 txn.delete(job_id.encode(), db=self._counts)
 
-    def _put(self, txn: lmdb.Transaction, counts: dict[str, int], job_id: str,
+    def _put(self, txn: lmdb.Transaction[bytes], counts: dict[str, int], job_id: str,
              scheduled_for_ms: int, run_id: str, data: bytes) -> None:
         if scheduled_for_ms < 0:
             raise ValueError(f"{run_id}: scheduled_for_ms must be >= 0")
@@ -233,7 +234,7 @@ class HistoryStore:
         if self._add_count(txn, counts, job_id, 1) > self._max:
             self._drop_oldest(txn, counts, job_id)
 
-    def _add_count(self, txn: lmdb.Transaction, counts: dict[str, int], job_id: str,
+    def _add_count(self, txn: lmdb.Transaction[bytes], counts: dict[str, int], job_id: str,
                    delta: int) -> int:
         """The job's run count after `delta`, kept in `counts` until _put_all writes it."""
         count = counts.get(job_id)
@@ -243,7 +244,7 @@ class HistoryStore:
         counts[job_id] = count = count + delta
         return count
 
-    def _drop_oldest(self, txn: lmdb.Transaction, counts: dict[str, int], job_id: str) -> None:
+    def _drop_oldest(self, txn: lmdb.Transaction[bytes], counts: dict[str, int], job_id: str) -> None:
         prefix = _job_prefix(job_id)
         with txn.cursor(self._by_job) as cur:
             if not cur.set_range(prefix) or not cur.key().startswith(prefix):

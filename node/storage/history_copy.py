@@ -121,7 +121,8 @@ class Backfill:
             except TimeoutError:
                 log.info("history backfill from %s: no page for %.0fs", peer.node_id,
                          _STREAM_IDLE_TIMEOUT_S)
-            needed = await asyncio.to_thread(self._store.backfill) or needed
+            latest = await asyncio.to_thread(self._store.backfill)
+            needed = latest or needed
         log.info("history backfill: no peer could serve runs up to index %d; retrying",
                  needed.needs_index)
         return False

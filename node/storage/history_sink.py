@@ -7,6 +7,7 @@ it is durably in the store, so a reader never misses a run in between.
 
 from __future__ import annotations
 
+import builtins
 import logging
 import queue
 import threading
@@ -45,7 +46,9 @@ class HistorySink:
         self._lock = threading.Condition()
         self._enqueued = 0  # batches handed over (tick thread)
         self._written = 0  # batches durably written, in order (writer thread)
-        self._queue: queue.Queue = queue.Queue()
+        # (batch number, records, audit entries) per put; None stops the writer.
+        self._queue: queue.Queue[tuple[int, list[Record], list[AuditEntry]] | None] = (
+            queue.Queue())
         self._thread = threading.Thread(target=self._drain, name="history", daemon=True)
         self._thread.start()
 
@@ -129,7 +132,8 @@ class HistorySink:
             if stopping:
                 return
 
-    def _write(self, records: list[Record], audit: list[AuditEntry]) -> bool:
+    # builtins.list: the method `list` above shadows it in the class body.
+    def _write(self, records: builtins.list[Record], audit: builtins.list[AuditEntry]) -> bool:
         """Store one batch, retrying; False once the node was told to stop."""
         delay = self._backoff_s
         for attempt in range(1, self._attempts + 1):

@@ -108,7 +108,7 @@ class Snapshot:
     def __init__(self, path: str, env: lmdb.Environment) -> None:
         self._path = path
         self._env: lmdb.Environment | None = env
-        self._txn: lmdb.Transaction | None = env.begin()
+        self._txn: lmdb.Transaction[bytes] | None = env.begin()
         self._dbs: dict[str, Any] = {}
         try:
             self._load()
@@ -144,7 +144,7 @@ class Snapshot:
             raise SnapshotError(f"{self._path}: snapshot is closed")
         return self._iter(self._txn, self._dbs[name])
 
-    def _iter(self, txn: lmdb.Transaction, db: Any) -> Iterator[tuple[bytes, bytes]]:
+    def _iter(self, txn: lmdb.Transaction[bytes], db: Any) -> Iterator[tuple[bytes, bytes]]:
         try:
             with txn.cursor(db) as cur:
                 yield from cur

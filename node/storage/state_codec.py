@@ -196,8 +196,8 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
         token_rec = snapshot_pb2.TokenRecord.FromString(v)
         st.access.add(codec.token_from_proto(token_rec.token, token_rec.secret_sha256))
     for _, v in tables.get("tenants", ()):
-        tenant = codec.tenant_from_proto(types_pb2.Tenant.FromString(v))
-        st.access.tenants[tenant.name] = tenant
+        tenant_rec = codec.tenant_from_proto(types_pb2.Tenant.FromString(v))
+        st.access.tenants[tenant_rec.name] = tenant_rec
     return st
 
 

@@ -15,6 +15,7 @@ import logging
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from google.protobuf import json_format
@@ -115,7 +116,8 @@ class Rule:
     """What a method needs: a role, and the tenants of the request (None: cluster-wide)."""
 
     role: str
-    tenants: Callable[[Principal, object, Lookup], list[str]] | None = None
+    # The request is the method's own message type (Any: one rule type serves every method).
+    tenants: Callable[[Principal, Any, Lookup], list[str]] | None = None
 
     def check(self, principal: Principal, request, lookup: Lookup) -> None:
         if principal.is_admin:

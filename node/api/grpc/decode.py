@@ -203,9 +203,12 @@ def guard_handler(handler: grpc.RpcMethodHandler,
     kind = ("stream" if handler.request_streaming else "unary") + "_" + \
            ("stream" if handler.response_streaming else "unary")
     behaviour = getattr(handler, kind)
+    request_deserializer = handler.request_deserializer
+    if request_deserializer is None:
+        return handler  # requests arrive as bytes: nothing parses them
     if not (inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)):
         return handler
-    deserialize = _guarded_deserializer(handler.request_deserializer, descriptor)
+    deserialize = _guarded_deserializer(request_deserializer, descriptor)
     wrapped = (_stream_behaviour if handler.request_streaming else _unary_behaviour)(behaviour)
     factory = getattr(grpc, f"{kind}_rpc_method_handler")
     return factory(wrapped, request_deserializer=deserialize,

@@ -75,7 +75,7 @@ def _drain(first: worker_pb2.ServerMessage | None, outbox: asyncio.Queue) -> lis
     msg = first
     while True:
         kind = msg.WhichOneof("msg") if msg is not None else None
-        if kind in ("assign", "report_ack"):
+        if msg is not None and kind in ("assign", "report_ack"):
             n = msg.ByteSize()
             if batch and (len(batch) >= MAX_BATCH_MESSAGES or size + n > MAX_BATCH_BYTES):
                 out.extend(_merged(batch))

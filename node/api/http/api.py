@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from aiohttp import web
@@ -22,6 +23,14 @@ from gnomon.node.api.grpc.errors import LEADER_METADATA_KEY, REASON_METADATA_KEY
 from gnomon.node.api.http.problems import Problem
 from gnomon.node.security.admission import RETRY_AFTER_KEY
 from gnomon.v1 import api_pb2
+
+if TYPE_CHECKING:
+    from google._upb import _message as _upb
+
+    # A message's DESCRIPTOR is upb's (the C backend) or the pure-Python one.
+    AnyDescriptor = _descriptor.Descriptor | _upb.Descriptor
+    AnyFieldDescriptor = _descriptor.FieldDescriptor | _upb.FieldDescriptor
+    AnyEnumDescriptor = _descriptor.EnumDescriptor | _upb.EnumDescriptor
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 
@@ -211,15 +220,16 @@ def _bad(detail: str) -> Problem:
     return Problem(grpc.StatusCode.INVALID_ARGUMENT, detail)
 
 
-def _field(desc: _descriptor.Descriptor, name: str) -> _descriptor.FieldDescriptor | None:
+def _field(desc: AnyDescriptor, name: str) -> AnyFieldDescriptor | None:
     f = desc.fields_by_name.get(name)
     if f is None:
         f = next((x for x in desc.fields if x.json_name == name), None)
     return f
 
 
-def _scalar(f: _descriptor.FieldDescriptor, text: str, where: str):
+def _scalar(f: AnyFieldDescriptor, text: str, where: str):
     t = f.type
+    enum = f.enum_type  # set for an enum field
     try:
         if t == f.TYPE_BOOL:
             if text.lower() in ("true", "1", ""):
@@ -230,8 +240,9 @@ def _scalar(f: _descriptor.FieldDescriptor, text: str, where: str):
         if t == f.TYPE_ENUM:
             if text.lstrip("-").isdigit():
                 return int(text)
-            value = f.enum_type.values_by_name.get(text) or f.enum_type.values_by_name.get(
-                f"{_enum_prefix(f.enum_type)}{text.upper()}")
+            assert enum is not None
+            value = enum.values_by_name.get(text) or enum.values_by_name.get(
+                f"{_enum_prefix(enum)}{text.upper()}")
             if value is None:
                 raise ValueError
             return value.number
@@ -244,13 +255,14 @@ def _scalar(f: _descriptor.FieldDescriptor, text: str, where: str):
         return int(text)
     except ValueError:
         if t == f.TYPE_ENUM:
-            kind = "one of " + ", ".join(v.name for v in f.enum_type.values)
+            assert enum is not None
+            kind = "one of " + ", ".join(v.name for v in enum.values)
         else:
             kind = "true or false" if t == f.TYPE_BOOL else "a number"
         raise _bad(f"{where}: {text!r} is not {kind}") from None
 
 
-def _enum_prefix(enum: _descriptor.EnumDescriptor) -> str:
+def _enum_prefix(enum: AnyEnumDescriptor) -> str:
     """CONSISTENCY_ for Consistency: ?consistency=stale works as well as CONSISTENCY_STALE."""
     first = enum.values[0].name
     return first[: first.rfind("_UNSPECIFIED") + 1] if "_UNSPECIFIED" in first else ""
@@ -292,17 +304,19 @@ def _has_request_id(cls: type[Message]) -> bool:
 async def build_request(route: Route, request: web.Request) -> Message:
     """The RPC's request message for this HTTP request (Problem 400 when it cannot be)."""
     cls = route.request_type()
-    data: object = {}
+    assert cls is not None, f"{route.path}: not an RPC route"
+    data: dict[str, Any] = {}
     raw = await request.read() if route.body else b""
     if raw.strip():
         try:
-            data = json.loads(raw)
+            parsed = json.loads(raw)
         except (UnicodeDecodeError, ValueError) as exc:
             raise _bad(f"body: not valid JSON ({exc})") from None
-        if not isinstance(data, dict):
+        if not isinstance(parsed, dict):
             raise _bad(f"body: must be a JSON object (a {cls.DESCRIPTOR.full_name})")
+        data = parsed
     try:
-        msg = json_format.ParseDict(data, cls())
+        msg: Any = json_format.ParseDict(data, cls())  # Any: the route's own request type
     except json_format.ParseError as exc:
         raise _bad(f"body: {exc}") from None
     for key, value in request.query.items():
@@ -314,16 +328,16 @@ async def build_request(route: Route, request: web.Request) -> Message:
         set_field(msg, key, value)
     for param, path in route.path_fields.items():
         set_field(msg, path, request.match_info[param], where=param)
-    for path, value in route.fixed.items():
-        set_field(msg, path, str(value))
-    key = request.headers.get(IDEMPOTENCY_HEADER)
-    if key is not None:
+    for path, fixed in route.fixed.items():
+        set_field(msg, path, str(fixed))
+    idempotency_key = request.headers.get(IDEMPOTENCY_HEADER)
+    if idempotency_key is not None:
         if not _has_request_id(cls):
             raise _bad(f"{IDEMPOTENCY_HEADER}: {route.method} {route.path} is not a write")
-        if msg.request_id and msg.request_id != key:
+        if msg.request_id and msg.request_id != idempotency_key:
             raise _bad(f"request_id: the body says {msg.request_id!r}, the "
-                       f"{IDEMPOTENCY_HEADER} header {key!r}; send one")
-        msg.request_id = key
+                       f"{IDEMPOTENCY_HEADER} header {idempotency_key!r}; send one")
+        msg.request_id = idempotency_key
     return msg
 
 

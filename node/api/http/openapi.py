@@ -4,12 +4,16 @@ descriptors (so a field added to a message appears in it without an edit here)."
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from google.protobuf import descriptor as _d
 
 from gnomon.node.api.http.api import IDEMPOTENCY_HEADER, Route, all_routes
 
-_SCALARS = {
+if TYPE_CHECKING:
+    from gnomon.node.api.http.api import AnyDescriptor, AnyFieldDescriptor
+
+_SCALARS: dict[int, dict[str, object]] = {
     _d.FieldDescriptor.TYPE_DOUBLE: {"type": "number"},
     _d.FieldDescriptor.TYPE_FLOAT: {"type": "number"},
     _d.FieldDescriptor.TYPE_INT32: {"type": "integer", "format": "int32"},
@@ -37,7 +41,7 @@ PROBLEM_SCHEMA = {"type": "object", "required": ["status", "code", "detail"], "p
 }}
 
 
-def _message_schema(desc: _d.Descriptor, schemas: dict) -> dict:
+def _message_schema(desc: AnyDescriptor, schemas: dict) -> dict:
     ref = {"$ref": f"#/components/schemas/{desc.full_name}"}
     if desc.full_name in schemas:
         return ref
@@ -50,13 +54,15 @@ def _message_schema(desc: _d.Descriptor, schemas: dict) -> dict:
     return ref
 
 
-def _field_schema(f: _d.FieldDescriptor, schemas: dict) -> dict:
+def _field_schema(f: AnyFieldDescriptor, schemas: dict) -> dict:
     if f.type == f.TYPE_MESSAGE:
+        assert f.message_type is not None  # a message field has its message type
         if f.message_type.GetOptions().map_entry:
             value = f.message_type.fields_by_name["value"]
             return {"type": "object", "additionalProperties": _field_schema(value, schemas)}
         one = _message_schema(f.message_type, schemas)
     elif f.type == f.TYPE_ENUM:
+        assert f.enum_type is not None  # an enum field has its enum type
         one = {"type": "string", "enum": [v.name for v in f.enum_type.values]}
     else:
         one = dict(_SCALARS[f.type])
@@ -77,6 +83,7 @@ def _query_params(route: Route) -> list[dict]:
         if f.name in taken or f.name == "request_id":
             continue
         if f.type == f.TYPE_MESSAGE:
+            assert f.message_type is not None  # a message field has its message type
             for sub in f.message_type.fields:
                 if sub.type != sub.TYPE_MESSAGE:
                     out.append({"name": f"{f.name}.{sub.name}", "in": "query",
@@ -102,6 +109,7 @@ def document() -> dict:
         if route.rpc:
             op["x-grpc-method"] = f"gnomon.v1.{route.rpc}"
             req, resp = route.request_type(), route.response_type()
+            assert req is not None and resp is not None  # an RPC route has both
             op["parameters"] += _query_params(route)
             if "request_id" in req.DESCRIPTOR.fields_by_name:
                 op["parameters"].append({

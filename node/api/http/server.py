@@ -117,8 +117,8 @@ class HttpServer:
                                                                  grpc.StatusCode.INVALID_ARGUMENT)
             what = {404: "no such route", 405: "method not allowed on this route",
                     413: f"body larger than {MAX_BODY_BYTES} bytes"}.get(exc.status, exc.reason)
-            p = Problem(code, f"{request.method} {request.path}: {what}")
-            body = p.body() | {"status": exc.status, "title": exc.reason}
+            problem = Problem(code, f"{request.method} {request.path}: {what}")
+            body = problem.body() | {"status": exc.status, "title": exc.reason}
             resp = web.Response(status=exc.status, text=json.dumps(body),
                                 content_type=PROBLEM_TYPE)
         except NotImplementedError:  # an RPC in the proto whose servicer is not written yet
