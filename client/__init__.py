@@ -21,6 +21,7 @@ Errors are documented in one place: ``help(gnomon.client._errors)`` (all derive 
 protocol as the SDK sees it is in ``client/DESIGN.md``.
 """
 
+from . import _grpc_env  # noqa: F401 - first: it must run before grpc is imported
 from ._access import AuditEntry, Identity, NewToken, Tenant, Token
 from ._blocking_client import Client
 from ._client import AsyncClient

@@ -13,9 +13,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
+from .. import _grpc_env
 from .._errors import GnomonError
 from .commands import COMMANDS, ClientFactory, CommandContext
-from .dev import DEFAULT_SERVERS, DEV_DATA_DIR, dev_credentials
+from .dev import DEFAULT_SERVERS, DEV_DATA_DIR, dev_cluster_security
 from .errors import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error_line, exit_code_for
 from .parser import ArgumentError, build_parser
 from .values import UsageError
@@ -31,13 +32,14 @@ def _default_client(servers: str, timeout_s: float, *, tls: Any = None,
                   tls=tls, token=token)
 
 
-def _talks_to_dev(args: Any, env: Mapping[str, str]) -> bool:
-    """A command for the default servers, run beside a secure `gnomon dev` cluster's data
-    (./.gnomon/tls): it uses that cluster's CA and admin token, so the tour just works."""
+def _dev_security(args: Any, env: Mapping[str, str]) -> tuple[str, str] | None:
+    """A command for the servers of the `gnomon dev` cluster whose data is in ./.gnomon, run
+    while that cluster is secure (its dev.json says so): its CA and admin token, so the tour
+    just works. None for any other command or cluster."""
+    if getattr(args, "group", "") == "dev":
+        return None
     servers = getattr(args, "server", None) or env.get("GNOMON_SERVERS") or DEFAULT_SERVERS
-    ca, token = dev_credentials(Path(DEV_DATA_DIR))
-    return servers == DEFAULT_SERVERS and ca.is_file() and token.is_file() \
-        and getattr(args, "group", "") != "dev"
+    return dev_cluster_security(Path(DEV_DATA_DIR), servers)
 
 
 def _security(args: Any, env: Mapping[str, str]) -> dict[str, Any]:
@@ -50,8 +52,9 @@ def _security(args: Any, env: Mapping[str, str]) -> dict[str, Any]:
     ca, cert, key = pick("ca", "GNOMON_CA"), pick("cert", "GNOMON_CERT"), pick("key", "GNOMON_KEY")
     token = env.get("GNOMON_TOKEN") or None
     token_file = pick("token_file", "GNOMON_TOKEN_FILE")
-    if not (ca or cert or token or token_file) and _talks_to_dev(args, env):
-        ca, token_file = (str(p) for p in dev_credentials(Path(DEV_DATA_DIR)))
+    dev = None if (ca or cert or token or token_file) else _dev_security(args, env)
+    if dev is not None:
+        ca, token_file = dev
     tls = TLSConfig(ca_file=ca, cert_file=cert, key_file=key) if (ca or cert) else None
     if token_file:
         try:
@@ -98,6 +101,10 @@ def main(
         return EXIT_USAGE
     except SystemExit as e:  # --help, --version
         return e.code if isinstance(e.code, int) else EXIT_USAGE
+    if getattr(args, "verbose", False) and argv is None and _grpc_env.SET_BY_GNOMON:
+        # C-core read GRPC_VERBOSITY when grpc was imported: run again with INFO.
+        env = {**os.environ, "GRPC_VERBOSITY": "INFO"}
+        os.execve(sys.executable, [sys.executable, "-m", "gnomon.client.cli", *words], env)
     try:
         security = _security(args, os.environ)
     except UsageError as e:

@@ -174,6 +174,23 @@ def dev_credentials(data_dir: Path) -> tuple[Path, Path]:
     return data_dir / "tls" / "ca.crt", data_dir / "tls" / "admin.token"
 
 
+def dev_cluster_security(data_dir: Path, servers: str) -> tuple[str, str] | None:
+    """(CA file, token file) for a command to ``servers`` when they are the gnomon dev
+    cluster whose data is in ``data_dir`` and it runs secure, as its own ``dev.json`` says
+    (written by gnomon.node.local.dev at every start); None otherwise. A ``tls/`` folder an
+    earlier secure run left says nothing about the cluster running now."""
+    try:
+        state = json.loads((data_dir / "dev.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(state, dict) or state.get("secure") is not True:
+        return None
+    if servers != DEFAULT_SERVERS and servers != ",".join(state.get("grpc") or ()):
+        return None
+    ca, token = (data_dir / str(state.get(k, "")) for k in ("ca_file", "token_file"))
+    return (str(ca), str(token)) if ca.is_file() and token.is_file() else None
+
+
 class _DevSession:
     def __init__(
         self,

@@ -89,6 +89,10 @@ def _common() -> argparse.ArgumentParser:
     g.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="print JSON for scripts"
     )
+    g.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS,
+        help="also print the gRPC library's own log lines (TLS handshakes, reconnects)",
+    )
     s = p.add_argument_group("security (files, never secrets on the command line)")
     s.add_argument("--ca", default=argparse.SUPPRESS, metavar="FILE",
                    help="CA certificate of the nodes' gRPC port: talk TLS (env GNOMON_CA)")

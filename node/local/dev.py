@@ -14,6 +14,7 @@ lists, their overlap and whether the ports are free are checked there, once.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import sys
@@ -120,6 +121,21 @@ def _leader(cluster: DevCluster) -> NodeProc | None:
     return None
 
 
+def write_dev_state(root: Path, cluster: DevCluster, *, secure: bool) -> None:
+    """``ROOT/dev.json``: how this cluster is reached (its gRPC addresses, whether it speaks
+    TLS with tokens, where the CA and admin token are). The ``gnomon`` CLI run beside it reads
+    this file, not whatever ``ROOT/tls`` an earlier cluster left (client/cli/dev.py)."""
+    state = {"grpc": [n.grpc_addr for n in cluster.nodes], "secure": secure}
+    if secure:
+        state |= {"ca_file": "tls/ca.crt", "token_file": "tls/admin.token"}
+    tmp = root / "dev.json.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(state, fh)
+        fh.write("\n")
+    os.replace(tmp, root / "dev.json")
+
+
 def _shown(path: Path) -> str:
     """``path`` relative to the current directory when it is below it."""
     try:
@@ -147,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                          metrics_ports=metrics_ports, secure=not args.insecure,
                          mutual_tls=False)
     resumed = any(n.data_dir.exists() for n in cluster.nodes)
+    write_dev_state(root, cluster, secure=not args.insecure)
     cluster.start()
     try:
         print(

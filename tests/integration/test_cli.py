@@ -292,3 +292,21 @@ def test_console_script_is_installed():
         pytest.skip("gnomon console script not installed in this environment")
     proc = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "gnomon 0.1.0"
+
+
+def _tls_to_a_plaintext_port(servers: str, tmp_path, *extra: str) -> subprocess.CompletedProcess:
+    from gnomon.node.security.certificates import ensure_cluster_files
+
+    ca = ensure_cluster_files(tmp_path / "tls", {"n1": ["127.0.0.1"]})["n1"].ca
+    return gnomon(servers, "--ca", str(ca), "--timeout", "2", *extra, "cluster", "status")
+
+
+def test_a_failed_tls_handshake_is_one_error_line_not_grpc_noise(servers, tmp_path):
+    """A command speaking TLS to a plaintext port printed ~20 lines of C-core INFO
+    ("Handshake failed ... WRONG_VERSION_NUMBER") around its one error line."""
+    assert_one_line_error(_tls_to_a_plaintext_port(servers, tmp_path), 3, "gnomon: unavailable")
+
+
+def test_verbose_shows_grpcs_own_lines(servers, tmp_path):
+    proc = _tls_to_a_plaintext_port(servers, tmp_path, "--verbose")
+    assert proc.returncode == 3 and "Handshake failed" in proc.stderr, proc.stderr[-2000:]
