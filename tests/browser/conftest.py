@@ -14,11 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.browser import ARGS, CHROMIUM
 from tests.support.cluster import module_cluster
 
-CHROMIUM = os.environ.get("GNOMON_CHROMIUM", "/usr/bin/chromium")
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 OUTPUT = Path(os.environ.get("GNOMON_TEST_OUTPUT",
                              Path(__file__).resolve().parents[2] / ".gnomon" / "test-output")
               ) / "browser"
