@@ -7,6 +7,7 @@ The parser is in ``parser``, the commands in ``commands``, every spec conversion
 from __future__ import annotations
 
 import functools
+import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -17,7 +18,14 @@ from .. import _grpc_env
 from .._errors import GnomonError
 from .commands import COMMANDS, ClientFactory, CommandContext
 from .dev import DEFAULT_SERVERS, DEV_DATA_DIR, dev_cluster_security
-from .errors import EXIT_CODES, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, error_line, exit_code_for
+from .errors import (
+    EXIT_CODES,
+    EXIT_OK,
+    EXIT_USAGE,
+    error_json,
+    error_line,
+    exit_code_for,
+)
 from .parser import ArgumentError, build_parser
 from .values import UsageError
 
@@ -94,9 +102,21 @@ def main(
     words = list(sys.argv[1:] if argv is None else argv)
     if words and words[0] in _TOOLS:
         return _run_tool(_TOOLS[words[0]], words[1:])
+    as_json = "--json" in words
+
+    def fail(e: BaseException, servers: str | None = None) -> int:
+        """Print how the command failed (one line, or one JSON object with --json)."""
+        if as_json:
+            print(json.dumps(error_json(e, servers=servers)), file=err)
+        else:
+            print(error_line(e, servers=servers), file=err)
+        return exit_code_for(e)
+
     try:
         args = build_parser().parse_args(argv)
     except ArgumentError as e:
+        if as_json:
+            return fail(UsageError(str(e).removeprefix("gnomon: ")))
         print(e, file=err)
         return EXIT_USAGE
     except SystemExit as e:  # --help, --version
@@ -105,11 +125,11 @@ def main(
         # C-core read GRPC_VERBOSITY when grpc was imported: run again with INFO.
         env = {**os.environ, "GRPC_VERBOSITY": "INFO"}
         os.execve(sys.executable, [sys.executable, "-m", "gnomon.client.cli", *words], env)
+    as_json = bool(getattr(args, "json", False))
     try:
         security = _security(args, os.environ)
     except UsageError as e:
-        print(f"gnomon: {e}", file=err)
-        return EXIT_USAGE
+        return fail(e)
     factory = client_factory or functools.partial(_default_client, **security)
     ctx = CommandContext(args, factory, out)
     ctx.err = err
@@ -118,11 +138,9 @@ def main(
     try:
         return handler(ctx)
     except (UsageError, GnomonError) as e:
-        print(error_line(e, servers=ctx.servers), file=err)
-        return exit_code_for(e)
-    except KeyboardInterrupt:
-        print("gnomon: interrupted", file=err)
-        return EXIT_INTERRUPTED
+        return fail(e, ctx.servers)
+    except KeyboardInterrupt as e:
+        return fail(e)
     except BrokenPipeError:
         # The reader went away (`gnomon job list | head`): stop quietly.
         if out is sys.stdout:

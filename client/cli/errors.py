@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from .._errors import (
     AlreadyExists,
     Cancelled,
@@ -27,6 +30,7 @@ __all__ = [
     "EXIT_RUN_NOT_SUCCEEDED",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
+    "error_json",
     "error_line",
     "exit_code_for",
 ]
@@ -87,6 +91,8 @@ def error_line(err: BaseException, *, servers: str | None = None) -> str:
     """``gnomon: <error class>: <server's message>``, on one line."""
     if isinstance(err, UsageError):
         return f"gnomon: {_one_line(str(err))}"
+    if isinstance(err, KeyboardInterrupt):
+        return "gnomon: interrupted"
     if not isinstance(err, GnomonError):
         return f"gnomon: {type(err).__name__}: {_one_line(str(err))}"
     label = next((text for cls, text in _ERROR_LABELS if isinstance(err, cls)), None)
@@ -97,3 +103,28 @@ def error_line(err: BaseException, *, servers: str | None = None) -> str:
         line += f" (servers {servers}"
         line += "; start a local cluster with `gnomon dev`)" if servers == DEFAULT_SERVERS else ")"
     return line
+
+
+# "spec.tasks[0].queue: not valid UTF-8", "--token-file: cannot be read": the field a
+# message names comes first, before ": " (the servers' and the CLI's rule for messages).
+_FIELD = re.compile(r"^(-{0,2}[A-Za-z_][\w.\[\]-]*): ")
+
+
+def error_json(err: BaseException, *, servers: str | None = None) -> dict[str, Any]:
+    """The error of a command run with --json, as one JSON object for stderr: ``code`` (the
+    gRPC status name, ``USAGE`` for a usage error, ``INTERRUPTED``), ``reason`` (the
+    server's gnomon-reason or null), ``field`` (the field or flag the message names, or
+    null), ``message`` (the line the command prints without --json) and ``exit_code``."""
+    if isinstance(err, UsageError):
+        code, reason, message = "USAGE", None, _one_line(str(err))
+    elif isinstance(err, GnomonError):
+        code = err.code.name if err.code is not None else (
+            "INVALID_ARGUMENT" if isinstance(err, InvalidArgument) else "UNKNOWN")
+        reason, message = err.reason or None, _one_line(err.message)
+    elif isinstance(err, KeyboardInterrupt):
+        code, reason, message = "INTERRUPTED", None, "interrupted"
+    else:
+        code, reason, message = "UNKNOWN", None, _one_line(str(err))
+    field = _FIELD.match(message)
+    return {"code": code, "reason": reason, "field": field.group(1) if field else None,
+            "message": error_line(err, servers=servers), "exit_code": exit_code_for(err)}

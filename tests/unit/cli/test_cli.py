@@ -736,3 +736,37 @@ def test_cluster_limits_refused_by_the_cluster(fake):
     assert run(fake, "cluster", "limits", "--set", "a", "--set", "a=1")[0] == 2
     assert run(fake, "cluster", "limits", "--set", "max_dead_letters=1",
                "--set", "max_dead_letters=2")[0] == 2
+
+
+# --- --json covers errors -------------------------------------------------------------------
+
+
+def _json_error(err: str) -> dict:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return json.loads(lines[0])
+
+
+def test_a_refused_command_with_json_prints_one_json_object_and_keeps_its_exit_code(fake):
+    fake.fail = AlreadyExists("spec.name: a job of that name exists in tenant default",
+                              code=grpc.StatusCode.ALREADY_EXISTS, reason="NAME_TAKEN")
+    code, out, err = run(fake, "--json", "job", "create", "--name", "x", "--cron", "0 3 * * *")
+    assert code == 1 and out == ""
+    assert _json_error(err) == {
+        "code": "ALREADY_EXISTS", "reason": "NAME_TAKEN", "field": "spec.name",
+        "message": "gnomon: already exists: spec.name: a job of that name exists in tenant "
+                   "default",
+        "exit_code": 1}
+
+
+def test_unavailable_and_usage_errors_with_json(fake):
+    fake.fail = Unavailable("no leader", code=grpc.StatusCode.UNAVAILABLE)
+    code, _, err = run(fake, "job", "list", "--json")
+    assert code == 3 and _json_error(err)["code"] == "UNAVAILABLE"
+    fake.fail = None
+    code, _, err = run(fake, "--json", "job", "create", "--name", "x")  # no schedule
+    assert code == 2
+    usage = _json_error(err)
+    assert usage["code"] == "USAGE" and usage["exit_code"] == 2 and usage["message"]
+    code, _, err = run(fake, "--json", "job", "list", "--no-such-flag")
+    assert code == 2 and _json_error(err)["code"] == "USAGE"
