@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test proto lint bench jepsen jepsen-smoke clean
+.PHONY: run test check proto lint bench jepsen jepsen-smoke clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,8 +22,13 @@ lint: $(STAMP)
 
 # Everything, including the fault-injection smoke tier (tests/jepsen, marker `jepsen`: root,
 # network namespaces, iptables, libfaketime; it skips with the reason where those are missing).
+# The 25 slowest tests are listed at the end: every test earns its seconds.
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+
+# The inner loop: lint, the unit and property tiers (no node processes; a few minutes).
+check: lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/property $(PYTEST_ARGS)
 
 jepsen-smoke: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m jepsen tests/jepsen
