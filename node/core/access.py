@@ -99,12 +99,16 @@ class CreateToken:
     expires_ms: int = 0
     created_by: str = ""
     cert_subject: str = ""
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
 class RevokeToken:
     request_id: str
     token_id: str
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,8 @@ class SetTenant:
     request_id: str
     tenant: Tenant
     create: bool = False
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,15 +16,15 @@ from typing import Any, cast
 from gnomon.node.core import access, backfill, circuits, fire, jobs, limits, rerun, runs, tasks
 from gnomon.node.core.commands import Batch, Command
 from gnomon.node.core.common import Ctx
-from gnomon.node.core.errors import UnknownCommand
+from gnomon.node.core.errors import Code, Rejected, UnknownCommand
 from gnomon.node.core.jobs import index_job
 from gnomon.node.core.limits import _trim_dedupe
-from gnomon.node.core.model import DedupeEntry, Limits, State
+from gnomon.node.core.model import DedupeEntry, Limits, State, dedupe_key
 from gnomon.node.core.results import Effects, Reply
 
 # index_job: node/storage/state_codec.py rebuilds the paging indexes with it on restore.
 __all__ = ["HANDLERS", "Ctx", "Handler", "apply_batch", "apply_command", "handler_table",
-           "index_job", "new_state"]
+           "index_job", "new_state", "reused_request_id"]
 
 Handler = Callable[[Ctx, Any], Reply]
 
@@ -47,20 +47,38 @@ def apply_batch(state: State, batch: Batch) -> tuple[list[Reply], Effects]:
 
 
 def apply_command(ctx: Ctx, command: Command) -> Reply:
-    """One command, with request-id dedupe for the commands that carry one."""
+    """One command, with request-id dedupe for the commands that carry one.
+
+    A request id is remembered per `request_scope` (the caller and the RPC, stamped by the
+    servicer; "" is the legacy global scope): the same id from another scope is another
+    request. Within a scope, a repeat with the same `request_fingerprint` gets the first
+    reply and changes nothing; one with a different fingerprint is refused (and changes
+    nothing), never answered with the other request's reply (DESIGN.md, "Request ids")."""
     handler = HANDLERS.get(type(command))
     if handler is None:
         raise UnknownCommand(f"no handler for command type {type(command).__name__}")
     request_id: str = getattr(command, "request_id", "")
     if not request_id:
         return handler(ctx, command)
-    entry = ctx.state.dedupe.get(request_id)
+    key = dedupe_key(getattr(command, "request_scope", ""), request_id)
+    fingerprint: bytes = getattr(command, "request_fingerprint", b"")
+    entry = ctx.state.dedupe.get(key)
     if entry is not None:
+        if entry.fingerprint != fingerprint:
+            return Rejected(Code.FAILED_PRECONDITION, reused_request_id(request_id))
         return cast(Reply, entry.reply)
     reply = handler(ctx, command)
-    ctx.state.dedupe[request_id] = DedupeEntry(ctx.now, reply)
+    ctx.state.dedupe[key] = DedupeEntry(ctx.now, reply, fingerprint)
     _trim_dedupe(ctx)
     return reply
+
+
+def reused_request_id(request_id: str) -> str:
+    """The message of a request id that already names another request of the same caller
+    (the servicers use it too, so both read alike)."""
+    return (f"request_id: {request_id!r} was already used by this caller for a different "
+            "request (a retry must repeat the request exactly); use a new request_id for "
+            "each request")
 
 
 def handler_table(pairs: list[tuple[type, Handler]]) -> dict[type, Handler]:

@@ -2,6 +2,11 @@
 
 Every non-deterministic input (time, next fire instants, jitter draws, worker choice) is a
 field here, filled in by the leader. node/codec.py converts to and from protobuf.
+
+Every command with a `request_id` also has `request_scope` (who asked, through which RPC)
+and `request_fingerprint` (SHA-256 of the request without its id), stamped by the servicer:
+apply remembers the id per scope and refuses it for a different request (DESIGN.md,
+"Request ids"). Empty scope: the legacy global scope (entries written before scopes).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ class CreateJob:
     spec: JobSpec
     next_fire_ms: int
     max_jobs_per_tenant: int = 0
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +41,8 @@ class CreateJobs:
     request_id: str
     items: tuple[CreateJobItem, ...]
     max_jobs_per_tenant: int = 0
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +52,8 @@ class UpdateJob:
     spec: JobSpec
     expected_version: int
     next_fire_ms: int
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +64,8 @@ class DeleteJob:
     job_id: str
     expected_version: int = 0
     cancel_running: bool = False
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +74,8 @@ class SetPaused:
     job_id: str
     paused: bool
     next_fire_ms: int = 0
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +104,8 @@ class TriggerJob:
     # leader: the core parses no JSON). A task not listed keeps its spec's payload.
     params: bytes = b""
     payloads: tuple[TaskPayload, ...] = ()
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +113,8 @@ class CancelRun:
     request_id: str
     run_id: str
     reason: str = ""
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +191,8 @@ class SetLimits:
     limits: Limits
     expected_version: int = 0
     bootstrap: bool = False
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +205,8 @@ class TaskKey:
 class ReplayDeadLetters:
     request_id: str
     tasks: tuple[TaskKey, ...]
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +223,8 @@ class RerunRun:
     request_id: str
     run_id: str
     task_names: tuple[str, ...] = ()
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +235,8 @@ class ResetCircuit:
     job_id: str
     tenant: str = ""
     queue: str = ""
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +250,8 @@ class StartBackfill:
     to_ms: int
     total_slots: int
     overlap_policy: str = ""
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +272,8 @@ class BackfillStep:
 class CancelBackfill:
     request_id: str
     job_id: str
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +285,8 @@ class SetQueueCircuit:
     tenant: str
     queue: str
     breaker: CircuitBreaker | None = None
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,6 +298,8 @@ class CancelTask:
     run_id: str
     task_name: str
     reason: str = ""
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
 
 
 Command = (

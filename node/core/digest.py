@@ -34,6 +34,8 @@ _LATER_FIELDS: dict[str, dict[str, object]] = {
             "backfill": None},
     "Run": {"reason": "", "cancel_requested": False, "fire_delay_ms": 0, "params": b""},
     "Schedule": {"dialect": "", "dst_nonexistent": "", "dst_ambiguous": ""},
+    # Request-id scopes: a legacy entry keeps its bare request_id key and has no fingerprint.
+    "DedupeEntry": {"fingerprint": b""},
 }
 
 

@@ -402,6 +402,24 @@ class Limits:
 class DedupeEntry:
     at_ms: int
     reply: object
+    # SHA-256 of the request the id was first used for (b"": a legacy entry, or a command
+    # proposed without one): a different request under the same key is refused.
+    fingerprint: bytes = b""
+
+
+# A request id is remembered per scope (core/DESIGN.md, "Request ids"): the key is
+# (scope, request_id), or the bare request_id in the legacy global scope "" (entries of logs
+# and snapshots written before scopes existed, and commands proposed without a caller).
+DedupeKey = str | tuple[str, str]
+
+
+def dedupe_key(scope: str, request_id: str) -> DedupeKey:
+    return (scope, request_id) if scope else request_id
+
+
+def split_dedupe_key(key: DedupeKey) -> tuple[str, str]:
+    """(scope, request_id) of a key of State.dedupe."""
+    return key if isinstance(key, tuple) else ("", key)
 
 
 @dataclass(slots=True)
@@ -433,8 +451,9 @@ class State:
     dead_letters: dict[tuple[str, str], DeadLetter] = field(default_factory=dict)
     # Dead letters that left the queue because of Limits.max_dead_letters.
     dead_letters_evicted: int = 0
-    # request_id -> (time, reply), oldest first, bounded by Limits.dedupe_capacity and age.
-    dedupe: OrderedDict[str, DedupeEntry] = field(default_factory=OrderedDict)
+    # dedupe_key(scope, request_id) -> (time, reply, fingerprint), oldest first, bounded by
+    # Limits.dedupe_capacity and age.
+    dedupe: OrderedDict[DedupeKey, DedupeEntry] = field(default_factory=OrderedDict)
     # Derived (not in snapshots or the digest): runs in state RUNNING; creation order of
     # jobs for paging.
     active_runs: int = 0

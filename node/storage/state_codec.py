@@ -17,6 +17,7 @@ from gnomon.node.core.apply import index_job
 from gnomon.node.core.index import RunFifo
 from gnomon.node.core.model import (
     DedupeEntry,
+    DedupeKey,
     Job,
     JobSpec,
     Run,
@@ -24,7 +25,9 @@ from gnomon.node.core.model import (
     Schedule,
     State,
     TaskSpec,
+    dedupe_key,
     queue_key,
+    split_dedupe_key,
 )
 from gnomon.node.core.transitions import track_open
 from gnomon.node.memo import ByIdentity
@@ -99,6 +102,14 @@ def _decode_job(data: bytes, schedules: list[Schedule], task_sets: list[tuple]) 
                **codec.job_extras_from_proto(m))
 
 
+def _dedupe_record(i: int, key: DedupeKey, e: DedupeEntry) -> tuple[bytes, bytes]:
+    scope, rid = split_dedupe_key(key)
+    return seq_key(i, rid), snapshot_pb2.DedupeRecord(
+        request_id=rid, reply=codec.reply_to_bytes(e.reply), at_ms=e.at_ms, scope=scope,
+        fingerprint=e.fingerprint,
+    ).SerializeToString()
+
+
 def encode_tables(st: State) -> dict[str, Table]:
     """Every replicated fact of `st` as named tables (lazy where the table is large)."""
     meta = snapshot_pb2.StateMeta(
@@ -129,12 +140,7 @@ def encode_tables(st: State) -> dict[str, Table]:
              codec.dead_letter_to_proto(d).SerializeToString())
             for i, d in enumerate(st.dead_letters.values())
         ],
-        "dedupe": [
-            (seq_key(i, rid), snapshot_pb2.DedupeRecord(
-                request_id=rid, reply=codec.reply_to_bytes(e.reply), at_ms=e.at_ms,
-            ).SerializeToString())
-            for i, (rid, e) in enumerate(st.dedupe.items())
-        ],
+        "dedupe": [_dedupe_record(i, key, e) for i, (key, e) in enumerate(st.dedupe.items())],
         "access": [
             (seq_key(i, t.token_id), snapshot_pb2.TokenRecord(
                 token=codec.token_to_proto(t), secret_sha256=t.secret_sha256,
@@ -191,7 +197,9 @@ def decode_tables(tables: dict[str, Iterator[tuple[bytes, bytes]]]) -> State:
         st.dead_letters[(d.run_id, d.task_name)] = d
     for _, v in tables["dedupe"]:
         rec = snapshot_pb2.DedupeRecord.FromString(v)
-        st.dedupe[rec.request_id] = DedupeEntry(rec.at_ms, codec.reply_from_bytes(rec.reply))
+        # A record without a scope (written before scopes existed) is in the legacy scope.
+        st.dedupe[dedupe_key(rec.scope, rec.request_id)] = DedupeEntry(
+            rec.at_ms, codec.reply_from_bytes(rec.reply), bytes(rec.fingerprint))
     for _, v in tables.get("access", ()):
         token_rec = snapshot_pb2.TokenRecord.FromString(v)
         st.access.add(codec.token_from_proto(token_rec.token, token_rec.secret_sha256))

@@ -154,10 +154,18 @@ def test_idempotency_key_is_the_request_id(cluster):
     second = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("once-only")}, headers=key)
     assert first.status == second.status == 201
     assert first.json == second.json  # the first answer again, one job
-    # The same key on another request is answered as gRPC answers a reused request_id.
+    # The same key with another body: 422 naming the key (gRPC: FAILED_PRECONDITION, reason
+    # REQUEST_ID_REUSED); nothing is created.
+    reused = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("not-made")}, headers=key)
+    assert reused.status == 422 and reused.json["field"] == "request_id", reused.text
+    assert reused.json["code"] == "FAILED_PRECONDITION"
+    assert reused.json["reason"] == "REQUEST_ID_REUSED"
+    assert repr(key["Idempotency-Key"]) in reused.json["detail"]
+    assert call(leader.url, "GET", "/v1/tenants/default/jobs/not-made").status == 404
+    # A key is scoped to the caller and the RPC: on another RPC it is another request.
     another = _create(leader, "another")
     other = call(leader.url, "POST", f"/v1/jobs/{another['jobId']}/pause", {}, headers=key)
-    assert other.status == 400 and other.json["field"] == "request_id", other.text
+    assert other.status == 200 and other.json["job"]["paused"] is True, other.text
     # Without a key a create is not deduped: the name is taken.
     dup = call(leader.url, "POST", "/v1/jobs", {"spec": _spec("once-only")})
     assert dup.status == 409 and dup.json["code"] == "ALREADY_EXISTS", dup.text

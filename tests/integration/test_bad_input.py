@@ -212,23 +212,30 @@ def test_an_invalid_spec_for_a_missing_job_commits_nothing(node):
     assert details.startswith("spec.name: "), details
 
 
-def test_a_request_id_reused_for_another_kind_of_request_is_refused(node, job):
-    """Dedupe answers by request_id alone: ReplayDeadLetters got a TriggerJob's reply and
-    crashed (UNKNOWN); a DeleteJob got a CreateJob's reply and reported success."""
+def test_a_request_id_is_its_rpcs_and_refused_for_another_request(node, job):
+    """Dedupe answered by request_id alone: ReplayDeadLetters got a TriggerJob's reply and
+    crashed (UNKNOWN); a DeleteJob got a CreateJob's reply and reported success. A request id
+    is now remembered per caller and RPC: on another RPC it is another request with its own
+    answer, and the same RPC with a different request under it is refused (REQUEST_ID_REUSED)
+    and changes nothing."""
     jobs = node.jobs()
     jobs.TriggerJob(api_pb2.TriggerJobRequest(request_id="reused-1",
                                               job=api_pb2.JobRef(job_id=job.job_id)), timeout=10)
-    details = _refused(node, jobs.ReplayDeadLetters, api_pb2.ReplayDeadLettersRequest(
-        request_id="reused-1", all=True), grpc.StatusCode.FAILED_PRECONDITION)
-    assert details.startswith("request_id: 'reused-1' already answered a different request")
+    replayed = jobs.ReplayDeadLetters(api_pb2.ReplayDeadLettersRequest(
+        request_id="reused-1", tenant="no-dead-letters-here"), timeout=10)
+    assert list(replayed.replayed) == []
     created = jobs.CreateJob(api_pb2.CreateJobRequest(request_id="reused-2",
                                                       spec=paused("reused")), timeout=10).job
-    _refused(node, jobs.DeleteJob, api_pb2.DeleteJobRequest(
+    assert created.job_id != job.job_id
+    jobs.DeleteJob(api_pb2.DeleteJobRequest(
+        request_id="reused-2", job=api_pb2.JobRef(job_id=created.job_id)), timeout=10)
+    details = _refused(node, jobs.DeleteJob, api_pb2.DeleteJobRequest(
         request_id="reused-2", job=api_pb2.JobRef(job_id=job.job_id)),
         grpc.StatusCode.FAILED_PRECONDITION)
+    assert details.startswith("request_id: 'reused-2' was already used by this caller for a "
+                              "different request"), details
     assert jobs.GetJob(api_pb2.GetJobRequest(job=api_pb2.JobRef(job_id=job.job_id)),
                        timeout=10).job.job_id == job.job_id, "the job was not deleted"
-    assert created.job_id != job.job_id
 
 
 def test_list_jobs_pages_stay_under_the_message_limit(node):

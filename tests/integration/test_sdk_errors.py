@@ -41,12 +41,14 @@ async def test_a_stale_version_is_a_conflict_by_its_reason(make_cluster):
             assert err.code is grpc.StatusCode.FAILED_PRECONDITION
             assert err.reason == "VERSION_CONFLICT"
         # The same request id for a different request: a wrong state, not a conflict.
-        await client.trigger_job(job.job_id, request_id="used-once")
+        await client.create_job(
+            JobSpec.single("one", OnceSchedule(4_102_444_800_000)), request_id="used-once")
         with pytest.raises(FailedPrecondition) as reused:
             await client.create_job(
                 JobSpec.single("other", OnceSchedule(4_102_444_800_000)), request_id="used-once"
             )
-        assert type(reused.value) is FailedPrecondition and reused.value.reason is None
+        assert type(reused.value) is FailedPrecondition
+        assert reused.value.reason == "REQUEST_ID_REUSED"
 
 
 def test_the_reason_is_trailing_metadata(make_cluster):

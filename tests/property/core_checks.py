@@ -11,13 +11,16 @@ from dataclasses import dataclass, field, fields
 
 from hypothesis import strategies as st
 
+from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.commands import SetLimits
 from gnomon.node.core.dag import graph
+from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.core.index import JobOrder
 from gnomon.node.core.model import (
     TERMINAL_RUN_STATES,
     TERMINAL_TASK_STATES,
     DedupeEntry,
+    DedupeKey,
     JobSpec,
     Limits,
     OverlapPolicy,
@@ -29,6 +32,7 @@ from gnomon.node.core.model import (
     State,
     TaskSpec,
     TaskState,
+    dedupe_key,
 )
 from gnomon.node.core.results import LimitsReply, Reply
 from gnomon.node.core.validate import queue_limit
@@ -157,12 +161,14 @@ def check_overlap(state: State) -> None:
 
 @dataclass
 class DedupeModel:
-    """What the dedupe table must hold: request ids in first-seen order with the cluster time
-    and reply of their first application, forgetting the oldest beyond the count bound or
-    older than the age bound (checked after every command, with the limits then in force)."""
+    """What the dedupe table must hold: request ids per scope in first-seen order with the
+    cluster time, reply and request fingerprint of their first application, forgetting the
+    oldest beyond the count bound or older than the age bound (checked after every command,
+    with the limits then in force). A repeat in the same scope with another fingerprint is
+    refused and remembers nothing."""
 
     limits: Limits = Limits()
-    entries: OrderedDict[str, DedupeEntry] = field(default_factory=OrderedDict)
+    entries: OrderedDict[DedupeKey, DedupeEntry] = field(default_factory=OrderedDict)
 
     def trim(self, now: int) -> None:
         age = self.limits.dedupe_max_age_ms
@@ -179,16 +185,20 @@ class DedupeModel:
         hits = []
         for command, reply in zip(commands, replies, strict=True):
             request_id = getattr(command, "request_id", "")
-            hit = bool(request_id) and request_id in self.entries
-            hits.append(hit)
-            if hit:
-                assert reply == self.entries[request_id].reply, (request_id, reply)
+            key = dedupe_key(getattr(command, "request_scope", ""), request_id)
+            fingerprint = getattr(command, "request_fingerprint", b"")
+            entry = self.entries.get(key) if request_id else None
+            hits.append(entry is not None)
+            if entry is not None:
+                want = entry.reply if entry.fingerprint == fingerprint else Rejected(
+                    Code.FAILED_PRECONDITION, reused_request_id(request_id))
+                assert reply == want, (key, reply)
                 continue
             if isinstance(command, SetLimits) and isinstance(reply, LimitsReply):
                 self.limits = command.limits
                 self.trim(now)
             if request_id:
-                self.entries[request_id] = DedupeEntry(now, reply)
+                self.entries[key] = DedupeEntry(now, reply, fingerprint)
                 self.trim(now)
         return hits
 

@@ -26,6 +26,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from gnomon.node import codec
 from gnomon.node.core import apply_batch, digest, new_state
+from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.commands import (
     BackfillStep,
     Barrier,
@@ -61,12 +62,14 @@ from gnomon.node.core.model import (
     AttemptOutcome,
     BackfillStatus,
     CircuitBreaker,
+    DedupeKey,
     Limits,
     RunState,
     RunTrigger,
     State,
     TaskInstance,
     TaskState,
+    dedupe_key,
 )
 from gnomon.node.core.results import (
     Done,
@@ -126,6 +129,11 @@ BREAKERS = [CircuitBreaker(1, 100, 1_000), CircuitBreaker(2, 50, 5_000),
             CircuitBreaker(3, 60, 60_000)]
 
 
+def _key(command) -> DedupeKey:
+    """The key of `command`'s request id in State.dedupe."""
+    return dedupe_key(command.request_scope, command.request_id)
+
+
 @dataclasses.dataclass(frozen=True)
 class Before:
     """What a batch is checked against: the primary just before it was applied."""
@@ -162,8 +170,8 @@ class CoreMachine(RuleBasedStateMachine):
         self.max_token = 0
         self.fires: list[Fire] = []
         self.grants: list[tuple[str, str, int]] = []
-        # request_id -> (command, the reply the dedupe table should give back)
-        self.requests: dict[str, tuple[object, Reply]] = {}
+        # dedupe key -> (command, the reply the dedupe table should give back)
+        self.requests: dict[DedupeKey, tuple[object, Reply]] = {}
         self.request_seq = 0
         self.dedupe = DedupeModel()
         # job_id -> cancel_running of the DeleteJob that removed it.
@@ -270,7 +278,7 @@ class CoreMachine(RuleBasedStateMachine):
 
     def remember(self, command: object, reply: Reply) -> None:
         if getattr(command, "request_id", ""):
-            self.requests[command.request_id] = (command, reply)
+            self.requests[_key(command)] = (command, reply)
 
     def job_ids(self) -> list[str]:
         return list(self.primary.jobs) + ["j404"]
@@ -815,14 +823,14 @@ class CoreMachine(RuleBasedStateMachine):
         beyond it the request is forgotten and may apply again. Cluster time only moves
         forward (an empty batch from the leader advances it first)."""
         command, first_reply = pick(list(self.requests.values()), i)
-        request_id = command.request_id
-        entry = self.primary.dedupe.get(request_id)
+        key = _key(command)
+        entry = self.primary.dedupe.get(key)
         max_age = self.primary.limits.dedupe_max_age_ms
         target = self._retry_time(entry.at_ms if entry else None, max_age, wait)
         if target > self.primary.clock_ms:
             self.leader_now = max(self.leader_now, target)
             self.propose(now=target)
-        kept = self.primary.dedupe.get(request_id)
+        kept = self.primary.dedupe.get(key)
         if entry is not None and max_age > 0:
             age = self.primary.clock_ms - entry.at_ms
             assert (kept is not None) == (age <= max_age), (age, max_age)
@@ -835,6 +843,38 @@ class CoreMachine(RuleBasedStateMachine):
             return
         assert not self.last_hits[0]
         self.remember(command, reply)
+        if isinstance(command, TriggerJob) and command.job_id in self.primary.jobs:
+            assert isinstance(reply, RunReply) and reply != first_reply
+
+    @precondition(lambda self: self.requests)
+    @rule(i=index, same_caller=st.booleans())
+    def request_id_reused(self, i, same_caller):
+        """Another caller (its own scope) sends a remembered request id: another request,
+        applied as such, never answered with the first caller's reply. The same caller sends
+        a different request (another fingerprint) under a remembered id: refused, nothing
+        changes, and the id keeps answering the first request."""
+        command, first_reply = pick(list(self.requests.values()), i)
+        if same_caller:
+            entry = self.primary.dedupe.get(_key(command))
+            if entry is None:  # forgotten: it would apply as a new request
+                return
+            other = dataclasses.replace(
+                command, request_fingerprint=command.request_fingerprint + b"/other")
+            before = digest(self.primary)
+            reply = self.propose(other, now=self.quiet_now())[0]
+            event("request id reused by its caller for another request")
+            assert reply == Rejected(Code.FAILED_PRECONDITION,
+                                     reused_request_id(command.request_id)), reply
+            assert digest(self.primary) == before
+            assert self.primary.dedupe[_key(command)] == entry
+            return
+        self.request_seq += 1
+        other = dataclasses.replace(command, request_scope=f"t{self.request_seq}/Rpc/tenant",
+                                    request_fingerprint=b"another caller's request")
+        reply = self.propose(other)[0]
+        event("request id reused by another caller")
+        assert not self.last_hits[0]
+        self.remember(other, reply)
         if isinstance(command, TriggerJob) and command.job_id in self.primary.jobs:
             assert isinstance(reply, RunReply) and reply != first_reply
 

@@ -32,13 +32,14 @@ def cli(*args: str, stdin: str | None = None) -> tuple[int, str, str]:
 
 @contextlib.contextmanager
 def module_cluster(root, overrides: dict[str, str] | None = None, *, request=None,
-                   size: int = 3, http: bool = False,
-                   metrics: bool = False) -> Iterator[LocalCluster]:
+                   size: int = 3, http: bool = False, metrics: bool = False,
+                   secure: bool = False) -> Iterator[LocalCluster]:
     """A cluster for a fixture: started, a leader waited for, stopped at the end; its logs
     printed when a test of the session failed meanwhile (pass `request`). `http`: every node
-    serves the HTTP API and dashboard too (NodeProc.url), waited for; `metrics`: /metrics."""
+    serves the HTTP API and dashboard too (NodeProc.url), waited for; `metrics`: /metrics;
+    `secure`: mutual TLS and bearer tokens (LocalCluster.admin_token, client_tls)."""
     cluster = LocalCluster(root, size, dict(overrides or {}), http=http,
-                           metrics=metrics).start()
+                           metrics=metrics, secure=secure).start()
     failed_before = request.session.testsfailed if request is not None else 0
     try:
         cluster.leader()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
+import hashlib
 import inspect
 import logging
 import secrets
@@ -53,20 +55,30 @@ from gnomon.node.security.auth import (
 from gnomon.node.spec.validate import validate_request_id
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
-__all__ = ["RULES", "AccessGuard", "AccessServicer", "current_principal", "set_principal"]
+__all__ = ["RULES", "AccessGuard", "AccessServicer", "current_principal", "request_scope",
+           "scoped", "set_principal"]
 
 log = logging.getLogger(__name__)
 
 _PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
     "gnomon_principal", default=None)
+# The RPC being served ("JobService.CreateJob"), set with the principal.
+_METHOD: contextvars.ContextVar[str] = contextvars.ContextVar("gnomon_method", default="")
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 SECRET_BYTES = 32
 
 
-def set_principal(principal: Principal) -> None:
-    """Run the rest of this context as `principal` (the guard's job; tests that call a
-    servicer directly use it)."""
+def set_principal(principal: Principal, method: str = "") -> None:
+    """Run the rest of this context as `principal` calling `method` (a path
+    "/gnomon.v1.JobService/CreateJob" or "JobService.CreateJob"; the guard's job; tests that
+    call a servicer directly use it)."""
     _PRINCIPAL.set(principal)
+    _METHOD.set(_rpc_name(method))
+
+
+def _rpc_name(method: str) -> str:
+    """"/gnomon.v1.JobService/CreateJob" -> "JobService.CreateJob"."""
+    return method.strip("/").replace("gnomon.v1.", "").replace("/", ".")
 
 
 def current_principal() -> Principal:
@@ -75,6 +87,47 @@ def current_principal() -> Principal:
     if principal is None:  # pragma: no cover - every gnomon method goes through the guard
         raise RuntimeError("no principal: the call did not pass the access guard")
     return principal
+
+
+def request_scope() -> str:
+    """The scope of the request ids of the call being served: who calls (the token id;
+    "admin" for the bootstrap token, "anonymous" without authentication), through which RPC,
+    for which tenants (the token's; "*" for an admin), as "<principal>/<RPC>/<tenants>".
+
+    Apply remembers a request id per scope (node/core/DESIGN.md, "Request ids"), so a key
+    another caller chose is never answered with that caller's result. Only stable facts of
+    the caller go in (never the tenant of a job looked up in the state, which a delete
+    changes), so a retry of the same request has the same scope."""
+    principal = current_principal()
+    method = _METHOD.get()
+    if not method:  # pragma: no cover - the guard sets both
+        raise RuntimeError("no method: the call did not pass the access guard")
+    who = principal.token_id or principal.name
+    tenants = "*" if principal.is_admin else ",".join(principal.tenants)
+    return f"{who}/{method}/{tenants}"
+
+
+def request_fingerprint(request) -> bytes:
+    """SHA-256 of `request` (a request message) without its request_id: what a retry must
+    repeat. The request's own bytes, so the leader's inputs (now, the first slot) and the
+    state do not enter: the same request always has the same fingerprint, whichever port
+    or node it came through."""
+    request_id = request.request_id
+    request.request_id = ""
+    try:
+        data = request.SerializeToString(deterministic=True)
+    finally:
+        request.request_id = request_id
+    return hashlib.sha256(data).digest()
+
+
+def scoped(command, request):
+    """`command` with the scope of this call's request id and the fingerprint of `request`
+    (a command without a request id needs neither: it is not deduplicated)."""
+    if not getattr(command, "request_id", ""):
+        return command
+    return dataclasses.replace(command, request_scope=request_scope(),
+                               request_fingerprint=request_fingerprint(request))
 
 
 class Lookup:
@@ -271,8 +324,7 @@ class AccessGuard(grpc.aio.ServerInterceptor):
         detail = json_format.MessageToJson(request, indent=None, sort_keys=True)
         if len(detail) > MAX_AUDIT_DETAIL_CHARS:
             detail = detail[:MAX_AUDIT_DETAIL_CHARS] + "..."
-        cmd = RecordAudit(principal.describe(), method.strip("/").replace("gnomon.v1.", "")
-                          .replace("/", "."), detail)
+        cmd = RecordAudit(principal.describe(), _rpc_name(method), detail)
         self._node.supervisor.spawn(self._record(cmd), name="audit")
 
     async def _record(self, cmd: RecordAudit) -> None:
@@ -361,7 +413,7 @@ def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
                 _check(method, who, None, lookup)
             except AuthError as exc:
                 await _abort(context, exc)
-            _PRINCIPAL.set(who)
+            set_principal(who, method)
 
         if inspect.isasyncgenfunction(behaviour):
             async def streaming(requests, context):
@@ -406,7 +458,7 @@ async def _authorize(method, principal, request, guard: AccessGuard, context) ->
     except AuthError as exc:
         await _abort(context, exc)
     await _admit(method, principal, request, guard, context)
-    _PRINCIPAL.set(principal)
+    set_principal(principal, method)
 
 
 async def _admit(method, principal, request, guard: AccessGuard, context) -> None:
@@ -484,9 +536,9 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
             p.require(TENANT_ADMIN, tenants)
         self.require_leader()
         secret = secrets.token_urlsafe(SECRET_BYTES)
-        reply = check(await self.node.proposer.propose(CreateToken(
+        reply = check(await self.node.proposer.propose(scoped(CreateToken(
             request.request_id, request.name, request.role, tenants, secret_hash(secret),
-            request.expires_ms, p.describe(), request.cert_subject)))
+            request.expires_ms, p.describe(), request.cert_subject), request)))
         assert isinstance(reply, TokenReply)
         return api_pb2.CreateTokenResponse(token=self._token(reply.token_id), secret=secret)
 
@@ -516,7 +568,7 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
                 p.require(TENANT_ADMIN, token.tenants)
         self.require_leader()
         reply = check(await self.node.proposer.propose(
-            RevokeToken(request.request_id, request.token_id)))
+            scoped(RevokeToken(request.request_id, request.token_id), request)))
         assert isinstance(reply, TokenReply)
         return api_pb2.RevokeTokenResponse(token=self._token(reply.token_id))
 
@@ -535,7 +587,7 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
             check(rejected)
         self.require_leader()
         reply = check(await self.node.proposer.propose(
-            SetTenant(request.request_id, tenant, create)))
+            scoped(SetTenant(request.request_id, tenant, create), request)))
         assert isinstance(reply, TenantReply)
         return self._tenant(reply.name)
 

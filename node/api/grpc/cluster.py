@@ -8,10 +8,12 @@ from importlib.metadata import PackageNotFoundError, version
 import grpc
 
 from gnomon.node import codec
+from gnomon.node.api.grpc.access import scoped
 from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import ServiceError, check
 from gnomon.node.core import commands as c
 from gnomon.node.core import digest
+from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.results import LimitsReply
 from gnomon.node.core.validate import validate_limits
 from gnomon.node.raft.node import ROLE_NAMES
@@ -87,11 +89,10 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
             current = self.node.replica.state.limits
         limits = codec.limits_from_proto(request.limits, current)
         check(validate_limits(limits))  # apply checks too; refusing here commits nothing
-        reply = check(await self.node.proposer.propose(
-            c.SetLimits(request.request_id, limits, request.expected_version)))
-        if not isinstance(reply, LimitsReply):  # dedupe: another request's request_id
+        reply = check(await self.node.proposer.propose(scoped(
+            c.SetLimits(request.request_id, limits, request.expected_version), request)))
+        if not isinstance(reply, LimitsReply):  # a second line, as jobs._answering
             raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"request_id: {request.request_id!r} already answered a "
-                               "different request; use a new request_id for each request")
+                               reused_request_id(request.request_id))
         return api_pb2.SetLimitsResponse(limits=codec.limits_to_proto(limits),
                                          limits_version=reply.version)

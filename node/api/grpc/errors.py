@@ -23,6 +23,8 @@ class Reason:
     RECORDED_AS_FAILURE = "RECORDED_AS_FAILURE"  # ReportAck: a Complete kept as a failure
     NOT_RECORDED = "NOT_RECORDED"  # ReportAck: not committed; report again
     NOT_YOURS = "NOT_YOURS"  # ReportAck: the lease was not granted to this worker
+    # The caller used this request_id for a different request (HTTP: 422, problems.py)
+    REQUEST_ID_REUSED = "REQUEST_ID_REUSED"
 
 
 # (status code, the field the detail names first: "field: rule") -> reason. The core's
@@ -30,6 +32,7 @@ class Reason:
 REASONS: dict[tuple[grpc.StatusCode, str], str] = {
     (grpc.StatusCode.FAILED_PRECONDITION, "expected_version"): Reason.VERSION_CONFLICT,
     (grpc.StatusCode.FAILED_PRECONDITION, "fencing_token"): Reason.STALE_LEASE,
+    (grpc.StatusCode.FAILED_PRECONDITION, "request_id"): Reason.REQUEST_ID_REUSED,
 }
 
 REJECTED_CODES: dict[str, grpc.StatusCode] = {

@@ -8,12 +8,14 @@ import dataclasses
 import grpc
 
 from gnomon.node import codec
+from gnomon.node.api.grpc.access import request_scope, scoped
 from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import REJECTED_CODES, ServiceError, check, status_of
 from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
+from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.errors import Rejected
-from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, queue_key
+from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, dedupe_key, queue_key
 from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.leader.backfill import count_slots
 from gnomon.node.spec.schedules import (
@@ -73,17 +75,17 @@ _REPLIES = {c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobRepl
 
 
 def _answering(command, reply):
-    """`reply`, if it can answer `command`. Dedupe answers by request_id alone: a request_id
-    already used by another request returns that request's reply, which must not pass for
-    this one's (it crashed ReplayDeadLetters and made a DeleteJob report success)."""
+    """`reply`, if it can answer `command`. Apply keys dedupe by (the caller's scope,
+    request_id) and refuses a request whose fingerprint differs, so a reply of another
+    request should never come back; this stays as a second line: such a reply must not pass
+    for this one's (before scopes, one crashed ReplayDeadLetters and made a DeleteJob report
+    success)."""
     job_id = getattr(command, "job_id", None)
     if isinstance(reply, _REPLIES[type(command)]) and (
             not isinstance(reply, JobReply) or not job_id or reply.job_id == job_id) and (
             not isinstance(reply, JobsReply) or len(reply.items) == len(command.items)):
         return reply
-    raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION,
-                       f"request_id: {command.request_id!r} already answered a different "
-                       "request; use a new request_id for each request")
+    raise ServiceError(grpc.StatusCode.FAILED_PRECONDITION, reused_request_id(command.request_id))
 
 
 def item_detail(index: int, detail: str) -> str:
@@ -138,8 +140,10 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         try:
             return self._job_id(ref)
         except ServiceError:
+            # Only this caller's own request id counts (the scope apply keys it by).
+            key = dedupe_key(request_scope(), request_id)
             with self.lock:
-                if request_id and request_id in self.node.replica.state.dedupe:
+                if request_id and key in self.node.replica.state.dedupe:
                     return ref.job_id
             raise
 
@@ -214,10 +218,13 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         _check_enums(msg)
         return validate_spec(codec.spec_from_proto(msg), self.node.input_limits)
 
-    async def _propose(self, command):
+    async def _propose(self, command, request):
+        """Propose `command`, made from `request`, stamped with the scope of this caller's
+        request id and the fingerprint of `request` (access.scoped)."""
         self.require_leader()
         if "no-dedupe" in self.node.config.canaries:  # test-only jepsen canary
             command = dataclasses.replace(command, request_id="")
+        command = scoped(command, request)
         return _answering(command, check(await self.node.proposer.propose(command)))
 
     # -- jobs --------------------------------------------------------------------------------
@@ -228,7 +235,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         spec = self._spec(request.spec)
         first = bounded_first(spec, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(c.CreateJob(request.request_id, spec, first,
-                                                self.node.config.max_jobs_per_tenant))
+                                                self.node.config.max_jobs_per_tenant), request)
         return api_pb2.CreateJobResponse(job=self._job_as_written(reply, spec))
 
     @translated
@@ -254,7 +261,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         if items:
             reply = await self._propose(c.CreateJobs(
                 request.request_id, tuple(item for _, item in items),
-                self.node.config.max_jobs_per_tenant))
+                self.node.config.max_jobs_per_tenant), request)
             self._fill_results(results, items, reply)
         return api_pb2.CreateJobsResponse(results=results)
 
@@ -324,7 +331,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         self._check_identity(job_id, spec)
         nxt = bounded_first(spec, self._now_ms(), hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(
-            c.UpdateJob(request.request_id, job_id, spec, request.expected_version, nxt))
+            c.UpdateJob(request.request_id, job_id, spec, request.expected_version, nxt), request)
         return api_pb2.UpdateJobResponse(job=self._job_as_written(reply, spec))
 
     @translated
@@ -332,14 +339,14 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_request_id(request.request_id)
         job_id = await self._write_job_id(request.job, request.request_id)
         await self._propose(c.DeleteJob(request.request_id, job_id, request.expected_version,
-                                        request.cancel_running))
+                                        request.cancel_running), request)
         return api_pb2.DeleteJobResponse()
 
     @translated
     async def PauseJob(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         job_id = await self._write_job_id(request.job, request.request_id)
-        reply = await self._propose(c.SetPaused(request.request_id, job_id, True, 0))
+        reply = await self._propose(c.SetPaused(request.request_id, job_id, True, 0), request)
         return api_pb2.PauseJobResponse(job=self._job_as_written(reply))
 
     @translated
@@ -353,7 +360,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         # Cron evaluation outside the lock: the tick thread applies meanwhile.
         if nxt and spec.schedule.kind != ScheduleKind.ONCE:
             nxt = bounded_first(spec, now, hash_id=job_hash_id(spec.tenant, spec.name))
-        reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt))
+        reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt), request)
         return api_pb2.ResumeJobResponse(job=self._job_as_written(reply))
 
     @translated
@@ -371,7 +378,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 params, payloads = merge_params(spec, request.params_json,
                                                 self.node.input_limits)
         reply = await self._propose(c.TriggerJob(request.request_id, job_id, overlap, params,
-                                                 payloads))
+                                                 payloads), request)
         return api_pb2.TriggerJobResponse(run=await self._run_proto(reply.run_id))
 
     @translated
@@ -445,7 +452,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_request_id(request.request_id)
         validate_id("run_id", request.run_id)
         reply = await self._propose(c.CancelRun(request.request_id, request.run_id,
-                                                request.reason or "cancelled by request"))
+                                                request.reason or "cancelled by request"), request)
         return api_pb2.CancelRunResponse(run=await self._run_proto(reply.run_id))
 
     @translated
@@ -456,10 +463,10 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                    "queue: give a job or a tenant's queue, not both")
             tenant, queue = validate_queue_ref(request.tenant, request.queue)
-            await self._propose(c.ResetCircuit(request.request_id, "", tenant, queue))
+            await self._propose(c.ResetCircuit(request.request_id, "", tenant, queue), request)
             return api_pb2.ResetCircuitResponse(queue_circuit=self._queue_circuit(tenant, queue))
         job_id = await self._write_job_id(request.job, request.request_id)
-        reply = await self._propose(c.ResetCircuit(request.request_id, job_id))
+        reply = await self._propose(c.ResetCircuit(request.request_id, job_id), request)
         return api_pb2.ResetCircuitResponse(job=self._job_as_written(reply))
 
     def _queue_circuit(self, tenant: str, queue: str) -> types_pb2.QueueCircuit | None:
@@ -475,7 +482,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         if request.HasField("breaker"):
             breaker = codec.breaker_from_proto(request.breaker)
             validate_breaker(breaker, "breaker", self.node.input_limits)
-        await self._propose(c.SetQueueCircuit(request.request_id, tenant, queue, breaker))
+        await self._propose(c.SetQueueCircuit(request.request_id, tenant, queue, breaker), request)
         return api_pb2.SetQueueCircuitResponse(queue_circuit=self._queue_circuit(tenant, queue))
 
     @translated
@@ -510,21 +517,21 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                                    "backfill a shorter range")
         overlap = codec.overlap_from_proto(request.overlap_policy, "")
         reply = await self._propose(c.StartBackfill(request.request_id, job_id, request.from_ms,
-                                                    to_ms, total, overlap))
+                                                    to_ms, total, overlap), request)
         return api_pb2.BackfillJobResponse(job=self._job_as_written(reply))
 
     @translated
     async def CancelBackfill(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         job_id = await self._write_job_id(request.job, request.request_id)
-        reply = await self._propose(c.CancelBackfill(request.request_id, job_id))
+        reply = await self._propose(c.CancelBackfill(request.request_id, job_id), request)
         return api_pb2.CancelBackfillResponse(job=self._job_as_written(reply))
 
     @translated
     async def RerunRun(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         validate_id("run_id", request.run_id)
-        reply = await self._propose(c.RerunRun(request.request_id, request.run_id))
+        reply = await self._propose(c.RerunRun(request.request_id, request.run_id), request)
         return api_pb2.RerunRunResponse(run=await self._run_proto(reply.run_id))
 
     @translated
@@ -533,7 +540,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_id("run_id", request.run_id)
         validate_id("task_name", request.task_name)
         reply = await self._propose(c.RerunRun(request.request_id, request.run_id,
-                                               (request.task_name,)))
+                                               (request.task_name,)), request)
         return api_pb2.RetryTaskResponse(run=await self._run_proto(reply.run_id))
 
     @translated
@@ -543,7 +550,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_id("task_name", request.task_name)
         reply = await self._propose(c.CancelTask(request.request_id, request.run_id,
                                                  request.task_name,
-                                                 request.reason or "cancelled by request"))
+                                                 request.reason or "cancelled by request"), request)
         return api_pb2.CancelTaskResponse(run=await self._run_proto(reply.run_id))
 
     # -- dead letters --------------------------------------------------------------------------
@@ -573,7 +580,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 keys = [c.TaskKey(d.run_id, d.task_name)
                         for d in self.node.replica.state.dead_letters.values()
                         if request.all or d.tenant == request.tenant]
-        reply = await self._propose(c.ReplayDeadLetters(request.request_id, tuple(keys)))
+        reply = await self._propose(c.ReplayDeadLetters(request.request_id, tuple(keys)), request)
         return api_pb2.ReplayDeadLettersResponse(
             replayed=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
 

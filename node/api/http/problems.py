@@ -14,6 +14,8 @@ from http import HTTPStatus
 import grpc
 from aiohttp import web
 
+from gnomon.node.api.grpc.errors import Reason
+
 PROBLEM_TYPE = "application/problem+json"
 
 # The HTTP status of each gRPC code: the mapping of google.rpc.Code (and grpc-gateway).
@@ -35,6 +37,13 @@ HTTP_STATUS: dict[grpc.StatusCode, int] = {
     grpc.StatusCode.UNAVAILABLE: 503,
     grpc.StatusCode.DATA_LOSS: 500,
     grpc.StatusCode.UNAUTHENTICATED: 401,
+}
+
+# Failures whose HTTP status is not their code's: the same caller reusing an Idempotency-Key
+# (request_id) for a different request is FAILED_PRECONDITION over gRPC, 422 here (the IETF
+# Idempotency-Key draft's answer to a key reused with another payload).
+HTTP_STATUS_BY_REASON: dict[str, int] = {
+    Reason.REQUEST_ID_REUSED: 422,
 }
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]-]*$")
@@ -62,7 +71,7 @@ class Problem(Exception):
 
     @property
     def status(self) -> int:
-        return HTTP_STATUS.get(self.code, 500)
+        return HTTP_STATUS_BY_REASON.get(self.reason) or HTTP_STATUS.get(self.code, 500)
 
     def body(self) -> dict:
         field, rule = split_detail(self.detail)

@@ -74,26 +74,34 @@ class Command(_message.Message):
     def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_jobs: _Optional[_Union[CreateJobsCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ..., rerun_run: _Optional[_Union[RerunRunCmd, _Mapping]] = ..., cancel_task: _Optional[_Union[CancelTaskCmd, _Mapping]] = ..., reset_circuit: _Optional[_Union[ResetCircuitCmd, _Mapping]] = ..., start_backfill: _Optional[_Union[StartBackfillCmd, _Mapping]] = ..., backfill_step: _Optional[_Union[BackfillStepCmd, _Mapping]] = ..., cancel_backfill: _Optional[_Union[CancelBackfillCmd, _Mapping]] = ..., set_queue_circuit: _Optional[_Union[SetQueueCircuitCmd, _Mapping]] = ...) -> None: ...
 
 class CreateJobCmd(_message.Message):
-    __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant")
+    __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_JOBS_PER_TENANT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     spec: _types_pb2.JobSpec
     next_fire_ms: int
     max_jobs_per_tenant: int
-    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., next_fire_ms: _Optional[int] = ..., max_jobs_per_tenant: _Optional[int] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., next_fire_ms: _Optional[int] = ..., max_jobs_per_tenant: _Optional[int] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class CreateJobsCmd(_message.Message):
-    __slots__ = ("request_id", "items", "max_jobs_per_tenant")
+    __slots__ = ("request_id", "items", "max_jobs_per_tenant", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     MAX_JOBS_PER_TENANT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     items: _containers.RepeatedCompositeFieldContainer[CreateJobItem]
     max_jobs_per_tenant: int
-    def __init__(self, request_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[CreateJobItem, _Mapping]]] = ..., max_jobs_per_tenant: _Optional[int] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., items: _Optional[_Iterable[_Union[CreateJobItem, _Mapping]]] = ..., max_jobs_per_tenant: _Optional[int] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class CreateJobItem(_message.Message):
     __slots__ = ("spec", "next_fire_ms")
@@ -104,42 +112,54 @@ class CreateJobItem(_message.Message):
     def __init__(self, spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
 
 class UpdateJobCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "spec", "expected_version", "next_fire_ms")
+    __slots__ = ("request_id", "job_id", "spec", "expected_version", "next_fire_ms", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     spec: _types_pb2.JobSpec
     expected_version: int
     next_fire_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., expected_version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., spec: _Optional[_Union[_types_pb2.JobSpec, _Mapping]] = ..., expected_version: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class DeleteJobCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "expected_version", "cancel_running")
+    __slots__ = ("request_id", "job_id", "expected_version", "cancel_running", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     CANCEL_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     expected_version: int
     cancel_running: bool
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., cancel_running: _Optional[bool] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., expected_version: _Optional[int] = ..., cancel_running: _Optional[bool] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class SetPausedCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "paused", "next_fire_ms")
+    __slots__ = ("request_id", "job_id", "paused", "next_fire_ms", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIRE_MS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     paused: bool
     next_fire_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire_ms: _Optional[int] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., paused: _Optional[bool] = ..., next_fire_ms: _Optional[int] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class FireCmd(_message.Message):
     __slots__ = ("job_id", "scheduled_for_ms", "next_fire_ms", "skip", "delay_ms")
@@ -156,28 +176,36 @@ class FireCmd(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., next_fire_ms: _Optional[int] = ..., skip: _Optional[bool] = ..., delay_ms: _Optional[int] = ...) -> None: ...
 
 class TriggerJobCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "overlap_policy", "params", "payloads")
+    __slots__ = ("request_id", "job_id", "overlap_policy", "params", "payloads", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
     PAYLOADS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     overlap_policy: _types_pb2.OverlapPolicy
     params: bytes
     payloads: _containers.RepeatedCompositeFieldContainer[TaskPayload]
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ..., params: _Optional[bytes] = ..., payloads: _Optional[_Iterable[_Union[TaskPayload, _Mapping]]] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ..., params: _Optional[bytes] = ..., payloads: _Optional[_Iterable[_Union[TaskPayload, _Mapping]]] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class CancelRunCmd(_message.Message):
-    __slots__ = ("request_id", "run_id", "reason")
+    __slots__ = ("request_id", "run_id", "reason", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     run_id: str
     reason: str
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., reason: _Optional[str] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class LeaseGrant(_message.Message):
     __slots__ = ("run_id", "task_name", "worker_id", "lease_ttl_ms")
@@ -258,12 +286,16 @@ class ExpireLeasesCmd(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[ExpiredLease, _Mapping]]] = ...) -> None: ...
 
 class ReplayDeadLettersCmd(_message.Message):
-    __slots__ = ("request_id", "tasks")
+    __slots__ = ("request_id", "tasks", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskKey]
-    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskKey, _Mapping]]] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskKey, _Mapping]]] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class TaskKey(_message.Message):
     __slots__ = ("run_id", "task_name")
@@ -278,16 +310,20 @@ class BarrierCmd(_message.Message):
     def __init__(self) -> None: ...
 
 class SetLimitsCmd(_message.Message):
-    __slots__ = ("request_id", "limits", "expected_version", "bootstrap")
+    __slots__ = ("request_id", "limits", "expected_version", "bootstrap", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
     BOOTSTRAP_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     limits: _types_pb2.ClusterLimits
     expected_version: int
     bootstrap: bool
-    def __init__(self, request_id: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., expected_version: _Optional[int] = ..., bootstrap: _Optional[bool] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., expected_version: _Optional[int] = ..., bootstrap: _Optional[bool] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class LeaseCheckpoint(_message.Message):
     __slots__ = ("run_id", "task_name", "fencing_token", "remaining_ms")
@@ -308,7 +344,7 @@ class CheckpointLeasesCmd(_message.Message):
     def __init__(self, checkpoints: _Optional[_Iterable[_Union[LeaseCheckpoint, _Mapping]]] = ...) -> None: ...
 
 class CreateTokenCmd(_message.Message):
-    __slots__ = ("request_id", "name", "role", "tenants", "secret_sha256", "expires_ms", "created_by", "cert_subject")
+    __slots__ = ("request_id", "name", "role", "tenants", "secret_sha256", "expires_ms", "created_by", "cert_subject", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +353,8 @@ class CreateTokenCmd(_message.Message):
     EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
     CREATED_BY_FIELD_NUMBER: _ClassVar[int]
     CERT_SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     name: str
     role: str
@@ -325,25 +363,35 @@ class CreateTokenCmd(_message.Message):
     expires_ms: int
     created_by: str
     cert_subject: str
-    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., secret_sha256: _Optional[str] = ..., expires_ms: _Optional[int] = ..., created_by: _Optional[str] = ..., cert_subject: _Optional[str] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., name: _Optional[str] = ..., role: _Optional[str] = ..., tenants: _Optional[_Iterable[str]] = ..., secret_sha256: _Optional[str] = ..., expires_ms: _Optional[int] = ..., created_by: _Optional[str] = ..., cert_subject: _Optional[str] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class RevokeTokenCmd(_message.Message):
-    __slots__ = ("request_id", "token_id")
+    __slots__ = ("request_id", "token_id", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_id: str
-    def __init__(self, request_id: _Optional[str] = ..., token_id: _Optional[str] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., token_id: _Optional[str] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class SetTenantCmd(_message.Message):
-    __slots__ = ("request_id", "tenant", "create")
+    __slots__ = ("request_id", "tenant", "create", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     CREATE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: _types_pb2.Tenant
     create: bool
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[_Union[_types_pb2.Tenant, _Mapping]] = ..., create: _Optional[bool] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[_Union[_types_pb2.Tenant, _Mapping]] = ..., create: _Optional[bool] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class RecordAuditCmd(_message.Message):
     __slots__ = ("actor", "action", "detail")
@@ -364,54 +412,70 @@ class TaskPayload(_message.Message):
     def __init__(self, task_name: _Optional[str] = ..., payload: _Optional[bytes] = ...) -> None: ...
 
 class RerunRunCmd(_message.Message):
-    __slots__ = ("request_id", "run_id", "task_names")
+    __slots__ = ("request_id", "run_id", "task_names", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_NAMES_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     run_id: str
     task_names: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., task_names: _Optional[_Iterable[str]] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., task_names: _Optional[_Iterable[str]] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class CancelTaskCmd(_message.Message):
-    __slots__ = ("request_id", "run_id", "task_name", "reason")
+    __slots__ = ("request_id", "run_id", "task_name", "reason", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_NAME_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     run_id: str
     task_name: str
     reason: str
-    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., reason: _Optional[str] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class ResetCircuitCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "tenant", "queue")
+    __slots__ = ("request_id", "job_id", "tenant", "queue", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     tenant: str
     queue: str
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class StartBackfillCmd(_message.Message):
-    __slots__ = ("request_id", "job_id", "from_ms", "to_ms", "total_slots", "overlap_policy")
+    __slots__ = ("request_id", "job_id", "from_ms", "to_ms", "total_slots", "overlap_policy", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     FROM_MS_FIELD_NUMBER: _ClassVar[int]
     TO_MS_FIELD_NUMBER: _ClassVar[int]
     TOTAL_SLOTS_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_POLICY_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
     from_ms: int
     to_ms: int
     total_slots: int
     overlap_policy: _types_pb2.OverlapPolicy
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., total_slots: _Optional[int] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., total_slots: _Optional[int] = ..., overlap_policy: _Optional[_Union[_types_pb2.OverlapPolicy, str]] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class BackfillStepCmd(_message.Message):
     __slots__ = ("job_id", "cursor_ms", "slots_ms", "next_cursor_ms", "done")
@@ -428,21 +492,29 @@ class BackfillStepCmd(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., cursor_ms: _Optional[int] = ..., slots_ms: _Optional[_Iterable[int]] = ..., next_cursor_ms: _Optional[int] = ..., done: _Optional[bool] = ...) -> None: ...
 
 class CancelBackfillCmd(_message.Message):
-    __slots__ = ("request_id", "job_id")
+    __slots__ = ("request_id", "job_id", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     job_id: str
-    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., job_id: _Optional[str] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class SetQueueCircuitCmd(_message.Message):
-    __slots__ = ("request_id", "tenant", "queue", "breaker")
+    __slots__ = ("request_id", "tenant", "queue", "breaker", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_FIELD_NUMBER: _ClassVar[int]
     BREAKER_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tenant: str
     queue: str
     breaker: _types_pb2.CircuitBreaker
-    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., breaker: _Optional[_Union[_types_pb2.CircuitBreaker, _Mapping]] = ...) -> None: ...
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., breaker: _Optional[_Union[_types_pb2.CircuitBreaker, _Mapping]] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...

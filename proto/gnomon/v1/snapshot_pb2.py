@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from gnomon.v1 import types_pb2 as gnomon_dot_v1_dot_types__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gnomon/v1/snapshot.proto\x12\tgnomon.v1\x1a\x15gnomon/v1/types.proto\"\x82\x01\n\x0eSnapshotHeader\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\x05\x12\x12\n\nraft_index\x18\x02 \x01(\x03\x12\x14\n\x0cstate_digest\x18\x03 \x01(\t\x12\x12\n\nwritten_ms\x18\x04 \x01(\x03\x12\x0c\n\x04jobs\x18\x05 \x01(\x03\x12\x0c\n\x04runs\x18\x06 \x01(\x03\"\xfa\x01\n\tStateMeta\x12\x10\n\x08\x63lock_ms\x18\x01 \x01(\x03\x12\x12\n\nlast_token\x18\x02 \x01(\x04\x12\x0f\n\x07job_seq\x18\x03 \x01(\x03\x12\x12\n\nmanual_seq\x18\x04 \x01(\x03\x12(\n\x06limits\x18\x05 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x16\n\x0elimits_version\x18\x06 \x01(\x03\x12\x1c\n\x14\x64\x65\x61\x64_letters_evicted\x18\x07 \x01(\x03\x12\x11\n\ttoken_seq\x18\x46 \x01(\x03\x12/\n\x0equeue_circuits\x18< \x03(\x0b\x32\x17.gnomon.v1.QueueCircuit\"M\n\x0c\x44\x65\x64upeRecord\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05reply\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\r\n\x05\x61t_ms\x18\x04 \x01(\x03\"T\n\tJobRecord\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\x12\x14\n\x0cschedule_ref\x18\x02 \x01(\r\x12\x14\n\x0ctask_set_ref\x18\x03 \x01(\r\"-\n\x07TaskSet\x12\"\n\x05tasks\x18\x01 \x03(\x0b\x32\x13.gnomon.v1.TaskSpec\"J\n\tRunRecord\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\"E\n\x0bTokenRecord\x12\x1f\n\x05token\x18\x01 \x01(\x0b\x32\x10.gnomon.v1.Token\x12\x15\n\rsecret_sha256\x18\x02 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gnomon/v1/snapshot.proto\x12\tgnomon.v1\x1a\x15gnomon/v1/types.proto\"\x82\x01\n\x0eSnapshotHeader\x12\x16\n\x0e\x66ormat_version\x18\x01 \x01(\x05\x12\x12\n\nraft_index\x18\x02 \x01(\x03\x12\x14\n\x0cstate_digest\x18\x03 \x01(\t\x12\x12\n\nwritten_ms\x18\x04 \x01(\x03\x12\x0c\n\x04jobs\x18\x05 \x01(\x03\x12\x0c\n\x04runs\x18\x06 \x01(\x03\"\xfa\x01\n\tStateMeta\x12\x10\n\x08\x63lock_ms\x18\x01 \x01(\x03\x12\x12\n\nlast_token\x18\x02 \x01(\x04\x12\x0f\n\x07job_seq\x18\x03 \x01(\x03\x12\x12\n\nmanual_seq\x18\x04 \x01(\x03\x12(\n\x06limits\x18\x05 \x01(\x0b\x32\x18.gnomon.v1.ClusterLimits\x12\x16\n\x0elimits_version\x18\x06 \x01(\x03\x12\x1c\n\x14\x64\x65\x61\x64_letters_evicted\x18\x07 \x01(\x03\x12\x11\n\ttoken_seq\x18\x46 \x01(\x03\x12/\n\x0equeue_circuits\x18< \x03(\x0b\x32\x17.gnomon.v1.QueueCircuit\"q\n\x0c\x44\x65\x64upeRecord\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05reply\x18\x02 \x01(\x0c\x12\x0b\n\x03seq\x18\x03 \x01(\x03\x12\r\n\x05\x61t_ms\x18\x04 \x01(\x03\x12\r\n\x05scope\x18\x05 \x01(\t\x12\x13\n\x0b\x66ingerprint\x18\x06 \x01(\x0c\"T\n\tJobRecord\x12\x1b\n\x03job\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Job\x12\x14\n\x0cschedule_ref\x18\x02 \x01(\r\x12\x14\n\x0ctask_set_ref\x18\x03 \x01(\r\"-\n\x07TaskSet\x12\"\n\x05tasks\x18\x01 \x03(\x0b\x32\x13.gnomon.v1.TaskSpec\"J\n\tRunRecord\x12\x1b\n\x03run\x18\x01 \x01(\x0b\x32\x0e.gnomon.v1.Run\x12 \n\x04spec\x18\x02 \x01(\x0b\x32\x12.gnomon.v1.JobSpec\"E\n\x0bTokenRecord\x12\x1f\n\x05token\x18\x01 \x01(\x0b\x32\x10.gnomon.v1.Token\x12\x15\n\rsecret_sha256\x18\x02 \x01(\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,13 +37,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_STATEMETA']._serialized_start=196
   _globals['_STATEMETA']._serialized_end=446
   _globals['_DEDUPERECORD']._serialized_start=448
-  _globals['_DEDUPERECORD']._serialized_end=525
-  _globals['_JOBRECORD']._serialized_start=527
-  _globals['_JOBRECORD']._serialized_end=611
-  _globals['_TASKSET']._serialized_start=613
-  _globals['_TASKSET']._serialized_end=658
-  _globals['_RUNRECORD']._serialized_start=660
-  _globals['_RUNRECORD']._serialized_end=734
-  _globals['_TOKENRECORD']._serialized_start=736
-  _globals['_TOKENRECORD']._serialized_end=805
+  _globals['_DEDUPERECORD']._serialized_end=561
+  _globals['_JOBRECORD']._serialized_start=563
+  _globals['_JOBRECORD']._serialized_end=647
+  _globals['_TASKSET']._serialized_start=649
+  _globals['_TASKSET']._serialized_end=694
+  _globals['_RUNRECORD']._serialized_start=696
+  _globals['_RUNRECORD']._serialized_end=770
+  _globals['_TOKENRECORD']._serialized_start=772
+  _globals['_TOKENRECORD']._serialized_end=841
 # @@protoc_insertion_point(module_scope)

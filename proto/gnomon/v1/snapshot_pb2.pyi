@@ -46,16 +46,20 @@ class StateMeta(_message.Message):
     def __init__(self, clock_ms: _Optional[int] = ..., last_token: _Optional[int] = ..., job_seq: _Optional[int] = ..., manual_seq: _Optional[int] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ..., token_seq: _Optional[int] = ..., queue_circuits: _Optional[_Iterable[_Union[_types_pb2.QueueCircuit, _Mapping]]] = ...) -> None: ...
 
 class DedupeRecord(_message.Message):
-    __slots__ = ("request_id", "reply", "seq", "at_ms")
+    __slots__ = ("request_id", "reply", "seq", "at_ms", "scope", "fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     REPLY_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     reply: bytes
     seq: int
     at_ms: int
-    def __init__(self, request_id: _Optional[str] = ..., reply: _Optional[bytes] = ..., seq: _Optional[int] = ..., at_ms: _Optional[int] = ...) -> None: ...
+    scope: str
+    fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., reply: _Optional[bytes] = ..., seq: _Optional[int] = ..., at_ms: _Optional[int] = ..., scope: _Optional[str] = ..., fingerprint: _Optional[bytes] = ...) -> None: ...
 
 class JobRecord(_message.Message):
     __slots__ = ("job", "schedule_ref", "task_set_ref")

@@ -64,6 +64,13 @@ def aborted(result, code: grpc.StatusCode, field: str = "") -> Aborted:
     return result
 
 
+@pytest.fixture(autouse=True)
+def caller():
+    """The access guard's part: who calls (auth off: everyone is admin) and through which
+    RPC (one for every call of a test: the scope of its request ids)."""
+    set_principal(ANONYMOUS, "JobService.Test")
+
+
 @pytest.fixture
 async def api(leader):
     return JobServicer(leader)

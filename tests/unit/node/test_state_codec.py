@@ -290,3 +290,26 @@ def test_limits_version_and_counters_survive(original):
               "dead_letters_evicted")
     assert {f: getattr(decoded, f) for f in fields} == {f: getattr(original, f) for f in fields}
     assert dataclasses.asdict(decoded.limits) == dataclasses.asdict(original.limits)
+
+
+def test_request_id_scopes_survive_and_old_records_are_the_legacy_scope():
+    """A scoped entry keeps its scope and fingerprint through a snapshot; a legacy entry is
+    written byte for byte as before scopes existed (no scope, no fingerprint), and such a
+    record decodes into the legacy scope (its bare request id)."""
+    log = Log()
+    log.create("old", request_id="k")
+    scope = "t2/JobService.CreateJob/globex"
+    log.one(c.CreateJob("k", make_spec("new", tenant="globex"), log.now + HOUR,
+                        request_scope=scope, request_fingerprint=b"\x02" * 32))
+    st = log.state
+    assert list(st.dedupe) == ["k", (scope, "k")]
+    decoded = _round_trip(st)
+    assert list(decoded.dedupe.items()) == list(st.dedupe.items())
+    assert digest(decoded) == digest(st)
+    [(_, legacy), (_, scoped)] = state_codec.encode_tables(st)["dedupe"]
+    entry = st.dedupe["k"]
+    assert legacy == snapshot_pb2.DedupeRecord(
+        request_id="k", reply=codec.reply_to_bytes(entry.reply), at_ms=entry.at_ms,
+    ).SerializeToString()
+    rec = snapshot_pb2.DedupeRecord.FromString(scoped)
+    assert (rec.scope, rec.request_id, rec.fingerprint) == (scope, "k", b"\x02" * 32)
