@@ -4,7 +4,8 @@ A request becomes the RPC's request message: the body is that message's canonica
 (google.protobuf.json_format), query parameters set its fields by name (dotted for nested
 fields, snake_case or lowerCamelCase), path parameters set the fields the route names, and
 the `Idempotency-Key` header sets `request_id`. The servicer runs exactly as for gRPC; its
-answer is the response message's canonical JSON, its abort a problem (problems.py).
+answer is the response message's canonical JSON, its abort a problem (problems.py). Bytes
+fields (task payloads, results, run parameters) are JSON values both ways (jsonbytes.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 
 from gnomon.node.api.grpc.errors import LEADER_METADATA_KEY, REASON_METADATA_KEY
+from gnomon.node.api.http import jsonbytes
 from gnomon.node.api.http.problems import Problem
 from gnomon.node.security.admission import RETRY_AFTER_KEY
 from gnomon.v1 import api_pb2
@@ -33,6 +35,9 @@ if TYPE_CHECKING:
     AnyEnumDescriptor = _descriptor.EnumDescriptor | _upb.EnumDescriptor
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# A PATCH body's `updateMask`, kept on the aiohttp request for patch.py (not a request field).
+UPDATE_MASK_KEY = "gnomon.update_mask"
+UPDATE_MASK_FIELDS = ("updateMask", "update_mask")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,8 @@ class Route:
     # fields the route itself sets (dotted path -> JSON value)
     fixed: dict[str, object] = field(default_factory=dict)
     status: int = 200
+    # the body also carries `updateMask` (JobSpec paths): patch.py merges onto the job
+    update_mask: bool = False
 
     @property
     def service(self) -> str:
@@ -85,6 +92,10 @@ ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/jobs/{job_id}", "JobService.GetJob", "Get a job", _JOB),
     Route("PUT", "/v1/jobs/{job_id}", "JobService.UpdateJob",
           "Replace a job's spec (expectedVersion for optimistic concurrency)", _JOB, body=True),
+    Route("PATCH", "/v1/jobs/{job_id}", "JobService.UpdateJob",
+          "Change the spec fields updateMask names, keep the others (conditional on the "
+          "version merged onto unless expectedVersion is given)", _JOB, body=True,
+          update_mask=True),
     Route("DELETE", "/v1/jobs/{job_id}", "JobService.DeleteJob", "Delete a job", _JOB),
     Route("POST", "/v1/jobs/{job_id}/pause", "JobService.PauseJob", "Pause a job", _JOB,
           body=True),
@@ -315,6 +326,11 @@ async def build_request(route: Route, request: web.Request) -> Message:
         if not isinstance(parsed, dict):
             raise _bad(f"body: must be a JSON object (a {cls.DESCRIPTOR.full_name})")
         data = parsed
+    if route.update_mask:
+        for key in UPDATE_MASK_FIELDS:
+            if key in data:
+                request[UPDATE_MASK_KEY] = data.pop(key)
+    data = jsonbytes.request_in(cls.DESCRIPTOR, data)
     try:
         msg: Any = json_format.ParseDict(data, cls())  # Any: the route's own request type
     except json_format.ParseError as exc:
@@ -343,6 +359,7 @@ async def build_request(route: Route, request: web.Request) -> Message:
 
 def to_json(msg: Message) -> dict:
     """Canonical proto JSON, fields at their default value included (the dashboard and
-    clients see every field the message has)."""
-    return json_format.MessageToDict(msg, always_print_fields_with_no_presence=True)
+    clients see every field the message has), bytes fields as JSON (jsonbytes.py)."""
+    return jsonbytes.answer_out(
+        msg.DESCRIPTOR, json_format.MessageToDict(msg, always_print_fields_with_no_presence=True))
 

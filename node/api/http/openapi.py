@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import descriptor as _d
 
-from gnomon.node.api.http.api import IDEMPOTENCY_HEADER, Route, all_routes
+from gnomon.node.api.http.api import IDEMPOTENCY_HEADER, UPDATE_MASK_FIELDS, Route, all_routes
+from gnomon.node.api.http.jsonbytes import JSON_SUFFIX
 
 if TYPE_CHECKING:
     from gnomon.node.api.http.api import AnyDescriptor, AnyFieldDescriptor
@@ -27,8 +28,26 @@ _SCALARS: dict[int, dict[str, object]] = {
     _d.FieldDescriptor.TYPE_FIXED64: {"type": ["string", "integer"], "format": "uint64"},
     _d.FieldDescriptor.TYPE_BOOL: {"type": "boolean"},
     _d.FieldDescriptor.TYPE_STRING: {"type": "string"},
-    _d.FieldDescriptor.TYPE_BYTES: {"type": "string", "contentEncoding": "base64"},
+    # Bytes fields are JSON values both ways (jsonbytes.py); raw bytes in `<field>Base64`.
+    _d.FieldDescriptor.TYPE_BYTES: {
+        "description": "a JSON value (object, array, number, boolean), stored as its UTF-8 "
+                       "JSON text; null: no bytes. In a request a string is base64 of raw "
+                       "bytes (the proto JSON shape); an answer has this field only when the "
+                       "bytes are such JSON text, else the field named with the Base64 suffix"},
 }
+BASE64_SCHEMA = {"type": "string", "contentEncoding": "base64",
+                 "description": "raw bytes, base64 (standard or URL-safe, padding optional): "
+                                "in an answer when the bytes are not JSON; not together with "
+                                "the JSON field"}
+# The body of PATCH /v1/jobs/{job_id} (patch.py): UpdateJobRequest's fields and updateMask.
+PATCH_SCHEMA = "UpdateJobPatch"
+UPDATE_MASK_SCHEMA = {
+    "type": ["string", "array"], "items": {"type": "string"},
+    "description": "the JobSpec fields to change: a google.protobuf.FieldMask in its JSON "
+                   "form, comma-separated paths (lowerCamelCase or snake_case, dotted into "
+                   "singular messages: \"schedule.cron.timezone,priority,tasks\"), or an "
+                   "array of them. A path takes the body's value (absent: the default); a "
+                   "list is replaced whole; every other field keeps the job's value."}
 
 PROBLEM_SCHEMA = {"type": "object", "required": ["status", "code", "detail"], "properties": {
     "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
@@ -49,6 +68,8 @@ def _message_schema(desc: AnyDescriptor, schemas: dict) -> dict:
     props = {}
     for f in desc.fields:
         props[f.json_name] = _field_schema(f, schemas)
+        if f.type == f.TYPE_BYTES and not f.is_repeated:
+            props[f.json_name + JSON_SUFFIX] = dict(BASE64_SCHEMA)
     schemas[desc.full_name] = {"type": "object", "properties": props,
                                "additionalProperties": False}
     return ref
@@ -93,6 +114,12 @@ def _query_params(route: Route) -> list[dict]:
     return out
 
 
+def _patch_schema(request: dict) -> dict:
+    props = dict(request["properties"]) | {UPDATE_MASK_FIELDS[0]: UPDATE_MASK_SCHEMA}
+    return {"type": "object", "required": [UPDATE_MASK_FIELDS[0]], "properties": props,
+            "additionalProperties": False, "x-grpc-message": "gnomon.v1.UpdateJobRequest"}
+
+
 def operation_id(route: Route) -> str:
     words = re.sub(r"[{}]", "", route.path).strip("/").replace("/", "_").replace(".", "_")
     return f"{route.method.lower()}_{words}"
@@ -117,8 +144,12 @@ def document() -> dict:
                     "description": "the request_id: a retry with the same key has one effect",
                     "schema": {"type": "string", "maxLength": 128}})
             if route.body:
-                op["requestBody"] = {"required": False, "content": {"application/json": {
-                    "schema": _message_schema(req.DESCRIPTOR, schemas)}}}
+                body = _message_schema(req.DESCRIPTOR, schemas)
+                if route.update_mask:
+                    schemas[PATCH_SCHEMA] = _patch_schema(schemas[req.DESCRIPTOR.full_name])
+                    body = {"$ref": f"#/components/schemas/{PATCH_SCHEMA}"}
+                op["requestBody"] = {"required": route.update_mask, "content": {
+                    "application/json": {"schema": body}}}
             ok = {"description": "the response message", "content": {"application/json": {
                 "schema": _message_schema(resp.DESCRIPTOR, schemas)}}}
         elif route.path == "/v1/events":
@@ -143,7 +174,9 @@ def document() -> dict:
         "openapi": "3.1.0",
         "info": {"title": "gnomon HTTP/JSON API", "version": "v1",
                  "description": "Bodies are the canonical JSON of the gnomon.v1 proto messages "
-                                "named by x-grpc-method; node/api/http/DESIGN.md."},
+                                "named by x-grpc-method, but for bytes fields (task payloads, "
+                                "results, run parameters): a JSON value, or base64 in the "
+                                "field named with the Base64 suffix; node/api/http/DESIGN.md."},
         "paths": paths,
         "components": {"schemas": schemas},
     }

@@ -18,6 +18,7 @@ from gnomon.node.api.http.api import HttpContext, Route, all_routes, build_reque
 from gnomon.node.api.http.auth import authorize, authorize_events
 from gnomon.node.api.http.events import EventHub
 from gnomon.node.api.http.openapi import document
+from gnomon.node.api.http.patch import merged_update
 from gnomon.node.api.http.problems import PROBLEM_TYPE, Problem
 from gnomon.node.security.grpc_tls import is_loopback
 
@@ -30,7 +31,7 @@ CORS = {
     "Access-Control-Expose-Headers": "Location, Retry-After",
 }
 PREFLIGHT = CORS | {
-    "Access-Control-Allow-Methods": "GET, POST, PUT, DELETE, OPTIONS",
+    "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE, OPTIONS",
     "Access-Control-Allow-Headers": "Content-Type, Idempotency-Key, Authorization",
     "Access-Control-Max-Age": "600",
 }
@@ -159,6 +160,8 @@ class HttpServer:
 
             async def call(request: web.Request) -> web.Response:
                 msg = await build_request(route, request)
+                if route.update_mask:  # PATCH: the job's spec with the masked fields changed
+                    msg = await merged_update(self.node, servicer, request, msg)
                 context = HttpContext()
                 access = await authorize(self.node, route.service, route.method_name, request,
                                          msg, context)
