@@ -86,13 +86,16 @@ def test_create_a_job_from_the_form_and_see_its_runs_appear_live(cluster, page):
     expect(pg.get_by_test_id("next-fires").locator("li")).to_have_count(5)
     page.shot("job")
 
-    # Edit: the API's rule at the field, then a save that bumps the version.
+    # Edit: Save lists the change, Confirm sends it; the API's rule at the field, then a
+    # save that bumps the version (more in test_dashboard_edit.py).
     edit = pg.get_by_role("form", name="Edit job")
     edit.get_by_label("Interval (ms)").fill("1")
     edit.get_by_role("button", name="Save").click()
+    edit.get_by_role("button", name="Confirm save").click()
     expect(edit.get_by_test_id("err-interval")).to_contain_text("min_interval_ms")
     edit.get_by_label("Interval (ms)").fill("2000")
     edit.get_by_role("button", name="Save").click()
+    edit.get_by_role("button", name="Confirm save").click()
     expect(edit.get_by_test_id("form-message")).to_contain_text("version 2")
     expect(pg.locator("main")).to_contain_text("every 2.0 s")
     page.shot("job-edited")

@@ -1,7 +1,7 @@
 """The dashboard of a cluster that authenticates (admin_token_file): without a token every
 page says it needs one; with the token typed into the header it works from a follower, writes
 included (a browser drops Authorization on the cross-origin redirect to the leader; the page
-asks the leader again with it), live updates too."""
+asks the leader again with it; an edit's PATCH is preflighted there), live updates too."""
 
 from __future__ import annotations
 
@@ -83,5 +83,11 @@ def test_a_token_typed_into_the_header_opens_every_page(cluster, page):
         "() => document.querySelectorAll('[data-testid=run-strip] a').length >= 2")
     pg.get_by_role("button", name="Pause").first.click()
     expect(pg.get_by_role("button", name="Resume").first).to_be_visible()
+    # An edit is a PATCH: preflighted at the leader's origin, asked again there with the token.
+    edit = pg.get_by_role("form", name="Edit job")
+    edit.get_by_label("Priority").fill("5")
+    edit.get_by_role("button", name="Save").click()
+    edit.get_by_role("button", name="Confirm save").click()
+    expect(edit.get_by_test_id("form-message")).to_contain_text("(version 3)")
     page.shot("with-token")
     assert page.script_errors() == []

@@ -150,6 +150,20 @@ def test_follower_redirects_writes_to_the_leader_http_address(cluster):
     assert st.json["leaderNodeId"] == leader.node_id
 
 
+def test_a_followers_status_does_not_show_lag_it_cannot_know(cluster):
+    """A follower showed match index 0 (or a stale one) for the leader and the other
+    follower: "lag 2556" on a healthy cluster. It marks what only the leader knows."""
+    leader, follower = _follower(cluster)
+    nodes = {n["nodeId"]: n for n in call(follower.url, "GET", "/v1/cluster").json["nodes"]}
+    assert nodes[follower.node_id].get("matchIndexKnown") is True
+    for node_id, n in nodes.items():
+        if node_id != follower.node_id:
+            assert not n.get("matchIndexKnown") and n.get("matchIndex", "0") == "0", n
+    led = call(leader.url, "GET", "/v1/cluster").json
+    assert all(n.get("matchIndexKnown") for n in led["nodes"]), led["nodes"]
+    assert all(int(n.get("matchIndex", 0)) > 0 for n in led["nodes"]), led["nodes"]
+
+
 def test_idempotency_key_is_the_request_id(cluster):
     leader = cluster.leader()
     key = {"Idempotency-Key": f"k-{uuid.uuid4()}"}

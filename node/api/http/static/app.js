@@ -181,8 +181,13 @@ async function clusterPage() {
           st.nodes.map((n) => h("tr", { "data-node": n.nodeId },
             h("td", { text: n.nodeId }), h("td", {}, h("span", { class: `state s-${n.role === "leader" ? "succeeded" : n.role === "follower" ? "running" : "failed"}`, text: n.role })),
             h("td", { text: n.raftAddress }), h("td", { text: n.grpcAddress }),
-            h("td", { text: n.matchIndex }),
-            h("td", { text: String(Math.max(0, num(st.commitIndex) - num(n.matchIndex))) }),
+            // A follower knows only its own match index: the others' are the leader's to say.
+            n.matchIndexKnown
+              ? h("td", { text: n.matchIndex })
+              : h("td", { text: "—", title: "known to the leader only: open the leader's dashboard" }),
+            n.matchIndexKnown
+              ? h("td", { text: String(Math.max(0, num(st.commitIndex) - num(n.matchIndex))) })
+              : h("td", { text: "—", title: "known to the leader only" }),
             h("td", { text: n.connected ? "connected" : "unreachable" }))),
           { "data-testid": "nodes" })),
       h("section", { class: "card" }, h("h2", { text: "Replicated limits" }),
