@@ -261,71 +261,182 @@ function jobActions(job, out) {
     }, out));
 }
 
-// The create/edit form. Validation messages come from the API's problem `field`.
-function jobForm(job) {
-  const spec = job?.spec || {};
+// -- the job form ------------------------------------------------------------------------------
+// Create posts the whole spec. Edit never sends what the user did not change: Save lists the
+// fields that differ from the job's current version (the page keeps it current: every event,
+// pause and resume reloads it), the user confirms, and a PATCH with an update mask changes
+// exactly those fields, conditional on that version. Every field the form does not show
+// (overlap, jitter, circuit breaker, ...) stays as it is (node/api/http/DESIGN.md, "Editing").
+
+// A task as the form's JSON shows it: every field that is not its default (payloads as the
+// API answers them: a JSON value, or payloadBase64 for bytes that are not JSON).
+function taskView(t) {
+  const o = {};
+  for (const [k, v] of Object.entries(t)) {
+    if (k === "payload" || k === "payloadBase64") { if (v !== null && v !== undefined) o[k] = v; continue; }
+    if (k === "queue" && v === "default") continue;
+    const p = pruneDefaults(v);
+    if (p !== undefined) o[k] = p;
+  }
+  return o;
+}
+function pruneDefaults(v) {
+  if (v === null || v === undefined || v === "" || v === "0" || v === 0 || v === false) return undefined;
+  if (Array.isArray(v)) return v.length ? v : undefined;
+  if (typeof v === "object") {
+    const o = {};
+    for (const [k, x] of Object.entries(v)) { const p = pruneDefaults(x); if (p !== undefined) o[k] = p; }
+    return Object.keys(o).length ? o : undefined;
+  }
+  return v;
+}
+// A payload (or result) for people: JSON pretty-printed, raw bytes as their base64.
+function bytesText(value, b64) {
+  if (value !== null && value !== undefined) return JSON.stringify(value, null, 2);
+  return b64 ? `base64 ${b64}` : "";
+}
+
+// Leaves of a JSON value by path ("tasks[0].retry.maxAttempts"); empty objects and lists are leaves.
+function leaves(v, path, out = {}) {
+  if (v !== null && typeof v === "object" && Object.keys(v).length) {
+    for (const [k, x] of Object.entries(v)) leaves(x, Array.isArray(v) ? `${path}[${k}]` : `${path}.${k}`, out);
+  } else if (v !== undefined) out[path] = v;
+  return out;
+}
+// Outside payloads 64-bit integers are strings and numbers alike ("60000" = 60000).
+const same = (path, a, b) => /\.payload(\.|\[|$)/.test(path) ? JSON.stringify(a) === JSON.stringify(b)
+  : (typeof a === "number" || typeof b === "number") && a !== undefined && b !== undefined ? String(a) === String(b)
+    : JSON.stringify(a) === JSON.stringify(b);
+function leafDiff(path, before, after) {
+  const a = leaves(before, path), b = leaves(after, path);
+  return [...new Set([...Object.keys(a), ...Object.keys(b)])].filter((k) => !same(k, a[k], b[k]))
+    .map((k) => ({ path: k, before: a[k], after: b[k] }));
+}
+const getPath = (o, path) => path.split(".").reduce((x, k) => (x == null ? undefined : x[k]), o);
+function setPath(o, path, value) {
+  const ks = path.split(".");
+  ks.slice(0, -1).reduce((x, k) => (x[k] ||= {}), o)[ks[ks.length - 1]] = value;
+}
+const shown = (v) => (v === undefined ? "—" : typeof v === "string" ? v : JSON.stringify(v));
+
+const OPTIONS = {
+  kind: [["interval", "interval"], ["cron", "cron"], ["once", "once"]],
+  dialect: [["CRON_DIALECT_UNSPECIFIED", "5 fields or an alias"], ["CRON_DIALECT_SECONDS_LAST", "5 fields, or 6 with seconds last"],
+    ["CRON_DIALECT_SECONDS_FIRST", "6 fields, seconds first"]],
+  dstNonexistent: [["DST_NONEXISTENT_POLICY_UNSPECIFIED", "default (shift forward)"], ["DST_NONEXISTENT_POLICY_SHIFT_FORWARD", "shift forward"],
+    ["DST_NONEXISTENT_POLICY_SKIP", "skip"]],
+  dstAmbiguous: [["DST_AMBIGUOUS_POLICY_UNSPECIFIED", "default (both)"], ["DST_AMBIGUOUS_POLICY_BOTH", "both"],
+    ["DST_AMBIGUOUS_POLICY_FIRST", "first"], ["DST_AMBIGUOUS_POLICY_LAST", "last"]],
+  misfire: ["MISFIRE_POLICY_RUN_ALL", "MISFIRE_POLICY_RUN_LATEST", "MISFIRE_POLICY_SKIP"].map((k) => [k, k.replace("MISFIRE_POLICY_", "").toLowerCase()]),
+};
+// The form's value of each field for a spec (strings, as the controls hold them).
+function formValues(spec) {
   const sch = spec.schedule || { interval: { intervalMs: "60000" } };
-  const kind = sch.cron ? "cron" : sch.once ? "once" : "interval";
-  const f = {
-    tenant: h("input", { name: "tenant", value: spec.tenant || "", placeholder: "default", disabled: !!job }),
-    name: h("input", { name: "name", value: spec.name || "", required: true, disabled: !!job }),
-    kind: h("select", { name: "kind" }, ["interval", "cron", "once"].map((k) => h("option", { value: k, selected: k === kind, text: k }))),
-    expression: h("input", { name: "expression", value: sch.cron?.expression || "*/5 * * * *" }),
-    dialect: h("select", { name: "dialect" }, [["CRON_DIALECT_SECONDS_LAST", "5 fields, or 6 with seconds last"], ["CRON_DIALECT_SECONDS_FIRST", "6 fields, seconds first"]].map(([k, t]) =>
-      h("option", { value: k, selected: k === (sch.cron?.dialect || "CRON_DIALECT_SECONDS_LAST"), text: t }))),
-    timezone: h("input", { name: "timezone", value: sch.cron?.timezone || "UTC" }),
-    interval: h("input", { name: "interval", type: "number", min: "1", value: sch.interval?.intervalMs || "60000" }),
-    at: h("input", { name: "at", type: "datetime-local", step: "1", value: sch.once ? new Date(num(sch.once.atMs)).toISOString().slice(0, 19) : "" }),
-    tasks: h("textarea", { name: "tasks", "aria-describedby": "tasks-help" }),
-    priority: h("input", { name: "priority", type: "number", value: String(spec.priority || 0) }),
-    misfire: h("select", { name: "misfire" }, ["MISFIRE_POLICY_RUN_ALL", "MISFIRE_POLICY_RUN_LATEST", "MISFIRE_POLICY_SKIP"].map((k) =>
-      h("option", { value: k, selected: k === (spec.misfirePolicy || "MISFIRE_POLICY_RUN_ALL"), text: k.replace("MISFIRE_POLICY_", "").toLowerCase() }))),
-    paused: h("input", { name: "paused", type: "checkbox", checked: !!spec.paused }),
+  const cron = sch.cron || {};
+  const isoAt = (ms) => new Date(num(ms)).toISOString().slice(0, 19);
+  return {
+    tenant: spec.tenant || "", name: spec.name || "",
+    kind: sch.cron ? "cron" : sch.once ? "once" : "interval",
+    expression: sch.cron ? cron.expression || "" : "*/5 * * * *",
+    dialect: sch.cron ? cron.dialect || "CRON_DIALECT_UNSPECIFIED" : "CRON_DIALECT_SECONDS_LAST",
+    timezone: sch.cron ? cron.timezone || "" : "UTC",
+    dstNonexistent: cron.dstNonexistent || "DST_NONEXISTENT_POLICY_UNSPECIFIED",
+    dstAmbiguous: cron.dstAmbiguous || "DST_AMBIGUOUS_POLICY_UNSPECIFIED",
+    interval: String(sch.interval?.intervalMs || "60000"),
+    anchor: String(sch.interval?.anchorMs || "0"),
+    at: sch.once ? isoAt(sch.once.atMs) : "",
+    tasks: JSON.stringify((spec.tasks || [{ name: "main" }]).map(taskView), null, 2),
+    priority: String(spec.priority || 0),
+    misfire: spec.misfirePolicy && spec.misfirePolicy !== "MISFIRE_POLICY_UNSPECIFIED" ? spec.misfirePolicy : "MISFIRE_POLICY_RUN_ALL",
+    paused: String(!!spec.paused),
   };
-  f.tasks.value = JSON.stringify((spec.tasks || [{ name: "main" }]).map((t) => {
-    const o = { name: t.name };
-    if (t.queue && t.queue !== "default") o.queue = t.queue;
-    if (t.dependsOn?.length) o.dependsOn = t.dependsOn;
-    if (num(t.timeoutMs)) o.timeoutMs = t.timeoutMs;
-    if (t.retry && num(t.retry.maxAttempts)) o.retry = { maxAttempts: t.retry.maxAttempts };
-    if (t.payload) o.payload = t.payload;
-    return o;
-  }), null, 1);
+}
+// Form field -> the JobSpec path it edits and its value there. Schedule fields apply to one kind.
+const FIELDS = {
+  expression: { kind: "cron", path: "schedule.cron.expression" },
+  dialect: { kind: "cron", path: "schedule.cron.dialect" },
+  timezone: { kind: "cron", path: "schedule.cron.timezone" },
+  dstNonexistent: { kind: "cron", path: "schedule.cron.dstNonexistent" },
+  dstAmbiguous: { kind: "cron", path: "schedule.cron.dstAmbiguous" },
+  interval: { kind: "interval", path: "schedule.interval.intervalMs", value: (v) => v || "0" },
+  anchor: { kind: "interval", path: "schedule.interval.anchorMs", value: (v) => v || "0" },
+  at: { kind: "once", path: "schedule.once.atMs", value: (v) => String(v ? Date.parse(v + "Z") : 0) },
+  tasks: { path: "tasks", value: (v) => JSON.parse(v || "[]") },
+  priority: { path: "priority", value: (v) => Number(v || 0) },
+  misfire: { path: "misfirePolicy" },
+  paused: { path: "paused", value: (v) => v === "true" },
+};
+const fieldValue = (key, v) => (FIELDS[key].value || ((x) => x))(v);
+
+// The create form (job null) or a job's edit form. Validation messages come from the API's
+// problem `field`. An edit form has `load(job)`: the job's newer version, from a refresh.
+function jobForm(job) {
+  let current = job;
+  let base = formValues(job?.spec || {});
+  const select = (name, opts) => h("select", { name }, opts.map(([v, t]) => h("option", { value: v, text: t })));
+  const f = {
+    tenant: h("input", { name: "tenant", placeholder: "default", disabled: !!job }),
+    name: h("input", { name: "name", required: true, disabled: !!job }),
+    kind: select("kind", OPTIONS.kind),
+    expression: h("input", { name: "expression" }),
+    dialect: select("dialect", OPTIONS.dialect),
+    timezone: h("input", { name: "timezone", placeholder: "UTC" }),
+    dstNonexistent: select("dstNonexistent", OPTIONS.dstNonexistent),
+    dstAmbiguous: select("dstAmbiguous", OPTIONS.dstAmbiguous),
+    interval: h("input", { name: "interval", type: "number", min: "1" }),
+    anchor: h("input", { name: "anchor", type: "number", min: "0" }),
+    at: h("input", { name: "at", type: "datetime-local", step: "1" }),
+    tasks: h("textarea", { name: "tasks", rows: "8" }),
+    priority: h("input", { name: "priority", type: "number" }),
+    misfire: select("misfire", OPTIONS.misfire),
+    paused: h("input", { name: "paused", type: "checkbox" }),
+  };
+  const read = (k) => (f[k].type === "checkbox" ? String(f[k].checked) : f[k].value);
+  const write = (k, v) => { if (f[k].type === "checkbox") f[k].checked = v === "true"; else f[k].value = v; };
+  for (const [k, v] of Object.entries(base)) write(k, v);
   const errs = {};
   const field = (label, key, el) => {
-    errs[key] = h("span", { class: "err", id: `err-${key}`, "data-testid": `err-${key}` });
+    errs[key] = h("span", { class: "err", id: `err-${key}${job ? "-edit" : ""}`, "data-testid": `err-${key}` });
     el.id = `job-${key}${job ? "-edit" : ""}`;
-    el.setAttribute("aria-describedby", `err-${key}`);
+    el.setAttribute("aria-describedby", errs[key].id);
     return h("label", { for: el.id }, label, el, errs[key]);
   };
   const schedRow = h("div", { class: "row" });
   const showSched = () => {
     const k = f.kind.value;
-    schedRow.replaceChildren(...(k === "cron" ? [field("Cron expression", "expression", f.expression), field("Dialect", "dialect", f.dialect), field("Timezone", "timezone", f.timezone)]
-      : k === "interval" ? [field("Interval (ms)", "interval", f.interval)] : [field("At (UTC)", "at", f.at)]));
+    schedRow.replaceChildren(...(k === "cron" ? [field("Cron expression", "expression", f.expression), field("Dialect", "dialect", f.dialect),
+      field("Timezone", "timezone", f.timezone), field("DST gap (nonexistent time)", "dstNonexistent", f.dstNonexistent),
+      field("DST overlap (time twice)", "dstAmbiguous", f.dstAmbiguous)]
+      : k === "interval" ? [field("Interval (ms)", "interval", f.interval), field("Anchor (ms since the epoch)", "anchor", f.anchor)]
+        : [field("At (UTC)", "at", f.at)]));
   };
   f.kind.addEventListener("change", showSched);
   showSched();
   const out = h("div", { "data-testid": "form-message" });
+  const review = h("div", { class: "review", role: "region", "aria-label": "Changes to save", "data-testid": "review", hidden: true });
   const submit = h("button", { type: "submit", class: "primary", text: job ? "Save" : "Create job" });
   const previewOut = h("ul", { "data-testid": "form-preview", "aria-live": "polite" });
   const previewBtn = h("button", { type: "button", text: "Preview next fires" });
   const form = h("form", { "aria-label": job ? "Edit job" : "New job", novalidate: true },
     h("div", { class: "row" }, field("Tenant", "tenant", f.tenant), field("Name", "name", f.name), field("Schedule", "kind", f.kind)),
     schedRow,
-    h("div", { class: "row" }, field("Tasks (JSON: name, queue, dependsOn, payload, retry, timeoutMs)", "tasks", f.tasks)),
+    h("div", { class: "row" }, field("Tasks (JSON: name, queue, dependsOn, payload as JSON or payloadBase64, retry, timeoutMs)", "tasks", f.tasks)),
     h("div", { class: "row" }, field("Priority", "priority", f.priority), field("Misfire policy", "misfire", f.misfire),
-      h("label", {}, "Created paused", f.paused)),
-    out, h("div", { class: "actions" }, submit, previewBtn), previewOut);
+      field("Created paused", "paused", f.paused)),
+    job ? h("p", { class: "muted", text: "Save shows what changes; fields the form does not show (overlap, jitter, retries' backoff, circuit breaker, ...) keep their values." }) : null,
+    out, h("div", { class: "actions" }, submit, previewBtn), previewOut, review);
   const scheduleOf = () => {
     const k = f.kind.value;
-    return k === "cron" ? { cron: { expression: f.expression.value, timezone: f.timezone.value, dialect: f.dialect.value } }
-      : k === "interval" ? { interval: { intervalMs: f.interval.value || "0" } }
-        : { once: { atMs: String(f.at.value ? Date.parse(f.at.value + "Z") : 0) } };
+    if (k === "cron") {
+      return { cron: { expression: f.expression.value, timezone: f.timezone.value, dialect: f.dialect.value,
+        dstNonexistent: f.dstNonexistent.value, dstAmbiguous: f.dstAmbiguous.value } };
+    }
+    return k === "interval" ? { interval: { intervalMs: fieldValue("interval", f.interval.value), anchorMs: fieldValue("anchor", f.anchor.value) } }
+      : { once: { atMs: fieldValue("at", f.at.value) } };
   };
-  const showProblem = (err, prefix) => {
+  const showProblem = (err) => {
     const p = err.problem || {};
-    const key = fieldKey((p.field || "").replace(/^schedule/, prefix));
+    const key = fieldKey(p.field || "");
     if (key && errs[key]) {
       errs[key].textContent = p.rule || err.message;
       f[key].setAttribute("aria-invalid", "true");
@@ -337,35 +448,117 @@ function jobForm(job) {
     for (const [k, el] of Object.entries(errs)) { el.textContent = ""; f[k]?.removeAttribute("aria-invalid"); }
     message(out, "");
   };
+  const badTasks = (err) => {
+    errs.tasks.textContent = `not valid JSON: ${err.message}`; f.tasks.setAttribute("aria-invalid", "true"); f.tasks.focus();
+  };
+  // The changes of the form against the job's current version: rows to show, and the PATCH.
+  const changes = () => {
+    const now = formValues(current.spec);
+    const rows = [], mask = [], spec = {};
+    const add = (path, value, diff) => { if (diff.length) { rows.push(...diff); mask.push(path); setPath(spec, path, value); } };
+    if (read("kind") !== now.kind) {
+      const after = scheduleOf();
+      add("schedule", after, leafDiff("schedule", current.spec.schedule, after));
+    } else {
+      for (const [k, d] of Object.entries(FIELDS)) {
+        if (d.kind !== now.kind || read(k) === now[k]) continue;
+        const after = fieldValue(k, read(k));
+        add(d.path, after, leafDiff(d.path, getPath(current.spec, d.path), after));
+      }
+    }
+    if (read("tasks") !== now.tasks) {
+      const tasks = fieldValue("tasks", read("tasks")); // throws on bad JSON
+      add("tasks", tasks, leafDiff("tasks", (current.spec.tasks || []).map(taskView),
+        Array.isArray(tasks) ? tasks.map((t) => (t && typeof t === "object" ? taskView(t) : t)) : tasks));
+    }
+    for (const k of ["priority", "misfire", "paused"]) {
+      if (read(k) === now[k]) continue;
+      const after = fieldValue(k, read(k));
+      add(FIELDS[k].path, after, leafDiff(FIELDS[k].path, getPath(current.spec, FIELDS[k].path), after));
+    }
+    return { rows, body: { spec, updateMask: mask.join(","), expectedVersion: current.version } };
+  };
+  const closeReview = () => { review.hidden = true; review.replaceChildren(); };
+  const showReview = (pending, note) => {
+    const confirm = h("button", { type: "button", class: "primary", text: "Confirm save" });
+    const cancel = h("button", { type: "button", text: "Cancel" });
+    review.replaceChildren(...[
+      h("h3", { text: `Save ${pending.rows.length} change${pending.rows.length === 1 ? "" : "s"} to job ${current.jobId} (version ${pending.body.expectedVersion})?` }),
+      note ? h("p", { class: "msg bad", role: "alert", text: note }) : null,
+      table(["field", `now (version ${pending.body.expectedVersion})`, "after saving"], pending.rows.map((r) =>
+        h("tr", { "data-path": r.path }, h("td", { text: r.path }), h("td", { class: "wrap before", text: shown(r.before) }),
+          h("td", { class: "wrap after", text: shown(r.after) }))), { "data-testid": "diff" }),
+      h("div", { class: "actions" }, confirm, cancel)].filter(Boolean));
+    review.hidden = false;
+    cancel.addEventListener("click", () => { closeReview(); submit.focus(); });
+    confirm.addEventListener("click", async () => {
+      confirm.disabled = cancel.disabled = true;
+      try {
+        const res = await api("PATCH", `/v1/jobs/${encodeURIComponent(current.jobId)}`, pending.body);
+        closeReview();
+        load(res.job, true);
+        message(out, `Saved ${res.job.jobId} (version ${res.job.version})`, true);
+        await refresh();
+      } catch (err) {
+        if (err.problem?.reason === "VERSION_CONFLICT") { // changed meanwhile: review it again
+          const { job: newer } = await api("GET", `/v1/jobs/${encodeURIComponent(current.jobId)}`);
+          load(newer);
+          const again = changes();
+          if (again.rows.length) showReview(again, `The job changed meanwhile (now version ${newer.version}); check the changes again.`);
+          else { closeReview(); message(out, `The job changed meanwhile (now version ${newer.version}) and already has these values.`, true); }
+          return;
+        }
+        closeReview();
+        showProblem(err);
+      } finally { confirm.disabled = cancel.disabled = false; }
+    });
+    confirm.focus();
+  };
+  // A newer version of the job: fields the user has not touched follow it (reset: all do).
+  const load = (newer, reset = false) => {
+    const next = formValues(newer.spec);
+    const kind = read("kind");
+    for (const [k, v] of Object.entries(next)) if (reset || read(k) === base[k]) write(k, v);
+    if (read("kind") !== kind) showSched(); // re-rendered only then: a refresh keeps the focus
+    base = next;
+    current = newer;
+  };
   previewBtn.addEventListener("click", async () => {
     clearErrors();
     previewOut.replaceChildren();
     try {
       const r = await api("POST", "/v1/schedules/preview", { schedule: scheduleOf(), tenant: f.tenant.value.trim(), name: f.name.value.trim(), count: 5 }, false);
       previewOut.replaceChildren(...r.fires.map((x) => h("li", { text: `${x.utc} (${x.local} ${r.timezone})${x.dstNote ? ` — ${x.dstNote}` : ""}` })));
-    } catch (err) { showProblem(err, "spec.schedule"); }
+    } catch (err) { showProblem(err); }
   });
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     clearErrors();
-    let tasks;
-    try { tasks = JSON.parse(f.tasks.value || "[]"); } catch (err) {
-      errs.tasks.textContent = `not valid JSON: ${err.message}`; f.tasks.setAttribute("aria-invalid", "true"); f.tasks.focus(); return;
+    if (job) {
+      let pending;
+      try { pending = changes(); } catch (err) { badTasks(err); return; }
+      if (!pending.rows.length) {
+        closeReview();
+        message(out, `Nothing to save: the form shows version ${current.version} as it is.`, true);
+        return;
+      }
+      showReview(pending);
+      return;
     }
-    const schedule = scheduleOf();
-    const newSpec = { tenant: f.tenant.value.trim(), name: f.name.value.trim(), schedule, tasks,
-      priority: Number(f.priority.value || 0), misfirePolicy: f.misfire.value, paused: f.paused.checked };
+    let tasks;
+    try { tasks = fieldValue("tasks", f.tasks.value); } catch (err) { badTasks(err); return; }
+    const newSpec = { tenant: f.tenant.value.trim(), name: f.name.value.trim(), schedule: scheduleOf(), tasks,
+      priority: fieldValue("priority", f.priority.value), misfirePolicy: f.misfire.value, paused: f.paused.checked };
     submit.disabled = true;
     try {
-      const res = job ? await api("PUT", `/v1/jobs/${encodeURIComponent(job.jobId)}`, { spec: newSpec, expectedVersion: job.version })
-        : await api("POST", "/v1/jobs", { spec: newSpec });
-      message(out, `${job ? "Saved" : "Created"} ${res.job.jobId} (version ${res.job.version})`, true);
-      if (!job) location.hash = `#/jobs/${encodeURIComponent(res.job.jobId)}`;
-      else await refresh();
+      const res = await api("POST", "/v1/jobs", { spec: newSpec });
+      message(out, `Created ${res.job.jobId} (version ${res.job.version})`, true);
+      location.hash = `#/jobs/${encodeURIComponent(res.job.jobId)}`;
     } catch (err) {
-      showProblem(err, "spec.schedule");
+      showProblem(err);
     } finally { submit.disabled = false; }
   });
+  if (job) form.load = (newer) => load(newer);
   return form;
 }
 
@@ -373,13 +566,16 @@ function fieldKey(path) {
   const p = path.replace(/^spec\./, "");
   if (p.startsWith("schedule.cron.timezone")) return "timezone";
   if (p.startsWith("schedule.cron.dialect")) return "dialect";
+  if (p.startsWith("schedule.cron.dst_nonexistent")) return "dstNonexistent";
+  if (p.startsWith("schedule.cron.dst_ambiguous")) return "dstAmbiguous";
   if (p.startsWith("schedule.cron")) return "expression";
+  if (p.startsWith("schedule.interval.anchor")) return "anchor";
   if (p.startsWith("schedule.interval")) return "interval";
   if (p.startsWith("schedule.once")) return "at";
   if (p.startsWith("schedule")) return "kind";
   if (p.startsWith("tasks")) return "tasks";
   if (p.startsWith("misfire")) return "misfire";
-  return { tenant: "tenant", name: "name", priority: "priority" }[p] || "";
+  return { tenant: "tenant", name: "name", priority: "priority", paused: "paused" }[p] || "";
 }
 
 async function jobPage(jobId) {
@@ -388,14 +584,15 @@ async function jobPage(jobId) {
   const out = h("div");
   const strip = h("div");
   const runs = h("div");
+  const tasks = h("section", { class: "card" });
   const edit = h("section", { class: "card" });
-  main.replaceChildren(h("h1", {}, "Job ", h("span", { text: jobId })), out, head,
+  main.replaceChildren(h("h1", {}, "Job ", h("span", { text: jobId })), out, head, tasks,
     h("section", { class: "card" }, h("h2", { text: "Trigger with parameters" }), triggerForm(jobId, out)),
     h("section", { class: "card" }, h("h2", { text: "Runs over time" }), strip,
       h("div", { class: "legend" }, [["succeeded", "var(--ok)"], ["failed", "var(--bad)"], ["running", "var(--run)"], ["skipped", "var(--skip)"], ["late (bar)", "var(--late)"]].map(([t, c]) =>
         h("span", {}, h("i", { style: `background:${c}` }), t)))),
     h("section", { class: "card" }, h("h2", { text: "Runs" }), runs), edit);
-  let editing = false;
+  let form = null;
   refresh = async () => {
     const { job } = await api("GET", `/v1/jobs/${id}`);
     const res = await api("GET", `/v1/jobs/${id}/runs?limit=200`);
@@ -411,7 +608,7 @@ async function jobPage(jobId) {
         ["version", job.version], ["tasks", job.spec.tasks.length],
         ["fire lateness p50", lateness.length ? fmtDur(lateness[Math.floor(lateness.length / 2)]) : "—"],
         ["fire lateness max", lateness.length ? fmtDur(lateness[lateness.length - 1]) : "—"]].map(([k, v]) =>
-        h("div", {}, h("b", { text: k }), String(v)))),
+        h("div", { "data-testid": `job-${k.replace(/ /g, "-")}` }, h("b", { text: k }), String(v)))),
       preview.fires.length ? h("div", { "data-testid": "next-fires" }, h("b", { class: "muted", text: "Next fires" }),
         h("ul", {}, preview.fires.map((f) => h("li", {}, `${f.utc} (${f.local} ${preview.timezone})`, f.dstNote ? h("span", { class: "muted", text: ` — ${f.dstNote}` }) : null)))) : null,
       h("p", {}, jobActions(job, out))));
@@ -424,10 +621,17 @@ async function jobPage(jobId) {
         h("td", { text: (r.trigger || "").replace("RUN_TRIGGER_", "").toLowerCase() }), h("td", { text: fmtTime(r.scheduledForMs) }),
         h("td", { text: fmtTime(r.createdMs) }), h("td", { text: r.trigger === "RUN_TRIGGER_SCHEDULE" ? fmtDur(Math.max(0, num(r.createdMs) - num(r.scheduledForMs))) : "" }),
         h("td", { text: fmtTime(r.finishedMs) })))) : h("p", { class: "muted", text: "No runs yet." }));
-    if (!editing) {
-      editing = true;
-      edit.replaceChildren(h("h2", { text: "Edit" }), jobForm(job));
-    }
+    tasks.replaceChildren(h("h2", { text: "Tasks" }), table(["task", "queue", "depends on", "timeout", "attempts", "payload"],
+      job.spec.tasks.map((t) => h("tr", { "data-task": t.name }, h("td", { text: t.name }), h("td", { text: t.queue }),
+        h("td", { text: (t.dependsOn || []).join(", ") }), h("td", { text: num(t.timeoutMs) ? fmtDur(t.timeoutMs) : "—" }),
+        h("td", { text: t.retry?.maxAttempts || "default" }),
+        h("td", { class: "wrap" }, bytesText(t.payload, t.payloadBase64)
+          ? h("pre", { class: "json", "data-testid": "task-payload", text: bytesText(t.payload, t.payloadBase64) }) : "—"))),
+      { "data-testid": "job-tasks" }));
+    if (!form) {
+      form = jobForm(job);
+      edit.replaceChildren(h("h2", { text: "Edit" }), form);
+    } else form.load(job); // the current version: Save diffs against it and sends it
   };
   await refresh();
 }
@@ -510,7 +714,8 @@ async function runPage(runId) {
           ["trigger", (run.trigger || "").replace("RUN_TRIGGER_", "").toLowerCase()],
           ["scheduled for", fmtTime(run.scheduledForMs)], ["created", fmtTime(run.createdMs)],
           ["finished", fmtTime(run.finishedMs)], ["job version", run.jobVersion],
-          ...(run.reason ? [["reason", run.reason]] : [])].map(([k, v]) =>
+          ...(run.reason ? [["reason", run.reason]] : []),
+          ...(bytesText(run.params, run.paramsBase64) ? [["parameters", h("pre", { class: "json", text: bytesText(run.params, run.paramsBase64) })]] : [])].map(([k, v]) =>
           h("div", { "data-testid": `run-${k.replace(/ /g, "-")}` }, h("b", { text: k }), v))),
         h("p", { class: "actions" }, running ? action("Cancel run", async () => {
           await api("POST", `/v1/runs/${id}/cancel`, { reason: "cancelled from the dashboard" }); await refresh();
@@ -520,11 +725,13 @@ async function runPage(runId) {
         }, out) : null)),
       h("section", { class: "card" }, h("h2", { text: "DAG" }), h("div", { class: "scroll" }, dagSvg(run, specTasks, pick))),
       h("section", { class: "card" }, h("h2", { text: "Tasks" }),
-        table(["task", "state", "attempt", "fencing token", "worker", "ready", "started", "finished", "error", ""],
+        table(["task", "state", "attempt", "fencing token", "worker", "ready", "started", "finished", "result", "error", ""],
           run.tasks.map((t) => h("tr", { "data-task": t.taskName },
             h("td", { text: t.taskName }), h("td", {}, badge(t.state)), h("td", { text: t.attempt }),
             h("td", { text: t.fencingToken }), h("td", { text: t.workerId }), h("td", { text: fmtTime(t.readyMs) }),
             h("td", { text: fmtTime(t.startedMs) }), h("td", { text: fmtTime(t.finishedMs) }),
+            h("td", { class: "wrap" }, bytesText(t.result, t.resultBase64)
+              ? h("pre", { class: "json", "data-testid": "task-result", text: bytesText(t.result, t.resultBase64) }) : ""),
             h("td", { class: "wrap" }, t.lastError || "",
               (t.attempts || []).length ? h("details", {}, h("summary", { text: `${t.attempts.length} attempt${t.attempts.length === 1 ? "" : "s"}` }),
                 t.attempts.map((a) => h("div", {},
