@@ -11,8 +11,8 @@ whole. A field the body sets that the mask does not name is a 400 (it would be i
 The node reads the job (GetJob, authorized as such), merges, and calls UpdateJob with the
 merged spec (authorized, validated, deduped and answered exactly as a PUT). Without
 `expectedVersion` the update is conditional on the version it merged onto, so a change that
-lands in between is refused (400 FAILED_PRECONDITION, reason VERSION_CONFLICT), never
-overwritten.
+lands in between is refused (FAILED_PRECONDITION, reason VERSION_CONFLICT, as a PUT with a
+stale version), never overwritten.
 """
 
 from __future__ import annotations
