@@ -159,7 +159,9 @@ class PreviewFire:
 @dataclass(frozen=True, slots=True)
 class SchedulePreview:
     """``preview_schedule``: the next fires, the timezone of their local times, and how the
-    cluster reads a cron expression (croniter's seconds-last form and the dialect)."""
+    cluster reads a cron expression: as written (an alias expanded), then ``(5 fields)`` or
+    the dialect and its field order, ``0 */10 * * * * (seconds first (Quartz, Spring, Dkron):
+    second minute hour day-of-month month day-of-week)``."""
 
     fires: tuple[PreviewFire, ...] = ()
     timezone: str = "UTC"

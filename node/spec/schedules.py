@@ -20,11 +20,13 @@ Cron semantics (croniter 7.0, IANA timezones via `zoneinfo`):
 - DST, per job (Schedule.dst_nonexistent, dst_ambiguous; tests with Europe/Berlin,
   America/New_York, Australia/Lord_Howe, America/Santiago and Asia/Tokyo): a local time that
   does not exist fires at the first instant after the gap (SHIFT_FORWARD, the default:
-  `30 2 * * *` fires at 03:00 EDT on 2026-03-08) or not at all (SKIP); a local time that
-  occurs twice fires twice, once per UTC instant (BOTH, the default: `30 1 * * *` fires at
-  05:30Z and 06:30Z on 2026-11-01), or only at its FIRST or LAST occurrence. croniter finds
-  the candidates; a candidate whose local time does not match the expression was shifted out
-  of a gap, one whose wall time has two UTC offsets is repeated (`_dst_kind`).
+  `30 2 * * *` fires at 03:00 EDT on 2026-03-08, and `33 33 2 * * *` seconds-first in
+  US/Pacific at 03:00:00 PDT on that day, where croniter says 03:00:33: `_gap_end`) or not
+  at all (SKIP); a local time that occurs twice fires twice, once per UTC instant (BOTH,
+  the default: `30 1 * * *` fires at 05:30Z and 06:30Z on 2026-11-01), or only at its FIRST
+  or LAST occurrence. croniter finds the candidates; a candidate whose local time does not
+  match the expression was shifted out of a gap, one whose wall time has two UTC offsets is
+  repeated (`_dst_kind`).
 """
 
 from __future__ import annotations
@@ -192,15 +194,21 @@ def _cron_next(expression: str, timezone: str, after_ms: int, hash_id: str,
     if uses_hash and not hash_id:
         raise ScheduleError(field, "H needs a hash_id (the job's tenant/name)")
     template = _parse(expr, hash_id if uses_hash else None, field)
-    policed = nonexistent == DstNonexistent.SKIP or ambiguous in (DstAmbiguous.FIRST,
-                                                                  DstAmbiguous.LAST)
     try:
         at = _next_with(template, zone, after_ms)
         # Fires the job's DST policy leaves out: an ambiguous hour of a seconds schedule
         # has 3,600 of them; the bound only guards against a bug looping forever.
-        for _ in range(_MAX_DST_SKIPS if policed else 0):
-            if not _dst_leaves_out(at, zone, template.expanded, nonexistent, ambiguous):
-                break
+        for _ in range(_MAX_DST_SKIPS):
+            kind, fold = _dst_kind(at, zone, template.expanded)
+            if kind == "shifted" and nonexistent != DstNonexistent.SKIP:
+                # croniter moves a time out of a gap by whole minutes and keeps its seconds
+                # (`33 33 2 * * *` -> 03:00:33); SHIFT_FORWARD is the first instant after it.
+                start = _gap_end(at, zone)
+                if start > after_ms:
+                    return start
+                # else this gap's fire was at or before after_ms: look further
+            elif not _policy_leaves_out(kind, fold, nonexistent, ambiguous):
+                return at
             at = _next_with(template, zone, at)
         return at
     except (CroniterBadDateError, ValueError, OverflowError):
@@ -208,10 +216,34 @@ def _cron_next(expression: str, timezone: str, after_ms: int, hash_id: str,
         return 0
 
 
+def _offset(at_ms: int, zone: ZoneInfo) -> timedelta | None:
+    return (_EPOCH + at_ms * _MS).astimezone(zone).utcoffset()
+
+
+def _gap_end(at_ms: int, zone: ZoneInfo) -> int:
+    """The first instant after the DST gap that croniter shifted the fire `at_ms` out of: the
+    instant the UTC offset changed (croniter's fire is within a minute of it; an hour back is
+    searched). `at_ms` itself when no change is found."""
+    after = _offset(at_ms, zone)
+    lo, hi = at_ms - 3_600_000, at_ms
+    if _offset(lo, zone) == after:
+        return at_ms
+    while hi - lo > 1:  # offset(lo) is the old offset, offset(hi) the new one
+        mid = (lo + hi) // 2
+        if _offset(mid, zone) == after:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 def _dst_leaves_out(at_ms: int, zone: ZoneInfo, expanded: list, nonexistent: str,
                     ambiguous: str) -> bool:
     """Whether the job's DST policy leaves out the fire croniter found at `at_ms`."""
-    kind, fold = _dst_kind(at_ms, zone, expanded)
+    return _policy_leaves_out(*_dst_kind(at_ms, zone, expanded), nonexistent, ambiguous)
+
+
+def _policy_leaves_out(kind: str, fold: int, nonexistent: str, ambiguous: str) -> bool:
     if kind == "shifted":
         return nonexistent == DstNonexistent.SKIP
     if kind == "repeated":
@@ -301,6 +333,10 @@ _READINGS = {
     CronDialect.SECONDS_LAST: "seconds last (croniter)",
     CronDialect.SECONDS_FIRST: "seconds first (Quartz, Spring, Dkron)",
 }
+_FIELD_ORDER = {
+    CronDialect.SECONDS_LAST: "minute hour day-of-month month day-of-week second",
+    CronDialect.SECONDS_FIRST: "second minute hour day-of-month month day-of-week",
+}
 
 
 def _check_dst_fields(schedule: Schedule, field: str) -> None:
@@ -368,9 +404,13 @@ def preview(schedule: Schedule, after_ms: int, count: int, *,
                                 "whose hash spreads it")
         template = _parse(expr, hash_id if uses_hash else None, "schedule.cron.expression")
         expanded = template.expanded
-        six = len(expr.split()) == 6
-        label = _READINGS[schedule.dialect or CronDialect.SECONDS_LAST] if six else "5 fields"
-        reading = f"{expr} ({label})"
+        if len(expr.split()) == 6:
+            # As written, in its dialect's order (croniter's rotated form is no one's text).
+            dialect = schedule.dialect or CronDialect.SECONDS_LAST
+            reading = (f"{' '.join(schedule.expression.split())} ({_READINGS[dialect]}: "
+                       f"{_FIELD_ORDER[dialect]})")
+        else:
+            reading = f"{expr} (5 fields)"
     out: list[tuple[int, str, str, str]] = []
     at = after_ms
     while len(out) < count:
@@ -393,11 +433,11 @@ def _dst_note(at_ms: int, zone: ZoneInfo, expanded: list) -> str:
     local = (_EPOCH + at_ms * _MS).astimezone(zone)
     if kind == "shifted":
         return (f"the local time it is meant for does not exist on {local.date()} (DST "
-                f"starts): fires at the first instant after the gap, {local.strftime('%H:%M')} "
-                f"{local.tzname()}")
+                f"starts): fires at the first instant after the gap, "
+                f"{local.strftime('%H:%M:%S')} {local.tzname()}")
     if kind == "repeated":
         which = "second" if fold else "first"
-        return (f"{local.strftime('%H:%M')} occurs twice on {local.date()} (DST ends): this "
+        return (f"{local.strftime('%H:%M:%S')} occurs twice on {local.date()} (DST ends): this "
                 f"is the {which} occurrence ({local.tzname()}, UTC{local.strftime('%z')})")
     return ""
 

@@ -188,7 +188,8 @@ def test_six_fields_need_a_dialect_and_a_preview_shows_dst(servers):
         preview = client.preview_schedule(job.job_id, count=3, after=1_767_225_600_000)
         assert [f.utc for f in preview.fires] == [
             "2026-01-01T00:00:10Z", "2026-01-01T00:00:20Z", "2026-01-01T00:00:30Z"]
-        assert preview.reading == "* * * * * */10 (seconds first (Quartz, Spring, Dkron))"
+        assert preview.reading == ("*/10 * * * * * (seconds first (Quartz, Spring, Dkron): "
+                                   "second minute hour day-of-month month day-of-week)")
         # A schedule that is not a job's: Berlin's spring-forward gap, 2026-03-29.
         berlin = CronSchedule("30 2 * * *", "Europe/Berlin")
         preview = client.preview_schedule(schedule=berlin, count=2, after=1_774_656_000_000)

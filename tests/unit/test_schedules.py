@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -451,7 +452,8 @@ def test_preview_of_other_schedules_and_hash() -> None:
     assert out[0][0] == next_fire_after(hashed, ms("2026-01-01T00:00:00"), hash_id="acme/etl")
     out, _, reading = schedules.preview(dialect_cron("0 */10 * * * *", "seconds_first"),
                                         ms("2026-01-01T00:00:00"), 1)
-    assert reading == "*/10 * * * * 0 (seconds first (Quartz, Spring, Dkron))"
+    assert reading == ("0 */10 * * * * (seconds first (Quartz, Spring, Dkron): second minute "
+                       "hour day-of-month month day-of-week)")
 
 
 # --- DST policies (issue 9): real transitions in five zones -----------------------------------
@@ -607,3 +609,54 @@ def test_uses_hash_tells_h_tokens_from_day_names():
     assert not schedules.uses_hash(Schedule(kind=ScheduleKind.INTERVAL, interval_ms=1000))
     # Without H, every job's gap is the schedule's: the shared ("") evaluation is right.
     assert schedules.shortest_gap_ms(cron("30 4 * * *")) == 86_400_000
+
+
+# --- seconds in a DST gap, readings, the day rule, what other schedulers write ---------------
+
+PACIFIC = "US/Pacific"
+
+
+@pytest.mark.parametrize(("expression", "dialect"), [("33 33 2 * * *", "seconds_first"),
+                                                     ("33 2 * * * 33", "seconds_last")])
+def test_a_seconds_fire_shifted_out_of_a_gap_fires_at_the_first_instant_after_it(
+        expression, dialect) -> None:
+    # 2026-03-08 02:00 PST -> 03:00 PDT: 02:33:33 does not exist. croniter's answer is
+    # 03:00:33 (it keeps the seconds); the first instant after the gap is 03:00:00.
+    s = dialect_cron(expression, dialect, PACIFIC)
+    assert local_fires(s, "2026-03-07T12:00:00", 3) == [
+        "2026-03-08T03:00:00-07:00", "2026-03-09T02:33:33-07:00", "2026-03-10T02:33:33-07:00"]
+    # From the shifted fire (or just after it) the next is the next day's: no second fire.
+    assert next_fire_after(s, ms("2026-03-08T03:00:00-07:00")) == ms("2026-03-09T02:33:33-07:00")
+    assert next_fire_after(s, ms("2026-03-08T03:00:10-07:00")) == ms("2026-03-09T02:33:33-07:00")
+    skip = replace(s, dst_nonexistent="skip")
+    assert local_fires(skip, "2026-03-07T12:00:00", 2) == [
+        "2026-03-09T02:33:33-07:00", "2026-03-10T02:33:33-07:00"]
+    out, _, _ = schedules.preview(s, ms("2026-03-07T12:00:00"), 1)
+    assert out[0][2] == "2026-03-08T03:00:00-07:00"
+    assert out[0][3] == ("the local time it is meant for does not exist on 2026-03-08 (DST "
+                         "starts): fires at the first instant after the gap, 03:00:00 PDT")
+
+
+def test_seconds_in_a_half_hour_gap_and_in_a_repeated_hour() -> None:
+    # Australia/Lord_Howe 02:00 -> 02:30: 02:15:33 fires at 02:30:00.
+    s = dialect_cron("33 15 2 * * *", "seconds_first", LORD_HOWE)
+    assert local_fires(s, "2026-10-02T00:00:00", 2) == [
+        "2026-10-03T02:15:33+10:30", "2026-10-04T02:30:00+11:00"]
+    # A repeated local time keeps its seconds, and the note shows them.
+    out, _, _ = schedules.preview(dialect_cron("33 30 1 * * *", "seconds_first", NY),
+                                  ms("2026-11-01T00:00:00"), 2)
+    assert [note.split(" occurs")[0] for *_, note in out] == ["01:30:33", "01:30:33"]
+
+
+def test_the_preview_shows_a_seconds_first_expression_in_its_own_order() -> None:
+    out, _, reading = schedules.preview(dialect_cron("0 */10 * * * *", "seconds_first"),
+                                        ms("2026-01-01T00:00:00"), 2)
+    assert reading == ("0 */10 * * * * (seconds first (Quartz, Spring, Dkron): second minute "
+                       "hour day-of-month month day-of-week)")
+    assert [utc for _, utc, *_ in out] == ["2026-01-01T00:10:00Z", "2026-01-01T00:20:00Z"]
+    _, _, reading = schedules.preview(dialect_cron("0  */10 * * *  5", "seconds_last"), 0, 1)
+    assert reading == ("0 */10 * * * 5 (seconds last (croniter): minute hour day-of-month "
+                       "month day-of-week second)")
+    # A stored 6-field job without a dialect is read seconds last, and says so.
+    assert schedules.preview(cron("0 0 * * * 30"), 0, 1)[2].endswith(
+        "(seconds last (croniter): minute hour day-of-month month day-of-week second)")
