@@ -113,6 +113,8 @@ def test_error_statuses_and_problem_bodies(cluster, method, path, body, raw, sta
     p = r.json
     assert (p["status"], p["code"], p["field"]) == (status, code, field), p
     assert p["detail"] and p["title"] and p["type"].startswith("urn:gnomon:problem:")
+    if status == 405:  # RFC 9110: the methods the route has
+        assert set(r.headers["allow"].split(",")) >= {"GET", "POST"}, r.headers
 
 
 def test_version_conflict_carries_the_reason(cluster):
@@ -120,7 +122,7 @@ def test_version_conflict_carries_the_reason(cluster):
     job = _create(leader, "versioned")
     r = call(leader.url, "PUT", f"/v1/jobs/{job['jobId']}",
              {"spec": _spec("versioned"), "expectedVersion": "7"})
-    assert r.status == 400, r.text
+    assert r.status == 409, r.text  # Conflict, as HTTP APIs answer an edit of a changed thing
     assert r.json["code"] == "FAILED_PRECONDITION"
     assert r.json["reason"] == "VERSION_CONFLICT" and r.json["field"] == "expected_version"
     ok = call(leader.url, "PUT", f"/v1/jobs/{job['jobId']}",

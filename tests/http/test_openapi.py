@@ -96,3 +96,10 @@ def test_operations_name_their_rpc_and_its_message_types(doc):
         assert set(schema["properties"]) == fields, name
     refs = re.findall(r'"\$ref": "#/components/schemas/([^"]+)"', __import__("json").dumps(doc))
     assert set(refs) <= set(schemas)
+
+
+def test_the_bearer_security_scheme_is_declared(doc):
+    assert doc["components"]["securitySchemes"]["bearerAuth"] == {
+        "type": "http", "scheme": "bearer",
+        "description": doc["components"]["securitySchemes"]["bearerAuth"]["description"]}
+    assert doc["security"] == [{"bearerAuth": []}]

@@ -75,8 +75,9 @@ def test_the_admin_token_over_https_and_the_redirect_names_https(cluster):
 
 def test_no_token_and_a_reader_token_get_the_grpc_answers(cluster):
     leader = cluster.leader()
-    status, _, body = _call(cluster, leader, "GET", "/v1/jobs")
+    status, headers, body = _call(cluster, leader, "GET", "/v1/jobs")
     assert status == 401 and body["code"] == "UNAUTHENTICATED", body
+    assert headers["WWW-Authenticate"] == 'Bearer realm="gnomon"'  # RFC 6750
     creds = grpc.ssl_channel_credentials(*(open(cluster.client_tls()[k], "rb").read()
                                            for k in ("ca_file", "key_file", "cert_file")))
     with grpc.secure_channel(leader.grpc_addr, creds) as channel:

@@ -178,5 +178,10 @@ def document() -> dict:
                                 "results, run parameters): a JSON value, or base64 in the "
                                 "field named with the Base64 suffix; node/api/http/DESIGN.md."},
         "paths": paths,
-        "components": {"schemas": schemas},
+        # Every route takes the bearer token of the gRPC port (node/security/DESIGN.md); a
+        # node started without --admin-token-file accepts calls without one.
+        "security": [{"bearerAuth": []}],
+        "components": {"schemas": schemas, "securitySchemes": {"bearerAuth": {
+            "type": "http", "scheme": "bearer",
+            "description": "a gnomon token (`gnomon token create`, or the admin token file)"}}},
     }

@@ -44,6 +44,9 @@ HTTP_STATUS: dict[grpc.StatusCode, int] = {
 # Idempotency-Key draft's answer to a key reused with another payload).
 HTTP_STATUS_BY_REASON: dict[str, int] = {
     Reason.REQUEST_ID_REUSED: 422,
+    # A stale expected_version: 409 Conflict, as HTTP APIs answer an edit of a changed thing
+    # (FAILED_PRECONDITION with this reason over gRPC).
+    Reason.VERSION_CONFLICT: 409,
 }
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]-]*$")
@@ -91,5 +94,8 @@ class Problem(Exception):
         return out
 
     def response(self) -> web.Response:
+        headers = dict(self.headers)
+        if self.status == 401:  # RFC 6750: say which scheme the credentials must use
+            headers.setdefault("WWW-Authenticate", 'Bearer realm="gnomon"')
         return web.Response(status=self.status, text=json.dumps(self.body()),
-                            content_type=PROBLEM_TYPE, headers=self.headers)
+                            content_type=PROBLEM_TYPE, headers=headers)

@@ -120,8 +120,10 @@ class HttpServer:
                     413: f"body larger than {MAX_BODY_BYTES} bytes"}.get(exc.status, exc.reason)
             problem = Problem(code, f"{request.method} {request.path}: {what}")
             body = problem.body() | {"status": exc.status, "title": exc.reason}
+            # 405 keeps aiohttp's Allow header (the methods the route has; RFC 9110).
+            allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
             resp = web.Response(status=exc.status, text=json.dumps(body),
-                                content_type=PROBLEM_TYPE)
+                                content_type=PROBLEM_TYPE, headers=allow)
         except NotImplementedError:  # an RPC in the proto whose servicer is not written yet
             resp = Problem(grpc.StatusCode.UNIMPLEMENTED,
                            f"{request.path}: not implemented by this node").response()
