@@ -129,7 +129,8 @@ def _add_schedule_flags(g: Any) -> None:
     g.add_argument(
         "--cron",
         metavar="EXPR",
-        help='cron: 5 fields, an @alias, or 6 fields with --cron-dialect ("*/10 * * * * *")',
+        help='cron: 5 fields, an @alias, or 6 fields with --cron-dialect ("*/10 * * * * *"); '
+        '"@every 1h30m" is an interval, a "CRON_TZ=<zone> " prefix the --tz',
     )
     g.add_argument("--tz", metavar="ZONE", help="IANA timezone of --cron (default UTC)")
     g.add_argument(

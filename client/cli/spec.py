@@ -11,7 +11,7 @@ for instants (``at_ms``, ``anchor_ms``) an ISO 8601 time with a zone, ``"now"`` 
     tenant: default
     schedule:                          # exactly one kind:
       cron: "0 3 * * *"                #   5 fields, @daily..., or 6 with a dialect:
-      timezone: Europe/Berlin          #   IANA name; default UTC
+      timezone: Europe/Berlin          #   IANA name; default UTC (or a CRON_TZ=/TZ= prefix)
       # dialect: seconds_first         #   6 fields: seconds_last (croniter) | seconds_first
       # dst_nonexistent: skip          #   a local time DST skips: skip | shift_forward
       # dst_ambiguous: first           #   one it repeats: first | last | both
@@ -46,7 +46,12 @@ for instants (``at_ms``, ``anchor_ms``) an ISO 8601 time with a zone, ``"now"`` 
       - name: load
         depends_on: [extract]
 
-Quote cron expressions in YAML (``*`` starts an alias).
+Quote cron expressions in YAML (``*`` starts an alias). What other schedulers write is read as
+they mean it: robfig/cron's and Dkron's ``@every 1h30m`` is an interval schedule (``interval_ms:
+1h30m``, anchored at the epoch; whole seconds, as robfig rounds them), and a ``CRON_TZ=<zone> ``
+or ``TZ=<zone> `` prefix (robfig, Kubernetes CronJob) is the timezone (refused if
+``timezone``/``--tz`` names another). The cluster itself refuses both in a cron expression,
+with the gnomon spelling.
 """
 
 from __future__ import annotations
@@ -55,7 +60,9 @@ import argparse
 import base64
 import binascii
 import json
+import re
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -162,10 +169,26 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
             article = {"cron": "a cron", "interval_ms": "an interval", "at_ms": "a once"}[kind]
             raise fail(f"{path}.{key}", f"does not apply to {article} schedule")
     if kind == "cron":
+        text, prefixed = _tz_prefix(read_str(data["cron"], f"{path}.cron"), f"{path}.cron")
         tz = data.get("timezone")
+        if tz is not None:
+            tz = read_str(tz, f"{path}.timezone")
+        every = _every_ms(text, f"{path}.cron")
+        if every is not None:
+            if prefixed:
+                raise fail(f"{path}.cron", f"a {prefixed[0]}= prefix does not apply to @every "
+                           f"(an interval schedule: it fires at UTC instants); write {text!r}")
+            for key in data:
+                if key != "cron":
+                    raise fail(f"{path}.{key}", "does not apply to @every (an interval "
+                               "schedule: it fires at UTC instants)")
+            return IntervalSchedule(interval_ms=every)
+        if prefixed and tz is not None and tz != prefixed[1]:
+            raise fail(f"{path}.timezone", f"{tz!r} contradicts the cron's "
+                       f"{prefixed[0]}={prefixed[1]} prefix: give the timezone once")
         return CronSchedule(
-            read_str(data["cron"], f"{path}.cron"),
-            read_str(tz, f"{path}.timezone") if tz is not None else "UTC",
+            text,
+            prefixed[1] if prefixed else tz if tz is not None else "UTC",
             _dialect(data.get("dialect"), f"{path}.dialect"),
             _choice(DstNonexistent, data.get("dst_nonexistent"), f"{path}.dst_nonexistent"),
             _choice(DstAmbiguous, data.get("dst_ambiguous"), f"{path}.dst_ambiguous"),
@@ -179,6 +202,51 @@ def _schedule(data: Any, path: str, now_ms: int | None) -> Schedule:
             else parse_instant_ms(anchor, f"{path}.anchor_ms", now_ms=now_ms),
         )
     return OnceSchedule(at_ms=parse_instant_ms(data["at_ms"], f"{path}.at_ms", now_ms=now_ms))
+
+
+# robfig/cron's and Kubernetes CronJob's timezone prefix: `CRON_TZ=<zone> ` or `TZ=<zone> `.
+_TZ_PREFIX = re.compile(r"(CRON_TZ|TZ)=(\S*)\s*", re.IGNORECASE)
+_EVERY = re.compile(r"@every(?:\s+(.*))?", re.IGNORECASE | re.DOTALL)
+# Go's time.ParseDuration, as robfig/cron and Dkron read `@every <duration>`.
+_GO_DURATION = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_GO_UNITS_MS = {"ns": Fraction(1, 10**6), "us": Fraction(1, 1000), "µs": Fraction(1, 1000),
+                "μs": Fraction(1, 1000), "ms": Fraction(1), "s": Fraction(1000),
+                "m": Fraction(60_000), "h": Fraction(3_600_000)}
+
+
+def _tz_prefix(text: str, path: str) -> tuple[str, tuple[str, str] | None]:
+    """A cron text without its `CRON_TZ=`/`TZ=` prefix, and (prefix name, zone) if it had one."""
+    m = _TZ_PREFIX.match(text.strip())
+    if m is None:
+        return text, None
+    if not m.group(2):
+        raise fail(path, f"no timezone after {m.group(1)}= in {text!r}")
+    return text.strip()[m.end():], (m.group(1), m.group(2))
+
+
+def _every_ms(text: str, path: str) -> int | None:
+    """The period of robfig/cron's and Dkron's `@every <Go duration>`, None for other text.
+
+    It is refused where robfig's meaning differs: robfig rounds the duration down to whole
+    seconds, at least one."""
+    m = _EVERY.fullmatch(text.strip())
+    if m is None:
+        return None
+    duration = (m.group(1) or "").strip()
+    if not duration or _GO_DURATION.sub("", duration):
+        raise fail(path, f"{text!r}: {duration!r} is not a duration (Go's, as robfig/cron and "
+                   "Dkron read @every: 90s, 1h30m, 1.5h)")
+    total = sum((Fraction(n) * _GO_UNITS_MS[u] for n, u in _GO_DURATION.findall(duration)),
+                Fraction(0))
+    if not total:
+        raise fail(path, f"{text!r}: must be at least 1s (robfig/cron and Dkron fire it every "
+                   "second)")
+    if total < 1000 or total % 1000:
+        shown = str(total) if total.denominator == 1 else f"{total.numerator / total.denominator:g}"
+        raise fail(path, f"robfig/cron and Dkron round @every down to whole seconds (at least "
+                   f"1s): {text!r} is not every {shown} ms there; write whole seconds, or "
+                   f"interval_ms: {shown}ms")
+    return int(total)
 
 
 def _retry(data: Any, path: str) -> dict[str, Any]:
@@ -478,7 +546,16 @@ def _schedule_from_flags(
             return None
         schedule = dict(current)
     elif kinds == ["cron"]:
-        schedule = {"cron": args.cron, "timezone": "UTC"}
+        text, prefixed = _tz_prefix(args.cron, "--cron")
+        if prefixed and args.tz is not None and args.tz != prefixed[1]:
+            raise UsageError(f"--tz {args.tz!r} contradicts the cron's "
+                             f"{prefixed[0]}={prefixed[1]} prefix: give the timezone once")
+        if _EVERY.fullmatch(text.strip()):
+            for flag, _key in _CRON_FLAGS:
+                if getattr(args, flag) is not None:
+                    raise UsageError(f"--{flag.replace('_', '-')} applies to a cron schedule; "
+                                     f"--cron {args.cron!r} is an interval (@every)")
+        schedule = {"cron": args.cron}  # the timezone: --tz, the prefix, or UTC
     elif kinds == ["interval_ms"]:
         schedule = {"interval_ms": args.interval_ms}
     else:

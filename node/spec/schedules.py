@@ -11,8 +11,21 @@ Cron semantics (croniter 7.0, IANA timezones via `zoneinfo`):
   croniter's form. A new 6-field expression without a dialect is refused with both readings
   (`*/10 * * * * *` is "every second of every tenth minute" to croniter and "every ten
   seconds" to Quartz); a job stored before dialects existed keeps the seconds-last reading.
-  Names (`mon`, `jan`), `L`, `W`, `#` and `?` are croniter's. Day-of-month and day-of-week
-  both restricted means either matches (Vixie cron).
+  Names (`mon`, `jan`), `?`, `L` in day-of-month (the last day), `nW` (the weekday nearest
+  day n, within its month) and `#` (`fri#3`: the third Friday) are croniter's and mean what
+  they mean in Quartz; the last Friday of the month is croniter's `L5` (Quartz: `6L`,
+  `FRIL`). Weekday numbers are croniter's in every dialect (0 or 7 Sunday .. 6 Saturday, as
+  Spring and Dkron number them; Quartz's 1 is Sunday, so its `6#3` is `5#3` here). Quartz's
+  `LW`, `L-n`, `nL` and a lone `L` in day-of-week are refused naming the field and the
+  nearest spelling (`_quartz_form`).
+- Day-of-month and day-of-week both restricted (anything but `*` or `?`, a step such as `*/2`
+  included) means either matches: `0 0 */2 * 1` fires on odd days and on Mondays. That is
+  croniter's rule, not Vixie cron's: Vixie cron and cronie take a field that starts with `*`
+  as unrestricted and fire `0 0 */2 * 1` on odd-day Mondays only.
+- Other schedulers' text is refused with the gnomon spelling, never half-read: robfig/cron's
+  and Dkron's `@every 1h30m` is an interval schedule (interval_ms 5400000), a `CRON_TZ=` or
+  `TZ=` prefix (robfig, Kubernetes CronJob) belongs in the timezone field. The CLI and spec
+  files convert both before sending (`gnomon.client.cli.spec`).
 - Aliases @hourly @daily @midnight @weekly @monthly @yearly @annually keep their usual meaning;
   they are expanded here, never hashed.
 - `H` picks a per-job value from `hash_id` (crc32, the same in every process); `R` (random)
@@ -156,8 +169,10 @@ def check_schedule(
         tz_field = f"{field}.cron.timezone"
         expr_field = f"{field}.cron.expression"
         zone = _zone(schedule.timezone, tz_field)
-        _check_dialect(schedule, f"{field}.cron", hash_id or _PLACEHOLDER_HASH_ID, zone)
+        # First what the text is (another scheduler's prefix or @every, a field count), then
+        # whether a 6-field one says where its seconds are.
         expr, uses_hash = _normalise(schedule.expression, expr_field, schedule.dialect)
+        _check_dialect(schedule, f"{field}.cron", hash_id or _PLACEHOLDER_HASH_ID, zone)
         key = hash_id or _PLACEHOLDER_HASH_ID
         template = _parse(expr, key if uses_hash else None, expr_field)
         try:
@@ -285,7 +300,8 @@ def _parse(expr: str, hash_id: str | None, field: str) -> croniter[datetime]:
     try:
         return _parse_cached(expr, hash_id)
     except (CroniterError, ValueError) as exc:
-        raise ScheduleError(field, f"invalid cron expression: {exc}") from None
+        rule = _quartz_form(expr) or f"invalid cron expression: {exc}"
+        raise ScheduleError(field, rule) from None
 
 
 def _normalise(expression: str, field: str, dialect: str = "") -> tuple[str, bool]:
@@ -294,7 +310,17 @@ def _normalise(expression: str, field: str, dialect: str = "") -> tuple[str, boo
     if len(expression) > _MAX_EXPRESSION_LEN:
         raise ScheduleError(field, f"longer than {_MAX_EXPRESSION_LEN} characters")
     text = expression.strip()
+    prefix = _TZ_PREFIX.match(text)
+    if prefix:
+        rest = " ".join(text[prefix.end():].split())
+        tz_field = field.rpartition(".")[0] + ".timezone"
+        raise ScheduleError(field, f"the {prefix.group(1)}={prefix.group(2)} prefix (robfig/cron, "
+                            f"Kubernetes CronJob) is not part of a gnomon expression: set "
+                            f"{tz_field} to {prefix.group(2)!r} and the expression to {rest!r} "
+                            "(spec files and the CLI's --cron take the prefix)")
     if text.startswith("@"):
+        if text[:7].lower() == "@every " or text.lower() == "@every":
+            raise ScheduleError(field, _every_rule(text))
         alias = _ALIASES.get(text.lower())
         if alias is None:
             raise ScheduleError(
@@ -316,6 +342,79 @@ def _normalise(expression: str, field: str, dialect: str = "") -> tuple[str, boo
     if any(_RANDOM_TOKEN.fullmatch(tok) for tok in tokens):
         raise ScheduleError(field, "R (random) is not supported; use H for a stable spread")
     return " ".join(fields), any(_HASH_TOKEN.fullmatch(tok) for tok in tokens)
+
+
+# robfig/cron's (and Kubernetes CronJob's) `CRON_TZ=<zone> ` or `TZ=<zone> ` in front.
+_TZ_PREFIX = re.compile(r"(CRON_TZ|TZ)=(\S*)\s*", re.IGNORECASE)
+# Go's time.ParseDuration (robfig's @every), and gnomon's `d`.
+_GO_DURATION = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h|d)")
+_GO_UNITS_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "μs": 1e-3, "ms": 1, "s": 1000,
+                "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _every_rule(text: str) -> str:
+    """Why `@every <duration>` is refused as a cron expression, with the interval it means."""
+    duration = text[len("@every"):].strip()
+    head = (f"{text!r} is an interval (robfig/cron, Dkron), not a cron expression: send an "
+            "interval schedule")
+    tail = "(spec files and the CLI's --cron take @every and send it as one)"
+    if duration and _GO_DURATION.sub("", duration) == "":
+        total = sum(float(n) * _GO_UNITS_MS[u] for n, u in _GO_DURATION.findall(duration))
+        return f"{head}, interval_ms {round(total)} {tail}"
+    return f"{head} {tail}; {duration!r} is not a duration (like 90s, 1h30m, 1.5h)"
+
+
+# croniter's weekday numbers (0 or 7 Sunday .. 6 Saturday); Quartz numbers 1 Sunday .. 7 Saturday.
+_WEEKDAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_DAY_NAMES = ("Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday")
+_QUARTZ_NUMBERING = ("weekdays are 0 or 7 Sunday to 6 Saturday, Quartz numbers 1 Sunday to "
+                     "7 Saturday")
+
+
+def _quartz_form(expr: str) -> str:
+    """The rule for a Quartz (or Spring) day form croniter refuses, naming the field and the
+    nearest gnomon spelling; "" when there is none in `expr` (croniter's field order)."""
+    fields = expr.split()
+    if len(fields) < 5:
+        return ""
+    for tok in fields[2].split(","):
+        t = tok.upper()
+        if t == "LW":
+            return (f"day-of-month {tok!r} (Quartz: the last weekday, Monday to Friday, of the "
+                    "month) is not supported: nearest: 'L', the last day")
+        m = re.fullmatch(r"L-(\d+)(W?)", t)
+        if m:
+            what = (f"the weekday nearest {m.group(1)} days before the last day of the month"
+                    if m.group(2) else f"{m.group(1)} days before the last day of the month")
+            return (f"day-of-month {tok!r} (Quartz: {what}) is not supported: nearest: 'L', "
+                    "the last day")
+        m = re.fullmatch(r"(\d+)L", t)
+        if m:
+            return (f"day-of-month {tok!r} is not a day-of-month form (Quartz's {t} is a "
+                    f"day-of-week: the last of weekday {m.group(1)} in the month): the last day "
+                    "of the month is 'L'")
+    for tok in fields[4].split(","):
+        t = tok.upper()
+        if t == "L":
+            return (f"day-of-week {tok!r} alone (Quartz: 7, Saturday) is not supported: "
+                    "write 'sat'")
+        m = re.fullmatch(r"([0-7]|[A-Z]{3})(#L|L)", t)
+        if not m or (m.group(1).isalpha() and m.group(1).lower() not in _WEEKDAYS):
+            continue
+        day = m.group(1)
+        num = int(day) % 7 if day.isdigit() else _WEEKDAYS.index(day.lower())
+        name = _DAY_NAMES[num]
+        if m.group(2) == "#L":
+            return (f"day-of-week {tok!r} is not a form of '#' (the nth weekday, 1 to 5): the "
+                    f"last one is 'L{num}'")
+        if day.isalpha():
+            return (f"day-of-week {tok!r} (Quartz, Spring: the last {name} of the month) is "
+                    f"written 'L{num}' here")
+        quartz = int(day) - 1  # Quartz's day 1 is Sunday; it has no day 0
+        theirs = f": its {t}, the last {_DAY_NAMES[quartz]}, is 'L{quartz}'" if quartz >= 0 else ""
+        return (f"day-of-week {tok!r} (Quartz, Spring: the last of weekday {day} in the month) "
+                f"is written 'L{num}' here (the last {name}; {_QUARTZ_NUMBERING}{theirs})")
+    return ""
 
 
 def _zone(name: str, field: str) -> ZoneInfo:

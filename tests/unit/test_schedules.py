@@ -660,3 +660,91 @@ def test_the_preview_shows_a_seconds_first_expression_in_its_own_order() -> None
     # A stored 6-field job without a dialect is read seconds last, and says so.
     assert schedules.preview(cron("0 0 * * * 30"), 0, 1)[2].endswith(
         "(seconds last (croniter): minute hour day-of-month month day-of-week second)")
+
+
+def test_day_of_month_and_day_of_week_restricted_means_either_even_for_a_step() -> None:
+    # croniter's rule: `*/2` restricts the day of month (odd days), so `0 0 */2 * 1` is odd
+    # days OR Mondays. Vixie cron and cronie read a field starting with `*` as unrestricted
+    # and would fire on odd Mondays only (2026-01-05, 2026-01-19).
+    assert local_fires(cron("0 0 */2 * 1"), "2026-01-02T00:00:00", 5) == [
+        "2026-01-03T00:00:00+00:00", "2026-01-05T00:00:00+00:00", "2026-01-07T00:00:00+00:00",
+        "2026-01-09T00:00:00+00:00", "2026-01-11T00:00:00+00:00"]
+    assert ms("2026-01-12T00:00:00") in fires(cron("0 0 */2 * 1"), "2026-01-02T00:00:00", 8)
+    # `*` (or `?`) leaves a field unrestricted: day of week alone.
+    assert fires(cron("0 0 * * 1"), "2026-01-02T00:00:00", 2) == fires(
+        cron("0 0 ? * 1"), "2026-01-02T00:00:00", 2) == [
+        ms("2026-01-05T00:00:00"), ms("2026-01-12T00:00:00")]
+
+
+def refused(expression: str, dialect: str = "", timezone: str = "") -> ScheduleError:
+    with pytest.raises(ScheduleError) as e:
+        check_schedule(dialect_cron(expression, dialect, timezone), min_interval_ms=100)
+    assert e.value.field == "spec.schedule.cron.expression"
+    return e.value
+
+
+def test_every_is_refused_as_cron_with_the_interval_spelling() -> None:
+    rule = refused("@every 1h30m").rule
+    assert rule == ("'@every 1h30m' is an interval (robfig/cron, Dkron), not a cron expression: "
+                    "send an interval schedule, interval_ms 5400000 (spec files and the CLI's "
+                    "--cron take @every and send it as one)")
+    assert "interval_ms 1500" in refused("@every 1.5s").rule
+    assert "interval_ms 90000" in refused("@EVERY 1m30s").rule
+    # Not a Go duration: the rule still names the interval kind.
+    assert "not a duration" in refused("@every soon").rule
+    assert "interval schedule" in refused("@every soon").rule
+
+
+@pytest.mark.parametrize("prefix", ["CRON_TZ", "TZ"])
+def test_a_timezone_prefix_is_refused_with_the_timezone_field(prefix: str) -> None:
+    # Six words: it used to be refused as "needs a dialect".
+    e = refused(f"{prefix}=Europe/Berlin 0 0 * * *")
+    assert e.rule == (f"the {prefix}=Europe/Berlin prefix (robfig/cron, Kubernetes CronJob) is "
+                      "not part of a gnomon expression: set spec.schedule.cron.timezone to "
+                      "'Europe/Berlin' and the expression to '0 0 * * *' (spec files and the "
+                      "CLI's --cron take the prefix)")
+    assert "set spec.schedule.cron.timezone" in refused(
+        f"{prefix}=Europe/Berlin 0 0 0 * * *", "seconds_first").rule
+
+
+@pytest.mark.parametrize(
+    ("expression", "dialect", "part"),
+    [
+        ("0 0 LW * *", "", "day-of-month 'LW' (Quartz: the last weekday, Monday to Friday, of "
+                           "the month) is not supported: nearest: 'L', the last day"),
+        ("0 0 L-2 * *", "", "day-of-month 'L-2' (Quartz: 2 days before the last day of the "
+                            "month) is not supported: nearest: 'L', the last day"),
+        ("0 0 0 L-3W * ?", "seconds_first", "day-of-month 'L-3W' (Quartz: the weekday nearest "
+                                            "3 days before the last day of the month)"),
+        ("0 0 5L * *", "", "day-of-month '5L' is not a day-of-month form (Quartz's 5L is a "
+                           "day-of-week: the last of weekday 5 in the month)"),
+        ("0 0 * * L", "", "day-of-week 'L' alone (Quartz: 7, Saturday) is not supported: "
+                          "write 'sat'"),
+        ("0 0 * * 5L", "", "day-of-week '5L' (Quartz, Spring: the last of weekday 5 in the "
+                           "month) is written 'L5' here (the last Friday; weekdays are 0 or 7 "
+                           "Sunday to 6 Saturday, Quartz numbers 1 Sunday to 7 Saturday: its "
+                           "5L, the last Thursday, is 'L4')"),
+        ("0 0 0 ? * FRIL", "seconds_first", "day-of-week 'FRIL' (Quartz, Spring: the last "
+                                            "Friday of the month) is written 'L5' here"),
+        ("0 0 * * 5#L", "", "day-of-week '5#L' is not a form of '#' (the nth weekday, 1 to 5): "
+                            "the last one is 'L5'"),
+        ("0 0 * * mon,5L", "", "day-of-week '5L'"),
+    ],
+)
+def test_quartz_last_day_forms_are_refused_naming_the_field_and_a_spelling(
+        expression: str, dialect: str, part: str) -> None:
+    assert part in refused(expression, dialect).rule
+
+
+def test_quartz_forms_croniter_reads_as_quartz_does() -> None:
+    # `#` (the nth weekday), `W` (the nearest weekday, not crossing the month), `L` (the
+    # last day of the month), `?`.
+    quartz = "seconds_first"
+    assert local_fires(dialect_cron("0 0 12 ? * FRI#3", quartz), "2026-01-01T00:00:00", 2) == [
+        "2026-01-16T12:00:00+00:00", "2026-02-20T12:00:00+00:00"]
+    assert local_fires(cron("0 0 1W * *"), "2026-07-15T00:00:00", 1) == [
+        "2026-08-03T00:00:00+00:00"]  # the 1st is a Saturday: Monday the 3rd
+    assert local_fires(cron("0 0 L * *"), "2026-02-01T00:00:00", 1) == [
+        "2026-02-28T00:00:00+00:00"]
+    assert local_fires(cron("0 0 * * L5"), "2026-01-01T00:00:00", 1) == [
+        "2026-01-30T00:00:00+00:00"]

@@ -770,3 +770,23 @@ def test_unavailable_and_usage_errors_with_json(fake):
     assert usage["code"] == "USAGE" and usage["exit_code"] == 2 and usage["message"]
     code, _, err = run(fake, "--json", "job", "list", "--no-such-flag")
     assert code == 2 and _json_error(err)["code"] == "USAGE"
+
+
+def test_cron_flag_takes_every_and_a_timezone_prefix(fake):
+    code, _, _ = run(fake, "job", "create", "--name", "e", "--cron", "@every 1h30m")
+    assert code == 0
+    assert fake.jobs["j1"].spec.schedule == IntervalSchedule(interval_ms=5_400_000)
+    code, _, _ = run(fake, "job", "create", "--name", "z", "--cron",
+                     "CRON_TZ=Europe/Berlin 0 3 * * *")
+    assert code == 0
+    assert fake.jobs["j2"].spec.schedule == CronSchedule("0 3 * * *", "Europe/Berlin")
+    code, _, _ = run(fake, "job", "preview", "--cron", "TZ=Asia/Tokyo 0 9 * * *",
+                     "--tz", "Asia/Tokyo")
+    assert code == 0
+    assert fake.method_calls("preview_schedule")[-1][1]["schedule"] == CronSchedule(
+        "0 9 * * *", "Asia/Tokyo")
+    code, _, err = run(fake, "job", "preview", "--cron", "TZ=Asia/Tokyo 0 9 * * *", "--tz", "UTC")
+    assert code == 2 and "--tz 'UTC' contradicts the cron's TZ=Asia/Tokyo prefix" in err
+    code, _, err = run(fake, "job", "create", "--name", "e2", "--cron", "@every 1h", "--tz",
+                       "Europe/Berlin")
+    assert code == 2 and "--tz applies to a cron schedule; --cron '@every 1h' is an interval" in err

@@ -295,3 +295,60 @@ def test_bytes_to_data():
     assert bytes_to_data("payload", b"hi there") == {"payload": "hi there"}
     assert bytes_to_data("payload", b'"quoted"') == {"payload": '"quoted"'}
     assert bytes_to_data("result", b"\xff") == {"result_base64": "/w=="}
+
+
+# --- what other schedulers write: @every and a timezone prefix --------------------------------
+
+
+def schedule_of(schedule: dict) -> object:
+    return spec_from_data({"name": "x", "schedule": schedule}).schedule
+
+
+@pytest.mark.parametrize(("text", "ms"), [("@every 1h30m", 5_400_000), ("@every 90s", 90_000),
+                                          ("@EVERY 1.5h", 5_400_000), ("@every  2h0m5s", 7_205_000),
+                                          ("@every 2000000us", 2_000)])
+def test_every_is_an_interval_schedule(text, ms):
+    # robfig/cron and Dkron: every <Go duration>; gnomon's interval (anchored at the epoch).
+    assert schedule_of({"cron": text}) == IntervalSchedule(interval_ms=ms)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "message"),
+    [
+        ({"cron": "@every 1500ms"}, "spec.schedule.cron: robfig/cron and Dkron round @every down "
+         "to whole seconds (at least 1s): '@every 1500ms' is not every 1500 ms there; write "
+         "whole seconds, or interval_ms: 1500ms"),
+        ({"cron": "@every 0s"}, "spec.schedule.cron: '@every 0s': must be at least 1s"),
+        ({"cron": "@every 500ms"}, "spec.schedule.cron: robfig/cron and Dkron round @every down"),
+        ({"cron": "@every 90"}, "spec.schedule.cron: '@every 90': '90' is not a duration "
+         "(Go's, as robfig/cron and Dkron read @every: 90s, 1h30m, 1.5h)"),
+        ({"cron": "@every"}, "spec.schedule.cron: '@every': '' is not a duration"),
+        ({"cron": "@every 1h", "timezone": "Europe/Berlin"},
+         "spec.schedule.timezone: does not apply to @every (an interval schedule: it fires at "
+         "UTC instants)"),
+        ({"cron": "@every 1h", "dialect": "seconds_first"},
+         "spec.schedule.dialect: does not apply to @every"),
+        ({"cron": "CRON_TZ=Europe/Berlin @every 1h"},
+         "spec.schedule.cron: a CRON_TZ= prefix does not apply to @every (an interval schedule: "
+         "it fires at UTC instants); write '@every 1h'"),
+    ],
+)
+def test_every_refusals_name_the_key_and_the_rule(schedule, message):
+    with pytest.raises(UsageError) as err:
+        schedule_of(schedule)
+    assert str(err.value).startswith(message), str(err.value)
+
+
+@pytest.mark.parametrize("prefix", ["CRON_TZ", "TZ"])
+def test_a_timezone_prefix_is_the_schedules_timezone(prefix):
+    # robfig/cron, Kubernetes CronJob: `CRON_TZ=<zone> <expression>`.
+    berlin = CronSchedule("0 3 * * *", "Europe/Berlin")
+    assert schedule_of({"cron": f"{prefix}=Europe/Berlin 0 3 * * *"}) == berlin
+    assert schedule_of({"cron": f"{prefix}=Europe/Berlin  0 3 * * *",
+                        "timezone": "Europe/Berlin"}) == berlin
+    with pytest.raises(UsageError) as err:
+        schedule_of({"cron": f"{prefix}=Europe/Berlin 0 3 * * *", "timezone": "UTC"})
+    assert str(err.value) == (f"spec.schedule.timezone: 'UTC' contradicts the cron's "
+                              f"{prefix}=Europe/Berlin prefix: give the timezone once")
+    with pytest.raises(UsageError, match=f"spec.schedule.cron: no timezone after {prefix}="):
+        schedule_of({"cron": f"{prefix}= 0 3 * * *"})
