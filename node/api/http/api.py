@@ -312,17 +312,32 @@ def _has_request_id(cls: type[Message]) -> bool:
     return "request_id" in cls.DESCRIPTOR.fields_by_name
 
 
-async def build_request(route: Route, request: web.Request) -> Message:
-    """The RPC's request message for this HTTP request (Problem 400 when it cannot be)."""
+def parse_body(raw: bytes, *, max_containers: int) -> Any:
+    """The JSON of a request body, within a parse budget: at most `max_containers` arrays and
+    objects (counted in the bytes first, strings included: an upper bound, never an under-
+    count), nested no deeper than the interpreter allows (RecursionError was a 500)."""
+    containers = raw.count(b"[") + raw.count(b"{")
+    if containers > max_containers:
+        raise _bad(f"body: holds up to {containers} JSON arrays and objects, more than the "
+                   f"{max_containers} a request may (http_max_json_containers)")
+    try:
+        return json.loads(raw)
+    except RecursionError:
+        raise _bad("body: JSON nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _bad(f"body: not valid JSON ({exc})") from None
+
+
+async def build_request(route: Route, request: web.Request, *,
+                        max_json_containers: int = 100_000) -> Message:
+    """The RPC's request message for this HTTP request (Problem 400 when it cannot be).
+    Call it only once the caller is authenticated: it reads and parses the body."""
     cls = route.request_type()
     assert cls is not None, f"{route.path}: not an RPC route"
     data: dict[str, Any] = {}
     raw = await request.read() if route.body else b""
     if raw.strip():
-        try:
-            parsed = json.loads(raw)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise _bad(f"body: not valid JSON ({exc})") from None
+        parsed = parse_body(raw, max_containers=max_json_containers)
         if not isinstance(parsed, dict):
             raise _bad(f"body: must be a JSON object (a {cls.DESCRIPTOR.full_name})")
         data = parsed

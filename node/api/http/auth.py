@@ -58,10 +58,13 @@ class Call:
 
 
 async def authorize(node, service: str, method: str, request: web.Request, message,
-                    context) -> Call:
-    """Authenticate and authorize one API call as the gRPC port would (the metadata for the
-    servicer is on the result). Raises a Problem (it changes nothing) when refused."""
-    who, metadata = principal(node, request)
+                    context, *, who: Principal | None = None,
+                    metadata: tuple[tuple[str, str], ...] = ()) -> Call:
+    """Authorize one API call as the gRPC port would (the metadata for the servicer is on
+    the result), for `who` (authenticated with `principal()` before the body was read), or
+    authenticating first. Raises a Problem (it changes nothing) when refused."""
+    if who is None:
+        who, metadata = principal(node, request)
     path = f"/gnomon.v1.{service}/{method}"
     await access._authorize(path, who, message, node.access_guard, context)
     return Call(node, who, path, metadata)
