@@ -107,7 +107,10 @@ async def download_backup(pool: Any, address: str, path: str, *, timeout_s: floa
         h = hashlib.sha256()
         last = None
         try:
-            with open(part, "wb") as f:
+            # 0600 whatever the umask: a backup holds every payload and token hash.
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.fchmod(fd, 0o600)  # an existing .part keeps its mode through O_CREAT
+            with os.fdopen(fd, "wb") as f:
                 call = stub.CreateBackup(api_pb2.CreateBackupRequest(), timeout=timeout_s,
                                          metadata=metadata)
                 async for chunk in call:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import os
 import sys
 
 from gnomon.node.config import ConfigError, load
@@ -12,8 +14,32 @@ from gnomon.node.raft.membership import load_members
 from gnomon.node.security.auth import read_admin_token
 from gnomon.node.security.certificates import TlsError, load_peer_tls
 
+# Every file the node creates (journal, snapshots, history, members, backups, logs of its
+# own) is 0600 and every directory 0700, whatever umask it was started with: they hold every
+# payload and the hashes of every token.
+PRIVATE_UMASK = 0o077
+
+
+def warn_readable_secrets(config) -> list[str]:
+    """A warning per secret file (admin token, TLS keys) that group or others can read, as
+    ssh warns of a readable private key; the node still starts."""
+    warnings = []
+    for name in ("admin_token_file", "tls_key", "raft_tls_key"):
+        path = getattr(config, name, "")
+        try:
+            mode = os.stat(path).st_mode & 0o777 if path else 0
+        except OSError:
+            continue  # reading it reports the error
+        if mode & 0o077:
+            warnings.append(f"{name}: {path} is readable by {'group and others' if mode & 0o007 else 'its group'} "
+                            f"(mode {mode:04o}); it is a secret: chmod 600 {path}")
+    for text in warnings:
+        logging.getLogger("gnomon.node.cli").warning("%s", text)
+    return warnings
+
 
 def main(argv: list[str] | None = None) -> int:
+    os.umask(PRIVATE_UMASK)
     words = sys.argv[1:] if argv is None else argv
     if words[:1] == ["restore"]:
         from gnomon.node.ops.operations import restore_main
@@ -29,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gnomon-node: {exc}", file=sys.stderr)
         return 2
     logs.configure(config.node_id, config.log_format, config.log_level)
+    warn_readable_secrets(config)
     try:
         # The configuration of this node's log wins over the flags (node/raft/DESIGN.md, Membership).
         config = dataclasses.replace(config, members=load_members(config)).validate()

@@ -428,7 +428,7 @@ def _chain(*parts: Iterable[bytes]) -> Iterable[bytes]:
 
 
 def _lock(path: str) -> int:
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
