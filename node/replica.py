@@ -73,6 +73,9 @@ class Replica:
         self.state: State = new_state()
         self.history = history
         self.applied_entries = 0
+        # The Raft index `state` is at (0: none known yet); read it under `lock` with the
+        # state. Membership entries do not touch the state, so it may trail raft's count.
+        self.applied_index = 0
         self._listeners: list[Listener] = []
         self._crash = crash
         self._digest_snapshots = digest_snapshots
@@ -83,8 +86,9 @@ class Replica:
 
     # -- tick thread ---------------------------------------------------------------------
 
-    def apply_entry(self, data: bytes) -> list:
-        """Apply one committed entry; any exception, in apply or after it, stops the node.
+    def apply_entry(self, data: bytes, index: int = 0) -> list:
+        """Apply one committed entry (at Raft `index`, recorded as `applied_index` with the
+        state it made, under the lock); any exception, in apply or after it, stops the node.
 
         pysyncobj applies an entry again when its replicated method raises, so raising would
         apply it twice (or, on a bug in a listener, forever): never return without the whole
@@ -97,6 +101,8 @@ class Replica:
             with self.lock:
                 replies, effects = apply_batch(self.state, batch)
                 self.applied_entries += 1
+                if index:
+                    self.applied_index = index
             stage = "handing evicted runs to the history store"
             if effects.evicted_runs or effects.audit:
                 # core's Effects types them as objects; they are the evicted Runs.
@@ -172,6 +178,7 @@ class Replica:
         """Replace the state with a decoded snapshot's."""
         with self.lock:
             self.state = loaded.state
+            self.applied_index = loaded.index
         log.info("restored snapshot at index %d: %d jobs, %d runs", loaded.index,
                  len(loaded.state.jobs), len(loaded.state.runs))
 

@@ -59,7 +59,7 @@ LEADER = 2
 class ApplyHost(Protocol):
     """What the Raft adapter needs from the replica (rqlite style: the consumer's interface)."""
 
-    def apply_entry(self, data: bytes) -> list: ...  # pragma: no cover
+    def apply_entry(self, data: bytes, index: int = 0) -> list: ...  # pragma: no cover
     def write_snapshot(self, tmp_path: str, raft_data: tuple) -> dict: ...  # pragma: no cover
     def read_snapshot(self, path: str) -> LoadedSnapshot: ...  # pragma: no cover
     def install(self, loaded: LoadedSnapshot) -> None: ...  # pragma: no cover
@@ -96,7 +96,9 @@ class _StateMachine(SyncObj):
     # misroute old log entries. Its argument is a serialized gnomon.v1.CommandBatch.
     @replicated
     def _apply(self, batch: bytes) -> list:
-        return self._host.apply_entry(batch)
+        # pysyncobj counts an entry applied only after this returns: the index of the entry
+        # being applied is one past it.
+        return self._host.apply_entry(batch, self._SyncObj__raftLastApplied + 1)
 
     def _checkCommandsToApply(self):  # noqa: N802 - pysyncobj's name
         # pysyncobj forwards a follower's proposals to the leader. A deposed leader's proposals
