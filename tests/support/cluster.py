@@ -70,7 +70,7 @@ class RawWorker:
 
     def __init__(self, node: NodeProc, worker_id: str, queues: tuple[str, ...] = ("default",),
                  *, channel: grpc.Channel | None = None, metadata: tuple = (),
-                 batches: bool = False):
+                 batches: bool = False, held=()):
         import queue as queue_mod
         import threading
 
@@ -82,7 +82,8 @@ class RawWorker:
         # Sizes of the ServerBatch messages received (their parts go into the inbox).
         self.batch_sizes: list[int] = []
         self._out.put(worker_pb2.WorkerMessage(hello=worker_pb2.Hello(
-            worker_id=worker_id, queues=list(queues), accepts_batches=batches)))
+            worker_id=worker_id, queues=list(queues), accepts_batches=batches,
+            held=list(held))))  # LeaseRefs still held (a reconnect)
         stub = worker_pb2_grpc.WorkerServiceStub(channel) if channel else node.workers()
         self._call = stub.Connect(iter(self._out.get, None), metadata=metadata or None)
         self._thread = threading.Thread(target=self._pump, daemon=True)

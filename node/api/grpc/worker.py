@@ -6,6 +6,10 @@ whose Hello set `accepts_batches`, the Assigns and ReportAcks queued at one mome
 one ServerBatch (one write instead of one per message: the per-write cost was the largest
 self time of a saturated leader). A follower (or a leader whose session ends) aborts with
 UNAVAILABLE + `gnomon-leader` metadata.
+
+The leader's session id is the Hello's worker id scoped by the caller's token (`_session`):
+every lookup by worker id (leases resumed or expired by a Hello, heartbeats, reports) uses it,
+never the raw Hello id.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 
 import grpc
 
@@ -40,6 +45,8 @@ MAX_BATCH_MESSAGES = 512
 MAX_BATCH_BYTES = 1 << 20
 # A worker's error message is kept up to this many bytes (the start: it names the error).
 MAX_ERROR_BYTES = 4096
+# The form of a token-scoped session id ("t7:host-1"): only that token's workers get it.
+_SCOPED_ID = re.compile(r"t[0-9]+:")
 
 
 def _tail(text: str, limit: int, keep: str = "tail") -> str:
@@ -57,9 +64,15 @@ def _tail(text: str, limit: int, keep: str = "tail") -> str:
 def _session(hello: worker_pb2.Hello, principal: Principal) -> WorkerSession:
     """The leader's view of a worker. A worker authenticated by a tenant-scoped token takes
     only its tenants' tasks, and its id is namespaced by its token, so that it can neither
-    pass for another tenant's worker nor end that worker's leases by reconnecting as it."""
+    pass for another tenant's worker nor end that worker's leases by reconnecting as it.
+    An unscoped (admin) worker keeps its id as it is, but may not name one of the scoped
+    form: the two namespaces never meet. Raises ValidationError."""
     queues = tuple(hello.queues) or ("default",)
     if principal.is_admin:
+        if _SCOPED_ID.match(hello.worker_id):
+            raise ValidationError("worker_id", f"{hello.worker_id!r} has the form of a "
+                                  "token-scoped id (t<n>:...), which only that token's "
+                                  "workers get; choose another")
         return WorkerSession(hello.worker_id, queues, batches=hello.accepts_batches)
     return WorkerSession(f"{principal.token_id}:{hello.worker_id}", queues,
                          tenants=principal.tenants, batches=hello.accepts_batches)
@@ -131,10 +144,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         hello = first.hello
         try:
             validate_worker_id(hello.worker_id)
+            session = _session(hello, current_principal())
         except ValidationError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        session = _session(hello, current_principal())
-        valid, _revoked = self.leases.reconnected(hello.worker_id,
+        # The scoped id, never the Hello's: a Hello ends (or resumes) only its own leases.
+        valid, _revoked = self.leases.reconnected(session.worker_id,
                                                   [h.fencing_token for h in hello.held])
         self.dispatcher.attach(session)
         cfg = self.node.config
