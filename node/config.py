@@ -147,6 +147,21 @@ class Config:
     # Specs one CreateJobs call may carry (more: INVALID_ARGUMENT, nothing created).
     create_jobs_max_specs: int = 1_000
     max_worker_credits: int = 1_000
+    # Bounds of one worker stream (node/DESIGN.md, "Bounds of a worker stream"): messages and
+    # bytes queued for the worker (while full its requests are not read and it is granted
+    # nothing), reports read from it and not yet acknowledged (at the bound its requests are
+    # not read), how long its queue may stay full with nothing read before the stream is
+    # ended with RESOURCE_EXHAUSTED, and the leases one Heartbeat or Hello may name (more:
+    # INVALID_ARGUMENT).
+    worker_outbox_max_messages: int = 1_024
+    worker_outbox_max_bytes: int = 4 << 20
+    worker_max_pending_reports: int = 1_024
+    worker_stall_timeout_ms: int = 10_000
+    worker_max_heartbeat_leases: int = 4_096
+    # A request stream refused with INVALID_ARGUMENT is read on (and discarded) up to the
+    # client's half-close, for at most this long, before the status goes out: a status that
+    # meets a write still in flight reaches an asyncio client as INTERNAL.
+    stream_refusal_drain_ms: int = 1_000
     # Most tasks of a queue leased at once, as "queue=N,queue2=M" (others: no cap). Work
     # over it waits (gnomon_tasks_over_cap_total), never fails. Leader-local.
     queue_max_concurrency: str = ""
@@ -241,6 +256,14 @@ class Config:
         if self.http_max_json_containers < 1:
             raise ConfigError(f"http_max_json_containers: must be >= 1, got "
                               f"{self.http_max_json_containers}")
+        for name in ("worker_outbox_max_messages", "worker_outbox_max_bytes",
+                     "worker_max_pending_reports", "worker_stall_timeout_ms",
+                     "worker_max_heartbeat_leases"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.stream_refusal_drain_ms < 0:
+            raise ConfigError(f"stream_refusal_drain_ms: must be >= 0 (0: no drain), got "
+                              f"{self.stream_refusal_drain_ms}")
         if self.fire_admission_max_ready < 0:
             raise ConfigError(f"fire_admission_max_ready: must be >= 0 (0: no bound), got "
                               f"{self.fire_admission_max_ready}")

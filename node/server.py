@@ -291,8 +291,8 @@ class Node:
         # A connection that has not finished its (TLS) handshake in time is closed.
         options = [*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms",
                                    self.config.grpc_handshake_timeout_ms)]
-        server = grpc.aio.server(options=options,
-                                 interceptors=[DecodeGuard(), self.access_guard])
+        guard = DecodeGuard(drain_s=self.config.stream_refusal_drain_ms / 1000)
+        server = grpc.aio.server(options=options, interceptors=[guard, self.access_guard])
         api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
         api = cast(NodeApi, self)  # started by run() after it made the raft node and proposer
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(api), server)

@@ -25,6 +25,7 @@ from gnomon.node.core.commands import GrantLeases, LeaseGrant
 from gnomon.node.core.errors import Rejected
 from gnomon.node.core.model import DEFAULT_MAX_ATTEMPTS, TaskState
 from gnomon.node.leader.leases import LeaseTable
+from gnomon.node.leader.outbox import Outbox
 from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.node import NotCommitted, Overloaded, Proposer
 from gnomon.node.replica import Replica
@@ -90,12 +91,18 @@ class WorkerSession:
     credits: int = 0
     # Its Hello set accepts_batches: queued Assigns and ReportAcks go out as ServerBatch.
     batches: bool = False
-    outbox: asyncio.Queue = field(default_factory=asyncio.Queue)
+    # What is queued for it, bounded (node/leader/outbox.py); a full outbox is granted nothing.
+    outbox: Outbox = field(default_factory=Outbox)
     closed: bool = False
 
-    def send(self, msg: worker_pb2.ServerMessage) -> None:
-        if not self.closed:
-            self.outbox.put_nowait(msg)
+    def send(self, msg: worker_pb2.ServerMessage) -> bool:
+        """Queue `msg` if the session is open and its outbox has room."""
+        return not self.closed and self.outbox.put_nowait(msg)
+
+    def end(self) -> None:
+        """No more messages: the writer sends what is queued and ends the stream."""
+        self.closed = True
+        self.outbox.close()
 
 
 class FairShare:
@@ -149,8 +156,7 @@ class Dispatcher:
     def attach(self, session: WorkerSession) -> None:
         old = self.sessions.get(session.worker_id)
         if old is not None:
-            old.closed = True
-            old.outbox.put_nowait(None)
+            old.end()
         else:
             self._order.append(session.worker_id)
         self.sessions[session.worker_id] = session
@@ -169,8 +175,7 @@ class Dispatcher:
 
     def close_all(self) -> None:
         for s in list(self.sessions.values()):
-            s.closed = True
-            s.outbox.put_nowait(None)
+            s.end()
 
     # -- leader session ------------------------------------------------------------------------
 
@@ -215,6 +220,8 @@ class Dispatcher:
             session = self.sessions.get(worker_id)
             if session is not None:
                 lease = worker_pb2.LeaseRef(run_id=run_id, task_name=task_name, fencing_token=token)
+                # A full outbox (a worker that does not read) loses the Cancel: its next
+                # heartbeat's ack revokes the token, and a report for it is refused.
                 session.send(worker_pb2.ServerMessage(cancel=worker_pb2.Cancel(lease=lease,
                                                                                  reason=reason)))
 
@@ -315,10 +322,12 @@ class Dispatcher:
                 # Round robin over workers: one task each per pass.
                 for worker_id in list(self._order):
                     session = self.sessions[worker_id]
-                    if session.credits <= 0 or session.closed:
+                    # A place in its outbox for the Assign, kept until the grant is answered.
+                    if session.credits <= 0 or session.closed or not session.outbox.reserve():
                         continue
                     picked = self._pick(session, runs, tenants)
                     if picked is None:
+                        session.outbox.unreserve()
                         continue
                     key, (queue, tenant) = picked
                     session.credits -= 1
@@ -397,6 +406,7 @@ class Dispatcher:
                 self._inflight[("queue", held[1])] -= 1
             if isinstance(token, Rejected):
                 session.credits += 1
+                session.outbox.unreserve()
                 self.dispatchable([key])  # re-index if it is still ready
                 continue
             metrics.LEASES_GRANTED.inc()
@@ -407,8 +417,10 @@ class Dispatcher:
                 self._leases.expire_now(token)
                 continue
             assign = self._assign(grant, token)
-            if assign is not None:
-                session.send(worker_pb2.ServerMessage(assign=assign))
+            if assign is None:
+                session.outbox.unreserve()
+            else:
+                session.outbox.put_nowait(worker_pb2.ServerMessage(assign=assign), reserved=True)
         self._wake.set()
 
     def _assign(self, grant: LeaseGrant, token: int) -> worker_pb2.Assign | None:

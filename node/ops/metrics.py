@@ -59,6 +59,10 @@ LEASES_RENEWED = Counter("gnomon_leases_renewed_total",
                          "Lease renewals acknowledged by this leader (heartbeats)",
                          registry=REGISTRY)
 WORKERS = Gauge("gnomon_workers_connected", "Worker streams on this node", registry=REGISTRY)
+WORKER_STREAMS_DROPPED = Counter(
+    "gnomon_worker_streams_dropped_total",
+    "Worker streams ended (RESOURCE_EXHAUSTED) because the worker did not read what it was "
+    "sent for worker_stall_timeout_ms", registry=REGISTRY)
 TASKS_OVER_CAP = Counter("gnomon_tasks_over_cap_total",
                          "Times a ready task waited because its tenant held max_concurrency "
                          "leases", registry=REGISTRY)

@@ -67,3 +67,23 @@ def test_a_toml_list_key_that_is_not_a_list_names_the_key(tmp_path, line):
     toml.write_text(line + "\n")
     with pytest.raises(ConfigError, match=line.split()[0] + ": .* is not a list"):
         load(["--node-id", "n1", *TLS, "--config", str(toml)], {})
+
+
+WORKER_STREAM_BOUNDS = ["worker_outbox_max_messages", "worker_outbox_max_bytes",
+                        "worker_max_pending_reports", "worker_stall_timeout_ms",
+                        "worker_max_heartbeat_leases"]
+
+
+@pytest.mark.parametrize("name", WORKER_STREAM_BOUNDS)
+def test_worker_stream_bounds_are_at_least_one(name):
+    flag = "--" + name.replace("_", "-")
+    assert getattr(load(["--node-id", "n1", *TLS, *MEMBERS, flag, "1"], {}), name) == 1
+    with pytest.raises(ConfigError, match=f"{name}: must be >= 1, got 0"):
+        load(["--node-id", "n1", *TLS, *MEMBERS, flag, "0"], {})
+
+
+def test_stream_refusal_drain_may_be_zero_not_negative():
+    base = ["--node-id", "n1", *TLS, *MEMBERS]
+    assert load([*base, "--stream-refusal-drain-ms", "0"], {}).stream_refusal_drain_ms == 0
+    with pytest.raises(ConfigError, match="stream_refusal_drain_ms: must be >= 0"):
+        load([*base, "--stream-refusal-drain-ms", "-1"], {})

@@ -5,7 +5,10 @@ UTF-8 in a string field, a truncated message) becomes UNKNOWN "Unexpected Decode
 `DecodeGuard` interceptor wraps every method's `request_deserializer` so that a failure is a
 value (`Malformed`), and the method's behaviour aborts with INVALID_ARGUMENT and a message that
 names the field and the rule: `spec.tasks[0].queue: not valid UTF-8 (byte 0xff at offset 3)`.
-On a request stream the bad message ends the stream the same way.
+On a request stream the bad message ends the stream the same way, once the client stopped
+writing (`refuse_stream`: what it still sends is read and dropped, up to its half-close or a
+time bound): a status sent while one of its writes is in flight fails that write, and an
+asyncio client then reports INTERNAL "Internal error from Core" instead of the status.
 
 The parser only says *that* the bytes are bad; `explain` walks the wire format driven by the
 message descriptor to say *where*. It runs only for bytes the parser already refused.
@@ -13,6 +16,7 @@ message descriptor to say *where*. It runs only for bytes the parser already ref
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
@@ -23,13 +27,15 @@ from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
-__all__ = ["DecodeGuard", "Malformed", "explain", "guard_handler"]
+__all__ = ["DecodeGuard", "Malformed", "drain", "explain", "guard_handler", "refuse_stream"]
 
 log = logging.getLogger(__name__)
 
 # Wire types.
 VARINT, I64, LEN, SGROUP, EGROUP, I32 = 0, 1, 2, 3, 4, 5
 MAX_DEPTH = 100  # upb's default recursion limit
+# The default of Config.stream_refusal_drain_ms, in seconds.
+DEFAULT_DRAIN_S = 1.0
 _F = FieldDescriptor
 _FIXED64 = {_F.TYPE_DOUBLE, _F.TYPE_FIXED64, _F.TYPE_SFIXED64}
 _FIXED32 = {_F.TYPE_FLOAT, _F.TYPE_FIXED32, _F.TYPE_SFIXED32}
@@ -194,9 +200,10 @@ def _varint(data: bytes, pos: int, end: int, path: str, max_bytes: int = 10) -> 
 # --- the interceptor -----------------------------------------------------------------------
 
 
-def guard_handler(handler: grpc.RpcMethodHandler,
-                  descriptor: Descriptor | None) -> grpc.RpcMethodHandler:
-    """`handler` whose requests that do not parse end the call with INVALID_ARGUMENT.
+def guard_handler(handler: grpc.RpcMethodHandler, descriptor: Descriptor | None,
+                  drain_s: float = DEFAULT_DRAIN_S) -> grpc.RpcMethodHandler:
+    """`handler` whose requests that do not parse end the call with INVALID_ARGUMENT (on a
+    request stream after `drain`ing it for at most `drain_s`).
 
     Synchronous behaviours (none in gnomon) are returned unchanged.
     """
@@ -209,7 +216,8 @@ def guard_handler(handler: grpc.RpcMethodHandler,
     if not (inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)):
         return handler
     deserialize = _guarded_deserializer(request_deserializer, descriptor)
-    wrapped = (_stream_behaviour if handler.request_streaming else _unary_behaviour)(behaviour)
+    wrapped = (_stream_behaviour(behaviour, drain_s) if handler.request_streaming
+               else _unary_behaviour(behaviour))
     factory = getattr(grpc, f"{kind}_rpc_method_handler")
     return factory(wrapped, request_deserializer=deserialize,
                    response_serializer=handler.response_serializer)
@@ -231,6 +239,32 @@ async def _refuse(context: grpc.aio.ServicerContext, bad: Malformed) -> None:
     await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad.detail)
 
 
+async def drain(requests: AsyncIterator, timeout_s: float) -> None:
+    """Read and drop what is left of a request stream: up to the client's half-close, for
+    at most `timeout_s` (a client that keeps its stream open and idle is not waited for)."""
+    if timeout_s <= 0:
+        return
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for _ in requests:
+                pass
+    except TimeoutError:
+        pass
+    except grpc.aio.AbortError:
+        raise
+    except Exception:  # noqa: BLE001 - the stream broke: there is nothing left to wait for
+        pass
+
+
+async def refuse_stream(requests: AsyncIterator, context: grpc.aio.ServicerContext,
+                        detail: str, drain_s: float,
+                        code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+    """End a request stream with `code` once the client stopped writing (see `drain`).
+    Raises what `context.abort` raises."""
+    await drain(requests, drain_s)
+    await context.abort(code, detail)
+
+
 def _unary_behaviour(behaviour: Callable) -> Callable:
     if inspect.isasyncgenfunction(behaviour):
         async def stream_out(request, context):
@@ -249,12 +283,13 @@ def _unary_behaviour(behaviour: Callable) -> Callable:
     return unary_out
 
 
-def _stream_behaviour(behaviour: Callable) -> Callable:
+def _stream_behaviour(behaviour: Callable, drain_s: float) -> Callable:
     async def checked(requests: AsyncIterator, context) -> AsyncIterator:
         # abort() sends the status at once, even if the handler swallows the AbortError.
         async for request in requests:
             if isinstance(request, Malformed):
-                await _refuse(context, request)
+                log.debug("malformed request refused: %s", request.detail)
+                await refuse_stream(requests, context, request.detail, drain_s)
             yield request
 
     if inspect.isasyncgenfunction(behaviour):
@@ -283,7 +318,8 @@ def _input_type(method: str) -> Descriptor | None:
 class DecodeGuard(grpc.aio.ServerInterceptor):
     """Server interceptor: every method's undecodable requests become INVALID_ARGUMENT."""
 
-    def __init__(self) -> None:
+    def __init__(self, drain_s: float = DEFAULT_DRAIN_S) -> None:
+        self._drain_s = drain_s
         self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
@@ -294,6 +330,6 @@ class DecodeGuard(grpc.aio.ServerInterceptor):
         cached = self._cache.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        guarded = guard_handler(handler, _input_type(method))
+        guarded = guard_handler(handler, _input_type(method), self._drain_s)
         self._cache[method] = (handler, guarded)
         return guarded

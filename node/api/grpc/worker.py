@@ -7,9 +7,15 @@ one ServerBatch (one write instead of one per message: the per-write cost was th
 self time of a saturated leader). A follower (or a leader whose session ends) aborts with
 UNAVAILABLE + `gnomon-leader` metadata.
 
-The leader's session id is the Hello's worker id scoped by the caller's token (`_session`):
-every lookup by worker id (leases resumed or expired by a Hello, heartbeats, reports) uses it,
-never the raw Hello id.
+Every queue of a stream is bounded (node/DESIGN.md, "Bounds of a worker stream"): the outbox
+(`worker_outbox_max_messages`, `worker_outbox_max_bytes`), the reports read and not yet
+acknowledged (`worker_max_pending_reports`), the leases one Heartbeat or Hello names
+(`worker_max_heartbeat_leases`). The reader reads nothing while the outbox is full or the
+reports are at their bound, so a worker that does not read is slowed down to what it reads;
+one whose outbox stayed full with nothing read for `worker_stall_timeout_ms` is dropped
+(RESOURCE_EXHAUSTED). The leader's session id is the Hello's worker id scoped by the
+caller's token (`_session`): every lookup by worker id (leases resumed or expired by a
+Hello, heartbeats, reports) uses it, never the raw Hello id.
 """
 
 from __future__ import annotations
@@ -18,17 +24,21 @@ import asyncio
 import dataclasses
 import logging
 import re
+from typing import Any
 
 import grpc
 
 from gnomon.node.api.grpc.access import current_principal
 from gnomon.node.api.grpc.base import NodeApi
+from gnomon.node.api.grpc.decode import refuse_stream
 from gnomon.node.api.grpc.errors import NotLeader, Reason, abort, rejected_reason
+from gnomon.node.config import Config
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Rejected
 from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leader.leases import LeaseTable
-from gnomon.node.ops import logs
+from gnomon.node.leader.outbox import Outbox
+from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.node import NotCommitted, Overloaded
 from gnomon.node.security.auth import Principal
 from gnomon.node.spec.validate import ValidationError, validate_worker_id
@@ -61,21 +71,33 @@ def _tail(text: str, limit: int, keep: str = "tail") -> str:
     return cut.decode("utf-8", "ignore")
 
 
-def _session(hello: worker_pb2.Hello, principal: Principal) -> WorkerSession:
+def _session(hello: worker_pb2.Hello, principal: Principal, cfg: Config) -> WorkerSession:
     """The leader's view of a worker. A worker authenticated by a tenant-scoped token takes
     only its tenants' tasks, and its id is namespaced by its token, so that it can neither
     pass for another tenant's worker nor end that worker's leases by reconnecting as it.
     An unscoped (admin) worker keeps its id as it is, but may not name one of the scoped
     form: the two namespaces never meet. Raises ValidationError."""
     queues = tuple(hello.queues) or ("default",)
+    outbox = Outbox(cfg.worker_outbox_max_messages, cfg.worker_outbox_max_bytes)
     if principal.is_admin:
         if _SCOPED_ID.match(hello.worker_id):
             raise ValidationError("worker_id", f"{hello.worker_id!r} has the form of a "
                                   "token-scoped id (t<n>:...), which only that token's "
                                   "workers get; choose another")
-        return WorkerSession(hello.worker_id, queues, batches=hello.accepts_batches)
+        return WorkerSession(hello.worker_id, queues, batches=hello.accepts_batches,
+                             outbox=outbox)
     return WorkerSession(f"{principal.token_id}:{hello.worker_id}", queues,
-                         tenants=principal.tenants, batches=hello.accepts_batches)
+                         tenants=principal.tenants, batches=hello.accepts_batches,
+                         outbox=outbox)
+
+
+def _tokens(refs, limit: int, field: str) -> list[int]:
+    """The distinct fencing tokens of `refs`, in order. Raises ValidationError beyond
+    `limit` (config worker_max_heartbeat_leases)."""
+    if len(refs) > limit:
+        raise ValidationError(field, f"{len(refs)} leases; at most {limit} "
+                                     "(worker_max_heartbeat_leases)")
+    return list(dict.fromkeys(ref.fencing_token for ref in refs))
 
 
 def _drain(first: worker_pb2.ServerMessage | None, outbox: asyncio.Queue) -> list:
@@ -128,127 +150,247 @@ def _ack_for(reply: object, turned_into: str) -> worker_pb2.ReportAck:
     return worker_pb2.ReportAck(accepted=True)
 
 
+@dataclasses.dataclass(eq=False)
+class _Stream:
+    """The servicer's side of one stream: its session, what bounds its reader, and whether
+    the stream was already ended with a status."""
+
+    session: WorkerSession
+    context: Any  # grpc.aio.ServicerContext
+    requests: Any  # the request stream (the decode guard's iterator)
+    # One per report read and not yet acknowledged (worker_max_pending_reports).
+    report_slots: asyncio.Semaphore
+    # Writes completed: the stall watchdog's sign that the worker reads.
+    written: int = 0
+    # A status was sent (refused or dropped): the handler adds none of its own.
+    aborted: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Report:
+    """A report as read: the lease it names (a copy: the message it came in is not kept)
+    and its command, cut to the node's limits."""
+
+    lease: worker_pb2.LeaseRef
+    cmd: c.CompleteTask | c.FailTask
+    turned_into: str
+
+
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def __init__(self, node: NodeApi, dispatcher: Dispatcher, leases: LeaseTable):
         self.node = node
         self.dispatcher = dispatcher
         self.leases = leases
 
+    @property
+    def _drain_s(self) -> float:
+        return self.node.config.stream_refusal_drain_ms / 1000
+
     async def Connect(self, request_iterator, context):  # noqa: N802
         if not self.node.leadership.fresh():
             # Welcome renews held leases: only a leader that can prove it leads may do that.
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
+        cfg = self.node.config
         first = await anext(request_iterator.__aiter__(), None)
         if first is None or first.WhichOneof("msg") != "hello":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "hello: the first message")
+            await refuse_stream(request_iterator, context, "hello: the first message",
+                                self._drain_s)
         hello = first.hello
         try:
             validate_worker_id(hello.worker_id)
-            session = _session(hello, current_principal())
+            held = _tokens(hello.held, cfg.worker_max_heartbeat_leases, "hello.held")
+            session = _session(hello, current_principal(), cfg)
         except ValidationError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            await refuse_stream(request_iterator, context, str(exc), self._drain_s)
         # The scoped id, never the Hello's: a Hello ends (or resumes) only its own leases.
-        valid, _revoked = self.leases.reconnected(session.worker_id,
-                                                  [h.fencing_token for h in hello.held])
+        valid, _revoked = self.leases.reconnected(session.worker_id, held)
         self.dispatcher.attach(session)
-        cfg = self.node.config
         await context.write(worker_pb2.ServerMessage(welcome=worker_pb2.Welcome(
             node_id=cfg.node_id, heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             lease_ttl_ms=cfg.lease_ttl_ms, resumed_tokens=valid)))
-        reader = asyncio.create_task(self._read(request_iterator, session))
+        stream = _Stream(session, context, request_iterator,
+                         asyncio.Semaphore(cfg.worker_max_pending_reports))
+        reader = asyncio.create_task(self._read(stream))
+        watchdog = asyncio.create_task(self._watch(stream))
+        outbox = session.outbox
         try:
             ended = False
             while not ended:
-                msg = await session.outbox.get()
-                for out in (_drain(msg, session.outbox) if session.batches else [msg]):
+                was_full = outbox.full()  # (then get() does not wait)
+                msg = await outbox.get()
+                for out in (_drain(msg, outbox) if session.batches else [msg]):
                     if out is None:
                         ended = True
                         break
                     await context.write(out)
+                    stream.written += 1
+                if was_full and session.credits > 0:
+                    self.dispatcher.add_credits(session, 0)  # it may be granted again
         finally:
             reader.cancel()
+            watchdog.cancel()
             self.dispatcher.detach(session)
-        if not self.node.leadership.ready:
+        if not stream.aborted and not self.node.leadership.ready:
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
 
-    async def _read(self, request_iterator, session: WorkerSession) -> None:
-        reports: list[tuple[str, object]] = []
+    async def _read(self, stream: _Stream) -> None:
+        session = stream.session
+        reports: list[_Report] = []
         try:
-            async for msg in request_iterator:
+            async for msg in stream.requests:
+                if session.closed:
+                    break
                 kind = msg.WhichOneof("msg")
                 if kind == "credits":
                     self.dispatcher.add_credits(session, msg.credits.credits)
                 elif kind == "heartbeat":
-                    self._heartbeat(session, msg.heartbeat)
+                    try:
+                        tokens = _tokens(msg.heartbeat.leases,
+                                         self.node.config.worker_max_heartbeat_leases,
+                                         "heartbeat.leases")
+                    except ValidationError as exc:
+                        await self._refuse(stream, str(exc))
+                        return
+                    await self._heartbeat(session, tokens)
                 elif kind in ("complete", "fail", "reports"):
-                    if not reports:  # the first of a burst: one proposal for the burst
-                        self.node.supervisor.spawn(self._report_burst(session, reports),
-                                                   name=f"report-{session.worker_id}")
-                    if kind == "reports":
-                        reports.extend(("complete", m) for m in msg.reports.completes)
-                        reports.extend(("fail", m) for m in msg.reports.fails)
-                    else:
-                        reports.append((kind, getattr(msg, kind)))
+                    if not await self._take_reports(stream, reports, msg):
+                        return
+                del msg  # no reference to the message (its bytes) while the reader waits
+                # Nothing more is read while the outbox is full: a worker that does not read
+                # its answers is slowed down to what it reads (and dropped by the watchdog).
+                if session.outbox.full():
+                    await session.outbox.wait_room()
+                    if session.closed:  # dropped meanwhile: not one more request
+                        break
         except Exception as exc:  # noqa: BLE001 - the stream broke: end the session
+            if isinstance(exc, grpc.aio.AbortError):
+                stream.aborted = True  # the decode guard refused a message
             log.info("worker %s stream ended: %r", session.worker_id, exc,
                      extra=logs.fields(worker=session.worker_id))
         finally:
-            session.closed = True
-            session.outbox.put_nowait(None)
+            session.end()
 
-    def _heartbeat(self, session: WorkerSession, hb: worker_pb2.Heartbeat) -> None:
+    async def _take_reports(self, stream: _Stream, reports: list[_Report], msg) -> bool:
+        """Queue the reports of `msg` for a burst, each once a place among the pending ones
+        is free (worker_max_pending_reports); False if the session ended meanwhile."""
+        session = stream.session
+        kind = msg.WhichOneof("msg")
+        if kind == "reports":
+            items = [*(("complete", m) for m in msg.reports.completes),
+                     *(("fail", m) for m in msg.reports.fails)]
+        else:
+            items = [(kind, getattr(msg, kind))]
+        for report_kind, report in items:
+            await stream.report_slots.acquire()
+            if session.closed:
+                return False
+            if not reports:  # the first of a burst: one proposal for the burst
+                self.node.supervisor.spawn(self._report_burst(stream, reports),
+                                           name=f"report-{session.worker_id}")
+            reports.append(self._report(report_kind, report))
+        return True
+
+    async def _refuse(self, stream: _Stream, detail: str) -> None:
+        """End the stream with INVALID_ARGUMENT once the worker stopped writing; nothing is
+        granted to it meanwhile."""
+        stream.aborted = True
+        self.dispatcher.detach(stream.session)
+        try:
+            await refuse_stream(stream.requests, stream.context, detail, self._drain_s)
+        except Exception:  # noqa: BLE001 - abort() raises by design (AbortError)
+            pass
+
+    async def _watch(self, stream: _Stream) -> None:
+        """Drop the stream once its outbox stayed full, with no write completing, for
+        worker_stall_timeout_ms: the worker does not read what it is sent."""
+        session, outbox = stream.session, stream.session.outbox
+        stall_ms = self.node.config.worker_stall_timeout_ms
+        while not session.closed:
+            await outbox.wait_full()
+            written = stream.written
+            await asyncio.sleep(stall_ms / 1000)
+            if session.closed or not outbox.full() or stream.written != written:
+                continue
+            detail = (f"worker stream: {len(outbox)} messages queued for worker "
+                      f"{session.worker_id!r} and none read for {stall_ms} ms "
+                      f"(worker_stall_timeout_ms); its requests were not read meanwhile")
+            log.warning("worker %s dropped: %s", session.worker_id, detail,
+                        extra=logs.fields(worker=session.worker_id))
+            metrics.WORKER_STREAMS_DROPPED.inc()
+            stream.aborted = True
+            self.dispatcher.detach(session)  # nothing more is granted to it
+            outbox.clear()
+            session.end()
+            try:
+                # The status goes out behind what the worker has not read: it sees it when it
+                # reads again (or the connection ends).
+                await stream.context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, detail)
+            except Exception:  # noqa: BLE001 - abort() raises by design (AbortError)
+                pass
+            return
+
+    async def _heartbeat(self, session: WorkerSession, tokens: list[int]) -> None:
         if self.node.leadership.fresh():
-            valid, revoked = self.leases.renew(session.worker_id,
-                                               [lease.fencing_token for lease in hb.leases])
+            valid, revoked = self.leases.renew(session.worker_id, tokens)
         else:
             # Cannot prove leadership now: an ack that vouches for nothing (one ack per
             # heartbeat keeps the worker's matching exact); its self-fencing decides.
             valid, revoked = [], []
-        session.send(worker_pb2.ServerMessage(heartbeat_ack=worker_pb2.HeartbeatAck(
+        await session.outbox.put(worker_pb2.ServerMessage(heartbeat_ack=worker_pb2.HeartbeatAck(
             valid_tokens=valid, revoked_tokens=revoked)))
 
-    async def _report_burst(self, session: WorkerSession, reports: list) -> None:
+    def _report(self, kind: str, msg) -> _Report:
+        lease = worker_pb2.LeaseRef(run_id=msg.lease.run_id, task_name=msg.lease.task_name,
+                                    fencing_token=msg.lease.fencing_token)
+        cmd, turned_into = self._report_command(kind, msg)
+        return _Report(lease, cmd, turned_into)
+
+    async def _report_burst(self, stream: _Stream, reports: list[_Report]) -> None:
         """The Complete/Fail reports the reader queued by the time this task runs (one loop
         turn after the first): proposed in one call, acknowledged one by one in order. One
         call per report cost a future, a timer and a task each."""
+        session = stream.session
         burst = reports[:MAX_REPORTS_PER_PROPOSAL]
         del reports[:MAX_REPORTS_PER_PROPOSAL]
         if reports:  # a long burst: the rest in calls of their own (one refusal each)
-            self.node.supervisor.spawn(self._report_burst(session, reports),
+            self.node.supervisor.spawn(self._report_burst(stream, reports),
                                        name=f"report-{session.worker_id}")
-        proposed: list[tuple[object, str]] = []
-        cmds = []
-        for kind, msg in burst:
+        proposed: list[_Report] = []
+        for report in burst:
             if session.tenants is not None and not self._holds(session,
-                                                               msg.lease.fencing_token):
+                                                               report.lease.fencing_token):
                 # A scoped worker reports only leases granted to it (its worker id is its own).
-                self._ack(session, msg, worker_pb2.ReportAck(
+                await self._ack(stream, report, worker_pb2.ReportAck(
                     accepted=False, reason=Reason.NOT_YOURS,
                     detail="lease: not held by this worker"))
                 continue
-            cmd, turned_into = self._report_command(kind, msg)
-            if "skip-token-check" in self.node.config.canaries:
-                cmd = self._canary_current_token(cmd)
-            cmds.append(cmd)
-            proposed.append((msg, turned_into))
-        if not cmds:
+            proposed.append(report)
+        if not proposed:
             return
+        cmds = [r.cmd for r in proposed]
+        if "skip-token-check" in self.node.config.canaries:
+            cmds = [self._canary_current_token(cmd) for cmd in cmds]
         try:
             replies = await self.node.proposer.propose_many(cmds)
         except (NotCommitted, Overloaded) as exc:
-            for msg, _ in proposed:
-                self._ack(session, msg, worker_pb2.ReportAck(
+            for report in proposed:
+                await self._ack(stream, report, worker_pb2.ReportAck(
                     accepted=False, retry=True, reason=Reason.NOT_RECORDED,
                     detail=f"not recorded: {exc}; report again"))
         else:
-            for (msg, turned_into), reply in zip(proposed, replies, strict=True):
-                self._ack(session, msg, _ack_for(reply, turned_into))
+            for report, reply in zip(proposed, replies, strict=True):
+                await self._ack(stream, report, _ack_for(reply, report.turned_into))
         self.dispatcher.add_credits(session, 0)
 
     @staticmethod
-    def _ack(session: WorkerSession, msg, ack: worker_pb2.ReportAck) -> None:
-        ack.lease.CopyFrom(msg.lease)
-        session.send(worker_pb2.ServerMessage(report_ack=ack))
+    async def _ack(stream: _Stream, report: _Report, ack: worker_pb2.ReportAck) -> None:
+        """Queue the ack once the outbox has room (the reader reads nothing meanwhile)."""
+        ack.lease.CopyFrom(report.lease)
+        msg = worker_pb2.ServerMessage(report_ack=ack)
+        outbox = stream.session.outbox
+        if not outbox.put_nowait(msg) and not outbox.closed:
+            await outbox.put(msg)
+        stream.report_slots.release()
 
     def _holds(self, session: WorkerSession, token: int) -> bool:
         holder = self.leases.holder(token)
