@@ -191,6 +191,25 @@ def test_unknown_misfire_policy_names_the_field(node):
     assert details.endswith("got 99"), details
 
 
+@pytest.mark.parametrize("name", ["dialect", "dst_nonexistent", "dst_ambiguous"])
+def test_unknown_cron_enums_name_the_field(node, name):
+    """Found by the fuzz test: an unknown cron dialect or DST policy number was a KeyError in
+    the codec, answered UNKNOWN with a logged traceback."""
+    spec = paused("cron-enum")
+    spec.schedule.cron.expression = "0 3 * * *"
+    setattr(spec.schedule.cron, name, 77)
+    details = _refused(node, node.jobs().CreateJob, api_pb2.CreateJobRequest(spec=spec))
+    assert details == (f"spec.schedule.cron.{name}: must be one of "
+                       f"{', '.join(getattr(types_pb2, _ENUM[name]).keys())}, got 77"), details
+    preview = api_pb2.PreviewScheduleRequest(schedule=spec.schedule)
+    details = _refused(node, node.jobs().PreviewSchedule, preview)
+    assert details.startswith(f"schedule.cron.{name}: must be one of"), details
+
+
+_ENUM = {"dialect": "CronDialect", "dst_nonexistent": "DstNonexistentPolicy",
+         "dst_ambiguous": "DstAmbiguousPolicy"}
+
+
 def test_invalid_limits_are_refused_before_they_are_proposed(node):
     limits = types_pb2.ClusterLimits(max_attempt_records=-1)
     details = _refused(node, node.cluster().SetLimits, api_pb2.SetLimitsRequest(limits=limits))

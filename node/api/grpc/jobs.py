@@ -58,6 +58,25 @@ def _check_enums(spec: types_pb2.JobSpec) -> None:
         raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                            f"spec.misfire_policy: must be one of {names}, got {spec.misfire_policy}")
     _check_overlap_number("spec.overlap_policy", spec.overlap_policy)
+    _check_schedule_enums("spec.schedule", spec.schedule)
+
+
+# The cron schedule's enums (the fuzz test found them unchecked: an unknown number was a
+# KeyError in codec, answered UNKNOWN with a traceback).
+_CRON_ENUMS = (("dialect", types_pb2.CronDialect),
+               ("dst_nonexistent", types_pb2.DstNonexistentPolicy),
+               ("dst_ambiguous", types_pb2.DstAmbiguousPolicy))
+
+
+def _check_schedule_enums(field: str, schedule: types_pb2.Schedule) -> None:
+    if not schedule.HasField("cron"):
+        return
+    for name, enum in _CRON_ENUMS:
+        number = getattr(schedule.cron, name)
+        if number not in enum.values():
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"{field}.cron.{name}: must be one of "
+                               f"{', '.join(enum.keys())}, got {number}")
 
 
 def _check_overlap_number(field: str, number: int) -> None:
@@ -402,6 +421,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 spec = self.node.replica.state.jobs[job_id].spec
             schedule, hash_id = spec.schedule, job_hash_id(spec.tenant, spec.name)
         elif request.HasField("schedule"):
+            _check_schedule_enums("schedule", request.schedule)
             schedule = codec.schedule_from_proto(request.schedule)
             tenant = request.tenant or DEFAULT_TENANT
             hash_id = job_hash_id(tenant, request.name) if request.name else ""
