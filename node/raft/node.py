@@ -420,6 +420,8 @@ class RaftNode:
         transport = build_transport(config)  # cli.py checked the files before the start
         storage.check_files(snap_path, journal_path(config))
         loaded = host.read_snapshot(snap_path) if os.path.exists(snap_path) else None
+        # The file in place: a later one (a child's, the leader's) is installed only if newer.
+        self.snapshots.installed_index = loaded.index if loaded is not None else 0
         host.restored(loaded)
         last, before = (loaded.raft_data[0], loaded.raft_data[1]) if loaded else (None, None)
         journal.patch_pysyncobj(prepare=functools.partial(

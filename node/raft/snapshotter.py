@@ -16,6 +16,13 @@ have held at the fork (the replica lock included): only the state, codecs and a 
 A snapshot received from the leader (`setTransmissionData`) is verified and decoded before it
 replaces the current file; a bad one is discarded and logged, the current one stays.
 
+A file is renamed into place only if it is newer than the one there (`installed_index`),
+whichever path it came by (ARCHITECTURE section 9, rule 4). Installing the leader's snapshot
+replaces the journal (node.py `_install_received`), so a child forked before it is dropped
+there and then, whatever its index: its SUCCESS would compact a journal it no longer matches,
+and its file, renamed over the leader's newer one, would leave a journal that starts after the
+snapshot's last entry (the node then refuses to start).
+
 Thread rule: every method runs on pysyncobj's tick thread.
 """
 
@@ -96,6 +103,7 @@ class SnapshotFigures:
     runs: int = 0
     completed: int = 0
     failed: int = 0
+    discarded: int = 0  # a child's snapshot dropped: the one in place is newer
     extra: dict = field(default_factory=dict)
 
 
@@ -123,6 +131,9 @@ class ForkSnapshotter:
         self._sending: dict[Any, tuple[IO[bytes], int]] = {}
         self._incoming: IO[bytes] | None = None
         self._received: Any = None
+        # The last index of the snapshot file in place (0: none); RaftNode sets it from the
+        # file it read at start. A file is installed only if it is newer.
+        self.installed_index = 0
         self.figures = SnapshotFigures()
         # The cluster's members as plain tuples, written in place of pysyncobj's node set.
         self.member_records: Callable[[], tuple] | None = None
@@ -136,11 +147,15 @@ class ForkSnapshotter:
         `data` is pysyncobj's (None, last entry, entry before it, cluster members)."""
         if self._child is not None or time.monotonic() < self._retry_at:
             return
+        index = int(data[1][1])
+        if index <= self.installed_index:
+            # The file in place holds this state already (the leader's, or the one read at
+            # start): nothing newer to write until an entry is applied.
+            return
         raft_data = tuple(data[1:])
         if self.member_records is not None:
             # pysyncobj's node objects would need globals to read back (node/raft/membership.py).
             raft_data = (raft_data[0], raft_data[1], self.member_records())
-        index = int(raft_data[0][1])
         tmp = f"{self.path}.{os.getpid()}-{index}.tmp"
         mark = self._host.history_mark()
         read_fd, write_fd = os.pipe()
@@ -201,12 +216,17 @@ class ForkSnapshotter:
         return None
 
     def _install(self, child: _Child) -> int:
+        if child.index <= self.installed_index:
+            # Not SUCCESS: pysyncobj would compact the journal to this older index.
+            self._discard(child, f"the snapshot in place is at index {self.installed_index}")
+            return SERIALIZER_STATE.NOT_SERIALIZING
         try:
             os.replace(child.tmp, self.path)
             fsync_dir(self._dir)
         except OSError as exc:
             return self._failed(child, f"cannot rename it into place: {exc!r}")
         self._child = None
+        self.installed_index = child.index
         self._stop_sending()
         report = child.report or {}
         waited = (time.monotonic() - child.waiting_since) * 1000 if child.waiting_since else 0
@@ -219,6 +239,13 @@ class ForkSnapshotter:
                  "child wrote %d bytes in %d ms, history wait %d ms", f.index, f.jobs, f.runs,
                  f.fork_ms, f.bytes, f.child_ms, f.history_wait_ms)
         return SERIALIZER_STATE.SUCCESS
+
+    def _discard(self, child: _Child, reason: str) -> None:
+        """Drop the child's snapshot (stopping the child if it still runs), with a log line."""
+        self._child = None
+        _end(child)
+        self.figures.discarded += 1
+        log.info("snapshot at index %d discarded: %s", child.index, reason)
 
     def _failed(self, child: _Child, reason: str) -> int:
         self._child = None
@@ -312,6 +339,13 @@ class ForkSnapshotter:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             return False
+        if loaded.index <= self.installed_index:
+            # It holds committed entries this node has: its own file and journal stay.
+            log.info("snapshot at index %d sent by the leader discarded: the snapshot in place "
+                     "is at index %d", loaded.index, self.installed_index)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            return False
         try:
             # Before the rename: from then on this node lacks the runs the snapshot's entries
             # evicted (they are in the leader's history store, not in the snapshot).
@@ -322,6 +356,11 @@ class ForkSnapshotter:
             self._crash(f"installing the snapshot sent by the leader as {self.path} failed: "
                         f"{exc!r}; check the disk under {self._dir}")
             raise
+        self.installed_index = loaded.index
+        if self._child is not None:
+            # Forked from the state this one replaces; the journal it would compact is gone.
+            self._discard(self._child, f"the leader's snapshot at index {loaded.index} was "
+                                       "installed meanwhile")
         self._received = loaded
         return True
 
@@ -344,13 +383,7 @@ class ForkSnapshotter:
         """Stop a running child (the node is stopping) and close open files."""
         child, self._child = self._child, None
         if child is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(child.pid, 0)
-            _close(child)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(child.tmp)
+            _end(child)
         self._stop_sending()
         self._drop_incoming(self.path + ".recv.tmp")
 
@@ -387,6 +420,19 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     if _LIBC is not None:
         with contextlib.suppress(Exception):
             _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _end(child: _Child) -> None:
+    """Stop a child that still runs (not one already reaped: its pid may be reused), close its
+    pipe, remove its file."""
+    if child.report is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(child.pid, 0)
+    _close(child)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(child.tmp)
 
 
 def _close(child: _Child) -> None:

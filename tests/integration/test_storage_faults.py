@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -67,21 +68,35 @@ def _install(faults):
                 raise OSError(errno.EIO, "injected history write failure")
             return original_put(self, records, *args, **kwargs)
         history.HistoryStore.put_runs = put_runs
-    if "slow_snapshot_s" in faults:
-        from gnomon.node import replica
+    machines = []
+    if "slow_snapshot_s" in faults or "follower_snapshot_gate" in faults:
         from gnomon.node.raft import node as raft
-        delay, original_write = faults["slow_snapshot_s"], replica.write_snapshot
-        machines = []
         original_init = raft._StateMachine.__init__
         def init(self, *args, **kwargs):
             machines.append(self)
             original_init(self, *args, **kwargs)
         raft._StateMachine.__init__ = init
+    def leads():
+        return any(m._isLeader() for m in machines)
+    if "slow_snapshot_s" in faults:
+        from gnomon.node import replica
+        delay, original_write = faults["slow_snapshot_s"], replica.write_snapshot
+        # By default the leader's write (the one that hurts); "follower": a follower's.
+        slow_leader = faults.get("slow_snapshot_on", "leader") == "leader"
         def slow_write(*args, **kwargs):
-            if any(m._isLeader() for m in machines):  # the leader's write is the one that hurts
+            if leads() == slow_leader:  # runs in the forked child
                 time.sleep(delay)
             return original_write(*args, **kwargs)
         replica.write_snapshot = slow_write
+    if "follower_snapshot_gate" in faults:
+        # A follower starts no snapshot of its own until this file exists.
+        from gnomon.node.raft import snapshotter
+        gate, original_serialize = faults["follower_snapshot_gate"], \
+            snapshotter.ForkSnapshotter.serialize
+        def gated_serialize(self, data, serialize_id):
+            if leads() or os.path.exists(gate):
+                return original_serialize(self, data, serialize_id)
+        snapshotter.ForkSnapshotter.serialize = gated_serialize
     if "slow_load_s" in faults:
         from gnomon.node.storage import state_codec
         delay, original_decode = faults["slow_load_s"], state_codec.decode_tables
@@ -457,3 +472,75 @@ def test_crash_between_snapshot_and_compaction_keeps_acknowledged_entries(make_c
     cluster.leader()
     missing = set(acked) - job_names(node)
     assert not missing, f"{len(missing)} acknowledged jobs lost, e.g. {sorted(missing)[:5]}"
+
+
+# -- a resumed follower: its own older snapshot against the one the leader sent -------------------
+
+
+def test_resumed_follower_keeps_the_leaders_newer_snapshot(make_cluster, faults, tmp_path):
+    """Seen: a follower resumed after SIGSTOP forks a snapshot at its old index while it
+    installs the leader's newer one; when the child finished, its older file was renamed over
+    the leader's (the journal already compacted past it), and the node could not start again
+    ("entries 376..430 are missing", exit 65) until its next snapshot. The gate makes the
+    follower fork exactly at the resume, the slow write makes the child finish after the
+    leader's snapshot was installed."""
+    gate = tmp_path / "snapshot-gate"
+    for n in ("n1", "n2", "n3"):
+        faults(n, slow_snapshot_s=4, slow_snapshot_on="follower",
+               follower_snapshot_gate=str(gate))
+    # The leader drops the link to the stopped follower soon (otherwise the entries it keeps
+    # sending wait in the socket, and the resumed follower needs no snapshot).
+    cluster = make_cluster(raft_peer_timeout_ms="1500", **COMPACT_OFTEN)
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader)
+    create_jobs(leader, [f"before{i}" for i in range(30)])  # the follower's journal grows
+    wait_for(lambda: "before29" in job_names(follower), timeout_s=60,
+             what="the follower to apply the first jobs")
+    assert follower.proc is not None
+    leader_log = leader.log_path.stat().st_size
+    follower.proc.send_signal(signal.SIGSTOP)
+    try:
+        wait_for(lambda: re.search(rf"{follower.node_id}\b.* closed: nothing received",
+                                   log_of(leader)[leader_log:]),
+                 timeout_s=30, what="the leader to drop its link to the stopped follower")
+        create_jobs(leader, [f"while{i}" for i in range(30)])
+        mtime = snapshot_mtime(leader)
+        i = 0
+
+        def compacted_past_the_follower() -> bool:  # a leader snapshot after every write above
+            nonlocal i
+            create_jobs(leader, [f"more{i}"])
+            i += 1
+            return snapshot_written_after(leader, mtime)
+
+        wait_for(compacted_past_the_follower, timeout_s=60, what="the leader to compact")
+        offset = follower.log_path.stat().st_size
+        gate.touch()
+    finally:
+        follower.proc.send_signal(signal.SIGCONT)
+
+    received = re.compile(r"read snapshot \S+\.recv\.tmp at index (\d+)")
+    # The outcome of the local snapshot: renamed into place (": N jobs") or dropped.
+    local = re.compile(r"snapshotter: snapshot at index (\d+)(?::| (?:discarded|dropped))")
+
+    def local_outcome_after_the_install() -> tuple[int, int, str] | None:
+        text = log_of(follower)[offset:]
+        got = received.search(text)
+        after = local.search(text, got.end()) if got else None
+        return (int(got.group(1)), int(after.group(1)), after.group(0)) if after else None
+
+    installed, local_index, line = wait_for(local_outcome_after_the_install, timeout_s=60,
+                                            what="the follower's own snapshot to finish")
+    assert local_index < installed, f"no race: {line!r} after the leader's {installed}"
+    cluster.kill(follower.node_id, signal.SIGTERM)
+    faults()
+    cluster.start_node(follower.node_id)
+
+    def caught_up() -> bool:
+        if exited(follower) is not None:
+            raise AssertionError(f"{follower.node_id} did not start again (exit "
+                                 f"{exited(follower)}):\n{log_of(follower)[-3000:]}")
+        return converged(cluster)
+
+    wait_for(caught_up, timeout_s=90, what="the restarted follower to converge")
+    assert "are missing" not in log_of(follower)

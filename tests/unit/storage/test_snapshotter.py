@@ -25,6 +25,7 @@ from gnomon.node.storage.snapshot_file import (
 
 LAST, BEFORE = (b"cmd-10", 10, 3), (b"cmd-9", 9, 3)
 DATA = (None, LAST, BEFORE, {"n1", "n2"})
+DATA_20 = (None, (b"cmd-20", 20, 3), (b"cmd-19", 19, 3), {"n1", "n2"})
 
 
 @dataclass
@@ -48,9 +49,12 @@ class Host:
         self.enqueued = 0
         self.written = 0
         self.incomplete: list[int] = []
+        self.hold: int | None = None  # a pipe's read end: the child writes once a byte comes
 
     def write_snapshot(self, tmp_path: str, raft_data: tuple) -> dict:
         time.sleep(self.delay_s)
+        if self.hold is not None:
+            os.read(self.hold, 1)
         if self.fail:
             raise OSError(28, "No space left on device")
         meta = SnapshotMeta(FORMAT_VERSION, raft_data[0][1], "", 0, 1, 0)
@@ -319,3 +323,96 @@ def test_a_failed_fork_backs_off_like_a_failed_child(tmp_path: Path, host: Host,
     monkeypatch.undo()
     s.serialize(DATA, 9)  # still backing off
     assert s._child is None
+
+
+# -- install order: a file is installed only if it is newer than the one in place ---------------
+
+
+@pytest.fixture
+def leader_at_20(tmp_path: Path) -> ForkSnapshotter:
+    """A leader whose snapshot is at index 20 (ready to send)."""
+    (tmp_path / "leader").mkdir()
+    leader = make(tmp_path / "leader", Host(), chunk_bytes=4096)
+    leader.serialize(DATA_20, 19)
+    assert finish(leader) == SERIALIZER_STATE.SUCCESS
+    return leader
+
+
+def index_in_place(s: ForkSnapshotter) -> int:
+    with read_snapshot(s.path) as snap:
+        return snap.meta.raft_index
+
+
+def test_a_child_that_finishes_after_the_leaders_snapshot_was_installed_is_dropped(
+        tmp_path: Path, host: Host, leader_at_20: ForkSnapshotter, caplog) -> None:
+    """Seen on a resumed follower: it forked at its old index, installed the leader's newer
+    snapshot meanwhile, and the child's older file was renamed over it afterwards (the journal,
+    already replaced by the leader's, then started after the file's last entry: the node could
+    not start)."""
+    hold_r, hold_w = os.pipe()
+    host.hold = hold_r
+    follower = make(tmp_path, host)
+    try:
+        follower.serialize(DATA, 9)  # the child blocks before writing
+        assert follower.checkSerializing() == (SERIALIZER_STATE.SERIALIZING, 9)
+        with caplog.at_level(logging.INFO, logger="gnomon.node.raft.snapshotter"):
+            assert transmit(leader_at_20, follower)
+            assert follower.take_received().index == 20
+            os.write(hold_w, b"x")  # the child may finish now (if it still runs)
+            state = finish(follower)
+    finally:
+        os.close(hold_r)
+        os.close(hold_w)
+    assert index_in_place(follower) == 20, "the older snapshot replaced the leader's"
+    assert state == SERIALIZER_STATE.NOT_SERIALIZING, "pysyncobj told to compact to index 9"
+    assert follower.installed_index == 20
+    assert "snapshot at index 10 discarded" in caplog.text
+    assert follower.figures.discarded == 1 and follower.figures.completed == 0
+    assert sorted(os.listdir(tmp_path)) == ["leader", "snapshot.lmdb"], "the child's file stayed"
+
+
+def test_a_finished_child_waiting_for_history_is_dropped_by_the_leaders_snapshot(
+        tmp_path: Path, host: Host, leader_at_20: ForkSnapshotter) -> None:
+    """The child wrote its file, the history writer had not caught up yet (step 3), and the
+    leader's snapshot arrived: the child's file must not follow it into place."""
+    host.enqueued, host.written = 5, 4
+    follower = make(tmp_path, host)
+    follower.serialize(DATA, 9)
+    child = follower._child
+    assert child is not None
+    deadline = time.monotonic() + 30
+    while child.report is None:  # the child has exited and was reaped
+        assert follower.checkSerializing()[0] == SERIALIZER_STATE.SERIALIZING
+        assert time.monotonic() < deadline, "the child did not finish"
+        time.sleep(0.01)
+    assert transmit(leader_at_20, follower)
+    host.written = 5
+    state = follower.checkSerializing()
+    assert index_in_place(follower) == 20, "the older snapshot replaced the leader's"
+    assert state == (SERIALIZER_STATE.NOT_SERIALIZING, None)
+    assert sorted(os.listdir(tmp_path)) == ["leader", "snapshot.lmdb"]
+
+
+def test_nothing_older_than_the_snapshot_in_place_is_written_or_installed(
+        tmp_path: Path, host: Host, leader_at_20: ForkSnapshotter, caplog) -> None:
+    follower = make(tmp_path, host)
+    assert transmit(leader_at_20, follower)
+    follower.take_received()
+    follower.serialize(DATA_20, 19)  # pysyncobj, right after the install: the same state
+    assert follower._child is None
+    follower.serialize(DATA, 9)
+    assert follower._child is None
+    assert follower.checkSerializing() == (SERIALIZER_STATE.NOT_SERIALIZING, None)
+    (tmp_path / "older").mkdir()
+    older = make(tmp_path / "older", Host(), chunk_bytes=4096)
+    older.serialize(DATA, 9)
+    assert finish(older) == SERIALIZER_STATE.SUCCESS
+    with caplog.at_level(logging.INFO, logger="gnomon.node.raft.snapshotter"):
+        assert not transmit(older, follower), "an older snapshot from a leader was installed"
+    assert "snapshot at index 10 sent by the leader discarded" in caplog.text
+    assert follower.take_received() is None and host.incomplete == [20]
+    assert index_in_place(follower) == 20
+    assert sorted(os.listdir(tmp_path)) == ["leader", "older", "snapshot.lmdb"]
+    follower.serialize((None, (b"cmd-21", 21, 3), (b"cmd-20", 20, 3), set()), 20)
+    assert finish(follower) == SERIALIZER_STATE.SUCCESS, "a newer one is written as before"
+    assert index_in_place(follower) == 21 == follower.installed_index
