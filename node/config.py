@@ -107,6 +107,11 @@ class Config:
     # JSON arrays and objects one HTTP request body may hold (counted before it is parsed,
     # after authentication): a 16 MiB body of 5.5M empty arrays cost 1.9 s and 408 MiB.
     http_max_json_containers: int = 100_000
+    # Web origins besides the cluster's own (every member's http_addr) whose pages may call a
+    # node that does not authenticate (no admin_token_file), as "https://host[:port]",
+    # comma-separated; exactly as a browser sends Origin (lowercase, no path, no default
+    # port). With authentication any origin may (node/security/DESIGN.md, "Web pages").
+    http_cors_origins: tuple[str, ...] = field(default=())
     # Raft timing (seconds, pysyncobj's units).
     raft_min_timeout_s: float = 0.4
     raft_max_timeout_s: float = 1.2
@@ -256,6 +261,8 @@ class Config:
         if self.http_max_json_containers < 1:
             raise ConfigError(f"http_max_json_containers: must be >= 1, got "
                               f"{self.http_max_json_containers}")
+        for origin in self.http_cors_origins:
+            check_origin(origin)
         for name in ("worker_outbox_max_messages", "worker_outbox_max_bytes",
                      "worker_max_pending_reports", "worker_stall_timeout_ms",
                      "worker_max_heartbeat_leases"):
@@ -334,6 +341,36 @@ class Config:
         return Limits(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Limits)})
 
 
+def web_origin(scheme: str, host_port: str) -> str:
+    """The origin a browser sends for pages at scheme://host_port (RFC 6454: lowercase,
+    no default port)."""
+    host_port = host_port.lower()
+    default = {"http": ":80", "https": ":443"}.get(scheme, "")
+    if default and host_port.endswith(default):
+        host_port = host_port.removesuffix(default)
+    return f"{scheme}://{host_port}"
+
+
+def check_origin(origin: str) -> None:
+    """An http_cors_origins entry is one origin as a browser writes it, or ConfigError."""
+    from urllib.parse import urlsplit
+
+    form = "'https://host[:port]' or 'http://host[:port]'"
+    try:
+        parts = urlsplit(origin)
+        parts.port  # noqa: B018 - raises for a port that is not a number
+    except ValueError:
+        raise ConfigError(f"http_cors_origins: {origin!r} is not an origin ({form})") from None
+    if (parts.scheme not in ("http", "https") or not parts.hostname or parts.path
+            or parts.query or parts.fragment or "@" in parts.netloc or origin.endswith(("?", "#"))):
+        raise ConfigError(f"http_cors_origins: {origin!r} is not an origin ({form}: no path, "
+                          "no '*', never 'null')")
+    canonical = web_origin(parts.scheme, parts.netloc)
+    if origin != canonical:
+        raise ConfigError(f"http_cors_origins: {origin!r}: write it as a browser sends it, "
+                          f"{canonical!r}")
+
+
 _FIELDS = {f.name: f for f in dataclasses.fields(Config)}
 
 
@@ -345,6 +382,8 @@ def _coerce(name: str, raw: object) -> Any:
                      for m in _items(name, raw, ";") if m)
     if name == "canaries":
         return tuple(str(x) for x in _items(name, raw, ",") if x)
+    if name == "http_cors_origins":
+        return tuple(str(x).strip() for x in _items(name, raw, ",") if str(x).strip())
     if kind == "bool":
         if isinstance(raw, bool):
             return raw

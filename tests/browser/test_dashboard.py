@@ -200,6 +200,36 @@ def test_replay_a_dead_letter(cluster, page):
     assert page.script_errors() == []
 
 
+def test_a_followers_dashboard_sends_writes_to_the_leaders_origin(cluster, page):
+    """A node without authentication answers CORS only to member origins, and a write that
+    one node of another origin redirects arrives as `Origin: null` (refused): the page asks
+    the leader directly, from its own (member) origin, and no write is redirected."""
+    leader, follower = _follower(cluster)
+    job = _job(leader, "written-at-the-leader", [{"name": "main", "queue": "direct"}])
+    pg = page.page
+    requests: list = []
+    redirected: list[str] = []
+    pg.on("request", lambda r: r.method in ("POST", "PUT", "PATCH", "DELETE") and "/v1/" in r.url
+          and requests.append(r))
+    pg.on("response", lambda r: r.status == 307 and r.request.method != "GET"
+          and redirected.append(r.url))
+    pg.goto(f"{follower.url}/#/jobs/{job['jobId']}")
+    pg.get_by_role("button", name="Resume").first.click()
+    expect(pg.get_by_role("button", name="Pause").first).to_be_visible()
+    edit = pg.get_by_role("form", name="Edit job")
+    edit.get_by_label("Priority").fill("3")
+    edit.get_by_role("button", name="Save").click()
+    edit.get_by_role("button", name="Confirm save").click()
+    expect(edit.get_by_test_id("form-message")).to_contain_text("Saved")
+    writes = [(r.url, r.all_headers().get("origin")) for r in requests]  # as sent
+    assert writes and all(url.startswith(f"{leader.url}/v1/") and origin == follower.url
+                          for url, origin in writes), writes
+    assert redirected == []
+    got = call(leader.url, "GET", f"/v1/jobs/{job['jobId']}").json["job"]
+    assert got["paused"] is False and got["spec"]["priority"] == 3
+    assert page.script_errors() == []
+
+
 @pytest.mark.parametrize("hash_", ["cluster", "jobs", "dlq", "queues"])
 def test_pages_fit_a_phone_and_work_with_the_keyboard(cluster, browser, hash_):
     from tests.browser.conftest import Page

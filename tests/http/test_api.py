@@ -4,6 +4,7 @@ redirect writes to the leader, Idempotency-Key dedupes, events stream and are bo
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import uuid
@@ -245,12 +246,112 @@ def test_schedule_preview_routes(cluster):
     assert p.json["detail"] == err.value.details()
 
 
-def test_cors_preflight_allows_the_dashboard_to_follow_redirects(cluster):
-    r = call(cluster.leader().url, "OPTIONS", "/v1/jobs",
-             headers={"Origin": "null", "Access-Control-Request-Method": "POST"})
-    assert r.status == 204
-    assert r.headers["access-control-allow-origin"] == "*"
-    assert "idempotency-key" in r.headers["access-control-allow-headers"].lower()
+def _preflight(node, origin: str, method: str = "POST"):
+    return call(node.url, "OPTIONS", "/v1/jobs", headers={
+        "Origin": origin, "Access-Control-Request-Method": method,
+        "Access-Control-Request-Headers": "content-type,idempotency-key"})
+
+
+def test_cors_answers_the_clusters_own_origins_only(cluster):
+    """A node without authentication: a page of another origin (or a redirected request's
+    `null`) may not drive it; the dashboard of any member may (it writes to the leader)."""
+    leader, follower = _follower(cluster)
+    for origin in (follower.url, leader.url, "https://dashboard.example"):  # conftest's extra
+        r = _preflight(leader, origin, "PATCH")
+        assert r.status == 204
+        assert r.headers["access-control-allow-origin"] == origin, (origin, r.headers)
+        assert "PATCH" in r.headers["access-control-allow-methods"]
+        assert "idempotency-key" in r.headers["access-control-allow-headers"].lower()
+        assert "origin" in r.headers["vary"].lower()
+        got = call(leader.url, "GET", "/v1/cluster", headers={"Origin": origin})
+        assert got.headers["access-control-allow-origin"] == origin
+        assert "Location" in got.headers["access-control-expose-headers"]
+    for origin in ("https://evil.example", "null", "http://127.0.0.1:1", "https://dashboard.example.evil"):
+        r = _preflight(leader, origin)
+        assert "access-control-allow-origin" not in r.headers, (origin, r.headers)
+        assert "access-control-allow-methods" not in r.headers
+        assert "origin" in r.headers["vary"].lower()
+        for node, path in ((leader, "/v1/jobs"), (follower, "/v1/cluster")):
+            got = call(node.url, "GET", path, headers={"Origin": origin})
+            assert got.status == 200 and "access-control-allow-origin" not in got.headers
+            assert "origin" in got.headers["vary"].lower()
+    # The event stream too (it names every tenant's runs and jobs).
+    for origin, allowed in (("https://evil.example", False), (follower.url, True)):
+        head = _stream_head(leader, origin)
+        assert head.startswith(b"HTTP/1.1 200"), head
+        assert (f"access-control-allow-origin: {origin}".encode() in head.lower()) is allowed
+        assert b"vary: origin" in head.lower()
+
+
+def _stream_head(node, origin: str) -> bytes:
+    """The status line and headers of /v1/events asked from `origin` (then hung up)."""
+    host, port = node.http_addr.split(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"GET /v1/events HTTP/1.1\r\nHost: {node.http_addr}\r\n"
+                     f"Origin: {origin}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+    return head.split(b"\r\n\r\n")[0]
+
+
+# A web page's "simple" requests: no preflight, so the type is all that stops them.
+NOT_JSON = [("text/plain", b'{"spec": %s}'), ("text/plain;charset=UTF-8", b'{"spec": %s}'),
+            ("application/x-www-form-urlencoded", b'{"spec": %s}'),
+            ("multipart/form-data; boundary=x", b'{"spec": %s}'), (None, b'{"spec": %s}')]
+
+
+@pytest.mark.parametrize(("content_type", "template"), NOT_JSON,
+                         ids=[str(c).split(";")[0] for c, _ in NOT_JSON])
+def test_a_write_that_is_not_json_is_415_and_changes_nothing(cluster, content_type, template):
+    """Seen: a text/plain POST from https://evil.example created a job with argv
+    ["touch", "pwned"] on a node without authentication."""
+    leader, follower = _follower(cluster)
+    name = f"pwned-{uuid.uuid4().hex[:8]}"
+    spec = {"name": name, "schedule": {"interval": {"intervalMs": "3600000"}},
+            "tasks": [{"name": "main", "queue": "shell",
+                       "payload": {"argv": ["touch", "pwned"]}}]}
+    raw = template % json.dumps(spec).encode()
+    for node in (leader, follower):
+        hdrs = {"Origin": "https://evil.example"}
+        if content_type:
+            hdrs["Content-Type"] = content_type
+        conn = http.client.HTTPConnection(node.http_addr, timeout=10)
+        try:
+            conn.putrequest("POST", "/v1/jobs", skip_accept_encoding=True)
+            for k, v in {**hdrs, "Content-Length": str(len(raw))}.items():
+                conn.putheader(k, v)
+            conn.endheaders(raw)
+            r = conn.getresponse()
+            status, headers, body = r.status, dict(r.getheaders()), json.loads(r.read())
+        finally:
+            conn.close()
+        assert status == 415, (node.node_id, status, body)
+        assert headers["Content-Type"].startswith("application/problem+json")
+        assert body["field"] == "Content-Type" and "application/json" in body["rule"], body
+        assert body["code"] == "INVALID_ARGUMENT" and body["reason"] == "UNSUPPORTED_MEDIA_TYPE"
+        assert "Access-Control-Allow-Origin" not in headers
+    assert call(leader.url, "GET", f"/v1/tenants/default/jobs/{name}").status == 404
+
+
+def test_a_bodyless_write_without_the_json_type_is_415(cluster):
+    """POST /pause with no body is what a page's `fetch(url, {method: "POST", mode:
+    "no-cors"})` sends: refused too; with the type (and an empty body) it pauses."""
+    leader = cluster.leader()
+    job = _create(leader, f"bodyless-{uuid.uuid4().hex[:8]}")
+    r = call(leader.url, "POST", f"/v1/jobs/{job['jobId']}/pause", raw=b"",
+             headers={"Content-Type": ""})
+    assert r.status == 415 and "has none" in r.json["rule"], r.text
+    assert call(leader.url, "GET", f"/v1/jobs/{job['jobId']}").json["job"]["paused"] is False
+    r = call(leader.url, "POST", f"/v1/jobs/{job['jobId']}/pause", raw=b"",
+             headers={"Content-Type": "application/json; charset=utf-8"})
+    assert r.status == 200 and r.json["job"]["paused"] is True, r.text
+    # DELETE has no body and is never a simple request (a page must be allowed a preflight).
+    r = _preflight(leader, "https://evil.example", "DELETE")
+    assert "access-control-allow-origin" not in r.headers
 
 
 def _read_events(sock_file, until, limit: int = 200):

@@ -41,11 +41,15 @@ def _context(cluster, *, client_cert: bool = True) -> ssl.SSLContext:
 
 
 def _call(cluster, node, method: str, path: str, body: dict | None = None, *,
-          token: str | None = None, ctx: ssl.SSLContext | None = None):
+          token: str | None = None, ctx: ssl.SSLContext | None = None,
+          extra: dict[str, str] | None = None):
     host, port = node.http_addr.split(":")
     conn = http.client.HTTPSConnection(host, int(port), context=ctx or _context(cluster),
                                        timeout=10)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    headers.update(extra or {})
     try:
         conn.request(method, path, body=json.dumps(body).encode() if body is not None else None,
                      headers=headers)
@@ -109,6 +113,29 @@ def test_no_token_and_a_reader_token_get_the_grpc_answers(cluster):
     # The event stream names every tenant's runs: admin only.
     status, _, body = _call(cluster, leader, "GET", f"/v1/events?access_token={reader}")
     assert status == 403 and body["code"] == "PERMISSION_DENIED"
+
+
+def test_with_authentication_any_origin_may_call_but_only_with_json(cluster):
+    """A node that authenticates answers CORS `*` (a page must hold a token: the browser
+    never attaches one by itself, and `*` admits no credentialed request); a body that is
+    not application/json is still 415, token or not, and changes nothing."""
+    leader = cluster.leader()
+    admin = cluster.admin_token()
+    evil = {"Origin": "https://evil.example"}
+    status, headers, _ = _call(cluster, leader, "OPTIONS", "/v1/jobs", extra={
+        **evil, "Access-Control-Request-Method": "POST"})
+    assert status == 204 and headers["Access-Control-Allow-Origin"] == "*", headers
+    assert "Access-Control-Allow-Credentials" not in headers
+    assert "Authorization" in headers["Access-Control-Allow-Headers"]
+    status, headers, _ = _call(cluster, leader, "GET", "/v1/jobs", extra=evil)
+    assert status == 401 and headers["Access-Control-Allow-Origin"] == "*"
+    assert "Access-Control-Allow-Credentials" not in headers
+    for token in (None, admin):
+        status, _, body = _call(cluster, leader, "POST", "/v1/jobs", _spec("plain"),
+                                token=token, extra={**evil, "Content-Type": "text/plain"})
+        assert status == 415 and body["field"] == "Content-Type", body
+    status, _, _ = _call(cluster, leader, "GET", "/v1/tenants/default/jobs/plain", token=admin)
+    assert status == 404
 
 
 def test_no_client_certificate_or_plaintext_is_refused(cluster):

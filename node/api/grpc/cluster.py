@@ -48,12 +48,14 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
         for m in node.raft.membership.members():
             if m.node_id == me.node_id:
                 out.nodes.add(node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,
-                              role=role, match_index=out.applied_index, connected=True,
+                              http_address=m.http_addr, role=role,
+                              match_index=out.applied_index, connected=True,
                               match_index_known=True)
                 continue
             connected = raw.get(f"partner_node_status_server_{m.raft_addr}", 0) == 2
             out.nodes.add(
                 node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,
+                http_address=m.http_addr,
                 role=("leader" if leader and leader.node_id == m.node_id
                       else "follower" if connected else "unreachable"),
                 # Only the leader tracks the others' match index; a follower's copy is 0 or

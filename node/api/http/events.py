@@ -160,7 +160,9 @@ class EventHub:
                     s.wake.set()
             await asyncio.sleep(CLUSTER_POLL_S)
 
-    async def stream(self, request: web.Request) -> web.StreamResponse:
+    async def stream(self, request: web.Request,
+                     headers: dict[str, str] | None = None) -> web.StreamResponse:
+        """Serve one stream; `headers` (CORS, server.py) go on its answer."""
         if len(self.subscribers) >= self.max_streams:
             raise Problem(grpc.StatusCode.RESOURCE_EXHAUSTED,
                           f"events: this node serves at most {self.max_streams} event streams "
@@ -168,7 +170,7 @@ class EventHub:
                           headers={"Retry-After": "5"})
         resp = web.StreamResponse(headers={
             "Content-Type": "text/event-stream", "Cache-Control": "no-store",
-            "X-Accel-Buffering": "no", "Access-Control-Allow-Origin": "*"})
+            "X-Accel-Buffering": "no", **(headers or {})})
         await resp.prepare(request)
         sub = Subscriber(self.max_ids)
         sub.cluster = self._cluster_view()

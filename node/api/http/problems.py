@@ -17,6 +17,8 @@ from aiohttp import web
 from gnomon.node.api.grpc.errors import Reason
 
 PROBLEM_TYPE = "application/problem+json"
+# A body that is not application/json (server.py): INVALID_ARGUMENT, HTTP 415.
+UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
 
 # The HTTP status of each gRPC code: the mapping of google.rpc.Code (and grpc-gateway).
 HTTP_STATUS: dict[grpc.StatusCode, int] = {
@@ -47,6 +49,7 @@ HTTP_STATUS_BY_REASON: dict[str, int] = {
     # A stale expected_version: 409 Conflict, as HTTP APIs answer an edit of a changed thing
     # (FAILED_PRECONDITION with this reason over gRPC).
     Reason.VERSION_CONFLICT: 409,
+    UNSUPPORTED_MEDIA_TYPE: 415,
 }
 
 _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]-]*$")

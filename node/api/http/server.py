@@ -19,22 +19,28 @@ from gnomon.node.api.http.auth import authorize, authorize_events, principal
 from gnomon.node.api.http.events import EventHub
 from gnomon.node.api.http.openapi import document
 from gnomon.node.api.http.patch import merged_update
-from gnomon.node.api.http.problems import PROBLEM_TYPE, Problem
+from gnomon.node.api.http.problems import PROBLEM_TYPE, UNSUPPORTED_MEDIA_TYPE, Problem
+from gnomon.node.config import web_origin
 from gnomon.node.security.grpc_tls import is_loopback
 
 log = logging.getLogger(__name__)
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 16 << 20  # as gRPC's max_receive_message_length on the node
-CORS = {
-    "Access-Control-Allow-Origin": "*",
-    "Access-Control-Expose-Headers": "Location, Retry-After",
-}
-PREFLIGHT = CORS | {
+# CORS (node/security/DESIGN.md, "Web pages"): a node that authenticates answers every
+# origin `*` (a browser never attaches the bearer token by itself, and `*` admits no
+# credentialed request); one that does not answers only the cluster's own origins (every
+# member's http_addr) and http_cors_origins, never "null" (a redirected cross-origin
+# request's). Every answer says `Vary: Origin`.
+CORS_EXPOSE = {"Access-Control-Expose-Headers": "Location, Retry-After"}
+PREFLIGHT = {
     "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE, OPTIONS",
     "Access-Control-Allow-Headers": "Content-Type, Idempotency-Key, Authorization",
     "Access-Control-Max-Age": "600",
 }
+# The one type a body may have: anything else (text/plain, a form, none) is what a page of
+# another origin can send without a preflight, so such a request never reaches a servicer.
+JSON_TYPE = "application/json"
 
 
 def ssl_context(config) -> ssl.SSLContext | None:
@@ -131,8 +137,32 @@ class HttpServer:
             log.exception("HTTP %s %s failed", request.method, request.path)
             resp = Problem(grpc.StatusCode.INTERNAL, "internal error; the node's log has it").response()
         if api and not resp.prepared:
-            resp.headers.update(CORS)
+            resp.headers.update(self._cors(request, resp.headers.get("Vary", "")))
         return resp
+
+    def _cors(self, request: web.Request, vary: str = "") -> dict[str, str]:
+        """The CORS headers of an answer to `request` (`vary`: the answer's own Vary)."""
+        headers = {"Vary": vary if "origin" in vary.lower() else
+                   ", ".join(filter(None, (vary, "Origin")))}
+        allow = self._allowed_origin(request.headers.get("Origin", ""))
+        if allow:
+            headers |= {"Access-Control-Allow-Origin": allow} | CORS_EXPOSE
+        return headers
+
+    def _allowed_origin(self, origin: str) -> str:
+        """Access-Control-Allow-Origin for a request from `origin`, or "" (none)."""
+        if self.node.config.admin_token_file:
+            return "*"
+        if not origin or origin == "null":
+            return ""
+        return origin if origin in self.allowed_origins() else ""
+
+    def allowed_origins(self) -> set[str]:
+        """The origins a node without authentication answers CORS to: every member's HTTP
+        address with this node's scheme, and http_cors_origins."""
+        own = {web_origin(self.scheme, m.http_addr)
+               for m in self.node.raft.membership.members() if m.http_addr}
+        return own | set(self.node.config.http_cors_origins)
 
     def _redirect(self, request: web.Request, p: Problem) -> web.Response | None:
         """A follower's UNAVAILABLE naming the leader -> 307 to the leader's HTTP address."""
@@ -150,7 +180,10 @@ class HttpServer:
                             headers={"Location": f"{self.scheme}://{http}{request.path_qs}"})
 
     async def _preflight(self, request: web.Request) -> web.Response:
-        return web.Response(status=204, headers=PREFLIGHT)
+        cors = self._cors(request)
+        if "Access-Control-Allow-Origin" in cors:
+            cors |= PREFLIGHT
+        return web.Response(status=204, headers=cors)
 
     async def _index(self, request: web.Request) -> web.FileResponse:
         return web.FileResponse(STATIC / "index.html", headers={"Cache-Control": "no-cache"})
@@ -161,6 +194,8 @@ class HttpServer:
             method = getattr(servicer, route.method_name)
 
             async def call(request: web.Request) -> web.Response:
+                if route.body:
+                    _require_json(route, request)
                 # Who calls, before a byte of the body is read: an unauthenticated body
                 # costs nothing (16 MiB of JSON cost the leader 1.9 s and its term).
                 who, metadata = principal(self.node, request)
@@ -184,10 +219,22 @@ class HttpServer:
         if route.path == "/v1/events":
             async def events(request: web.Request) -> web.StreamResponse:
                 authorize_events(self.node, request)
-                return await self.events.stream(request)
+                return await self.events.stream(request, headers=self._cors(request))
             return events
         if route.path == "/v1/openapi.json":
             async def openapi(request: web.Request) -> web.Response:
                 return web.Response(text=self._openapi, content_type="application/json")
             return openapi
         raise ValueError(f"route {route.method} {route.path}: no handler")
+
+
+def _require_json(route: Route, request: web.Request) -> None:
+    """A route with a body takes application/json only (415 otherwise, body unread)."""
+    sent = request.headers.get("Content-Type", "")
+    if request.content_type == JSON_TYPE and sent:
+        return
+    got = f"got {sent!r}" if sent else "the request has none"
+    raise Problem(grpc.StatusCode.INVALID_ARGUMENT,
+                  f"Content-Type: must be {JSON_TYPE} on {route.method} {route.path} (the "
+                  f"body is the request message's JSON, even when empty); {got}",
+                  reason=UNSUPPORTED_MEDIA_TYPE, headers={"Accept": JSON_TYPE})

@@ -330,7 +330,7 @@ class SetLimitsResponse(_message.Message):
     def __init__(self, limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
-    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "match_index", "connected", "match_index_known")
+    __slots__ = ("node_id", "raft_address", "grpc_address", "role", "match_index", "connected", "match_index_known", "http_address")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,7 @@ class NodeStatus(_message.Message):
     MATCH_INDEX_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     MATCH_INDEX_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    HTTP_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     raft_address: str
     grpc_address: str
@@ -345,7 +346,8 @@ class NodeStatus(_message.Message):
     match_index: int
     connected: bool
     match_index_known: bool
-    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., connected: _Optional[bool] = ..., match_index_known: _Optional[bool] = ...) -> None: ...
+    http_address: str
+    def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., connected: _Optional[bool] = ..., match_index_known: _Optional[bool] = ..., http_address: _Optional[str] = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version", "limits", "limits_version", "dead_letters_evicted")

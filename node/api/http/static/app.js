@@ -49,9 +49,31 @@ class ApiError extends Error {
   }
 }
 
+// Writes go to the leader's origin directly, its HTTP address from GET /v1/cluster: a node
+// without authentication answers CORS only to the cluster's own origins, and a write that a
+// node of another origin redirects arrives with `Origin: null`, which no node allows. When
+// the leader moved meanwhile (a network error: that redirect was refused; or a 503) the page
+// asks /v1/cluster again and retries with the same Idempotency-Key.
+let leaderAt = null; // { id, base } as last learned; base "" is this page's own node
+async function leaderBase(fresh) {
+  const known = leaderBadge.dataset.leader; // the event stream's view
+  if (!fresh && leaderAt && (!known || known === leaderAt.id)) return leaderAt.base;
+  leaderAt = null;
+  try {
+    const st = await api("GET", "/v1/cluster");
+    const leader = st.nodes.find((n) => n.nodeId === st.leaderNodeId);
+    const base = leader?.httpAddress ? `${location.protocol}//${leader.httpAddress}` : "";
+    leaderAt = { id: st.leaderNodeId, base: base === location.origin ? "" : base };
+  } catch {
+    return ""; // this node then answers (a 503 without a leader, retried)
+  }
+  return leaderAt.base;
+}
+
 // Writes carry an Idempotency-Key, reused when a 503 (no leader yet) is retried: one effect.
-// A follower answers writes with 307 to the leader; fetch follows it (the API allows CORS).
-// `write` false: a POST that is a read (a preview), which has no request id to key.
+// `write` false: a POST that is a read (a preview), which has no request id to key; it and
+// GETs are asked of this page's node (a linearizable read on a follower is redirected from
+// this origin to the leader, which keeps the page's Origin).
 async function api(method, path, body, write = method !== "GET") {
   const opts = { method, headers: { Accept: "application/json" } };
   if (method !== "GET") {
@@ -62,14 +84,16 @@ async function api(method, path, body, write = method !== "GET") {
   if (TOKEN) opts.headers.Authorization = `Bearer ${TOKEN}`;
   for (let attempt = 1; ; attempt++) {
     let r;
+    const base = write ? await leaderBase(attempt > 1) : "";
     try {
-      r = await fetch(path, opts);
+      r = await fetch(base + path, opts);
       // A follower redirects writes to the leader, another origin: browsers drop the
       // Authorization header on such a redirect, so ask the leader again, with it.
       if (r.redirected && r.status === 401 && TOKEN) r = await fetch(r.url, opts);
     } catch (e) {
       if (attempt < 4) { await delay(500 * attempt); continue; }
-      throw new ApiError({ detail: `network: ${e.message}` }, 0);
+      const hint = base ? ` (writes go to the leader, ${base}: a page opened at an address other than a member's HTTP address needs its origin in http_cors_origins)` : "";
+      throw new ApiError({ detail: `network: ${e.message}${hint}` }, 0);
     }
     const data = await r.json().catch(() => ({}));
     if (r.ok) return data;
