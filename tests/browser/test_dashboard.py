@@ -230,6 +230,78 @@ def test_a_followers_dashboard_sends_writes_to_the_leaders_origin(cluster, page)
     assert page.script_errors() == []
 
 
+def _dead_and_upstream_failed(leader, name: str, first: str):
+    """A run whose task `first` died (one attempt, non-retryable) and whose second task is
+    therefore upstream_failed (attempt 0, token 0); the dead task's lease."""
+    job = _job(leader, name, [
+        {"name": first, "queue": name, "retry": {"maxAttempts": 1}},
+        {"name": "summarize", "queue": name, "dependsOn": [first]},
+    ])
+    run_id = _trigger(leader, job)
+    worker = RawWorker(leader, f"w-{name}", (name,))
+    try:
+        worker.credits(1)
+        assign = worker.next("assign")
+        worker.fail(assign.lease, "the disk is on fire and so is the one we kept as a spare, "
+                    "so this task gave up for good", retryable=False)
+        worker.next("report_ack")
+    finally:
+        worker.close()
+    return run_id, assign.lease
+
+
+def test_the_dag_shows_every_label_whole(cluster, page):
+    """Seen: a node's label was cut at 30 characters ("upstream_failed · attempt 0 ·", the
+    fencing token lost) and a name at 22. Every label is whole, wrapped inside its node."""
+    leader, follower = _follower(cluster)
+    first = "extract-every-order-of-the-last-quarter"
+    run_id, lease = _dead_and_upstream_failed(leader, "labels", first)
+    pg = page.page
+    pg.goto(f"{follower.url}/#/runs/{quote(run_id, safe='')}")
+    dag = pg.get_by_test_id("dag")
+    expect(dag.locator('g[data-task="summarize"]')).to_have_attribute("data-state",
+                                                                      "upstream_failed")
+    expect(dag.locator(f'g[data-task="{first}"]')).to_have_attribute("data-state", "dead")
+    nodes = pg.evaluate("""() => [...document.querySelectorAll('svg.dag g.task')].map(g => {
+        const r = g.querySelector('rect').getBBox();
+        const texts = [...g.querySelectorAll('text')];
+        return { task: g.dataset.task, lines: texts.map(t => t.textContent),
+                 inside: texts.every(t => { const b = t.getBBox();
+                   return b.x >= r.x && b.y >= r.y && b.x + b.width <= r.x + r.width
+                     && b.y + b.height <= r.y + r.height; }) };
+    })""")
+    by_task = {n["task"]: n for n in nodes}
+    expected = {first: ("dead", "attempt 1", f"token {lease.fencing_token}"),
+                "summarize": ("upstream_failed", "attempt 0", "token 0")}
+    for task, parts in expected.items():
+        lines = by_task[task]["lines"]
+        assert task in "".join(lines), lines  # the name whole (broken at characters)
+        status = " · ".join(lines)
+        assert all(part in status for part in parts), lines
+        assert by_task[task]["inside"], lines
+    page.shot("dag-labels")
+    assert page.script_errors() == []
+
+
+def test_the_tasks_table_keeps_its_attempts_on_one_line(cluster, page):
+    """Seen: "1 attempt" in the run's tasks table wrapped one word per line."""
+    leader, follower = _follower(cluster)
+    run_id, _lease = _dead_and_upstream_failed(leader, "attempts", "extract")
+    pg = page.page
+    pg.goto(f"{follower.url}/#/runs/{quote(run_id, safe='')}")
+    expect(pg.locator('tr[data-task="extract"] summary')).to_have_text("1 attempt")
+    # The lines its text takes, measured in one go (a live refresh may replace the row).
+    tops = pg.evaluate("""() => {
+        const r = document.createRange();
+        r.selectNodeContents(document.querySelector('tr[data-task="extract"] summary'));
+        return [...new Set([...r.getClientRects()].filter(x => x.width > 0)
+          .map(x => Math.round(x.top)))]; }""")
+    assert len(tops) == 1, tops
+    pg.locator('tr[data-task="extract"] summary').scroll_into_view_if_needed()
+    page.shot("tasks-table")
+    assert page.script_errors() == []
+
+
 @pytest.mark.parametrize("hash_", ["cluster", "jobs", "dlq", "queues"])
 def test_pages_fit_a_phone_and_work_with_the_keyboard(cluster, browser, hash_):
     from tests.browser.conftest import Page

@@ -660,7 +660,35 @@ async function jobPage(jobId) {
   await refresh();
 }
 
+// `units` joined by `joiner` into lines no wider than `width` px (`widthOf` measures): broken
+// between units, a unit wider than a line at characters. Nothing is cut off.
+function wrapUnits(units, joiner, width, widthOf) {
+  const lines = [];
+  let line = "";
+  for (let unit of units) {
+    const joined = line ? line + joiner + unit : unit;
+    if (widthOf(joined) <= width) { line = joined; continue; }
+    if (line) lines.push(line);
+    while (unit.length > 1 && widthOf(unit) > width) {
+      let n = 1;
+      while (n < unit.length - 1 && widthOf(unit.slice(0, n + 1)) <= width) n++;
+      lines.push(unit.slice(0, n));
+      unit = unit.slice(n);
+    }
+    line = unit;
+  }
+  if (line || !lines.length) lines.push(line);
+  return lines;
+}
+let measureCtx = null;
+function textWidth(font) {
+  measureCtx ||= document.createElement("canvas").getContext("2d");
+  return (t) => { measureCtx.font = font; return measureCtx.measureText(t).width; };
+}
+
 // The DAG: tasks in columns by depth (longest path from a root), edges from dependencies.
+// Every node shows its whole name and state · attempt · fencing token, wrapped over as many
+// lines as they take (the node grows; a column stacks its nodes by their heights).
 function dagSvg(run, specTasks, onPick) {
   const deps = Object.fromEntries((specTasks || []).map((t) => [t.name, t.dependsOn || []]));
   const names = run.tasks.map((t) => t.taskName);
@@ -676,25 +704,37 @@ function dagSvg(run, specTasks, onPick) {
   names.forEach((n) => depthOf(n));
   const cols = {};
   names.forEach((n) => (cols[depth[n]] ||= []).push(n));
-  const W = 200, H = 48, GX = 60, GY = 18, P = 16;
+  const W = 200, GX = 60, GY = 18, P = 16, PAD = 8, LINE = 18;
+  // The font of `svg.dag text` (app.css): 12px of the page's family.
+  const widthOf = textWidth(`12px ${getComputedStyle(document.body).fontFamily}`);
+  const lines = Object.fromEntries(run.tasks.map((t) => [t.taskName, [
+    ...wrapUnits([t.taskName], "", W - 2 * PAD, widthOf),
+    ...wrapUnits([STATE_NAMES(t.state), `attempt ${t.attempt}`, `token ${t.fencingToken}`], " · ", W - 2 * PAD, widthOf)]]));
   const pos = {};
-  Object.entries(cols).forEach(([d, ns]) => ns.forEach((n, i) => (pos[n] = { x: P + d * (W + GX), y: P + i * (H + GY) })));
+  let height = 0;
+  Object.entries(cols).forEach(([d, ns]) => {
+    let y = P;
+    for (const n of ns) {
+      const tall = 12 + LINE * lines[n].length;
+      pos[n] = { x: P + d * (W + GX), y, h: tall };
+      y += tall + GY;
+    }
+    height = Math.max(height, y - GY + P);
+  });
   const width = P * 2 + (Object.keys(cols).length) * (W + GX) - GX;
-  const height = P * 2 + Math.max(...Object.values(cols).map((ns) => ns.length)) * (H + GY) - GY;
   const color = { succeeded: "#2e7d32", dead: "#c62828", upstream_failed: "#c62828", leased: "#1565c0", ready: "#8d6e00", pending: "#8d6e00", retry_wait: "#8d6e00", cancelled: "#757575" };
   const svg = s("svg", { class: "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `DAG of run ${run.runId}`, "data-testid": "dag" });
   for (const n of names) for (const d of deps[n] || []) {
     if (!pos[d]) continue;
     const a = pos[d], b = pos[n];
-    const x1 = a.x + W, y1 = a.y + H / 2, x2 = b.x, y2 = b.y + H / 2;
+    const x1 = a.x + W, y1 = a.y + a.h / 2, x2 = b.x, y2 = b.y + b.h / 2;
     svg.append(s("path", { d: `M${x1},${y1} C${x1 + GX / 2},${y1} ${x2 - GX / 2},${y2} ${x2},${y2}`, "data-edge": `${d}->${n}` }));
   }
   for (const t of run.tasks) {
     const p = pos[t.taskName], st = STATE_NAMES(t.state);
     const g = s("g", { class: "task", tabindex: "0", role: "button", "data-task": t.taskName, "data-state": st, "aria-label": `task ${t.taskName} ${st}` },
-      s("rect", { x: p.x, y: p.y, width: W, height: H, fill: color[st] || "#9e9e9e" }),
-      s("text", { x: p.x + 8, y: p.y + 19, text: t.taskName.length > 22 ? t.taskName.slice(0, 21) + "…" : t.taskName }),
-      s("text", { x: p.x + 8, y: p.y + 37, text: `${st} · attempt ${t.attempt} · token ${t.fencingToken}`.slice(0, 30) }));
+      s("rect", { x: p.x, y: p.y, width: W, height: p.h, fill: color[st] || "#9e9e9e" }),
+      lines[t.taskName].map((line, i) => s("text", { x: p.x + PAD, y: p.y + 19 + LINE * i, text: line })));
     g.addEventListener("click", () => onPick(t.taskName));
     g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); onPick(t.taskName); } });
     svg.append(g);
