@@ -1,4 +1,4 @@
-"""The README, done as a new user does it: `gnomon dev` on its defaults (secure, the fixed
+"""The README (and examples/README.md), done as a new user does it: `gnomon dev` on its defaults (secure, the fixed
 ports, a fresh data directory) kept running past 150 s, every command of the tour in order
 (the shell worker in the background, `job trigger hello --wait` returning 0), the Python
 snippets as written, the dashboard URL it prints opened in headless Chromium; then Ctrl-C, a
@@ -122,17 +122,20 @@ class Dev:
         return self.proc.returncode
 
 
-def sh(cwd: Path, command: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd, env=_env(),
-                          capture_output=True, text=True, timeout=timeout_s)
+def sh(cwd: Path, command: str, timeout_s: float = 120,
+       env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=cwd,
+                          env={**_env(), **(env or {})}, capture_output=True, text=True,
+                          timeout=timeout_s)
 
 
 class Background:
     """A tour command that ends in `&`: running while the later commands run."""
 
-    def __init__(self, cwd: Path, command: str) -> None:
+    def __init__(self, cwd: Path, command: str, env: dict[str, str] | None = None) -> None:
         self.log = open(cwd / "background.log", "a+")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd, env=_env(),
+        self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=cwd,
+                                     env={**_env(), **(env or {})},
                                      stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
 
@@ -144,22 +147,42 @@ class Background:
         return self.proc.returncode
 
 
-def run_tour(cwd: Path) -> dict[str, str]:
-    """Every tour command in order; each must exit 0. RUN_ID is the run that
-    `job trigger hello --wait` printed. Returns each command's stdout."""
+EXAMPLES = (REPO / "examples" / "README.md").read_text()
+# Lines of examples/README.md that name ids of someone else's cluster (a job j12, a job etl
+# that the examples never create), or a node's own flags: shown, not run.
+NOT_RUNNABLE = re.compile(r"\bj12\b|job backfill etl\b|^gnomon-node ")
+
+
+def example_commands() -> list[str]:
+    """Every command of examples/README.md's shell blocks that can run against a fresh dev
+    cluster, in order (continuations joined, comments cut)."""
+    out = []
+    for block in _blocks(EXAMPLES, "sh"):
+        joined = re.sub(r"\\\n\s*", "", block)
+        for line in joined.splitlines():
+            line = _without_comment(line).strip()
+            if line and not NOT_RUNNABLE.search(line):
+                out.append(line)
+    return out
+
+
+def run_tour(cwd: Path, commands: list[str] | None = None,
+             env: dict[str, str] | None = None) -> dict[str, str]:
+    """Every tour command (or `commands`) in order; each must exit 0. RUN_ID is the run the
+    last `job trigger` printed. Returns each command's stdout."""
     background: list[Background] = []
     outputs: dict[str, str] = {}
     run_id = None
     try:
-        for command in tour_commands():
+        for command in tour_commands() if commands is None else commands:
             if command.rstrip().endswith("&"):
-                bg = Background(cwd, command.rstrip().removesuffix("&").strip())
+                bg = Background(cwd, command.rstrip().removesuffix("&").strip(), env)
                 background.append(bg)
                 continue
             if "RUN_ID" in command:
                 assert run_id, "no run id before a command that names RUN_ID"
                 command = command.replace("RUN_ID", run_id)
-            done = sh(cwd, command)
+            done = sh(cwd, command, env=env)
             assert done.returncode == 0, (command, done.returncode, done.stdout[-2000:],
                                           done.stderr[-2000:],
                                           [b.log.name for b in background])
@@ -237,6 +260,14 @@ def test_the_readme_on_the_secure_default_cluster(fresh):
         printed = run_python_snippets(fresh)
         assert "{'main': b'{\"rows\":42}'}" in printed, printed
         open_dashboard(url.group(1), "hello-every-5s")
+        # examples/README.md on the same cluster, from a folder where `examples/` is the
+        # repository's (its commands name examples/*.yaml and `--module examples.tasks`).
+        here = fresh / "examples-run"
+        here.mkdir()
+        (here / "examples").symlink_to(REPO / "examples")
+        dev_tls = {"GNOMON_CA": str(fresh / ".gnomon" / "tls" / "ca.crt"),
+                   "GNOMON_TOKEN_FILE": str(fresh / ".gnomon" / "tls" / "admin.token")}
+        run_tour(here, example_commands(), env=dev_tls)
         # Stays up: the bug this test exists for stopped the cluster 60 s after start.
         while time.monotonic() - dev.started < STAYS_UP_S:
             assert dev.proc.poll() is None, dev.text()[-3000:]
