@@ -34,7 +34,9 @@ from gnomon.node.leader.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.ops import logs, metrics, observe
 from gnomon.node.ops.operations import OperationError, TransferTimeout, transfer_leadership
 from gnomon.node.process import crash_process
-from gnomon.node.raft.node import NotCommitted, Overloaded, Proposer, RaftNode
+from gnomon.node.raft.errors import NotCommitted, Overloaded
+from gnomon.node.raft.node import RaftNode
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.raft.startup import refuse_to_start
 from gnomon.node.replica import Replica
 from gnomon.node.security import grpc_tls

@@ -28,7 +28,8 @@ from gnomon.node.core.model import (
     State,
 )
 from gnomon.node.core.validate import effective_max_active_runs
-from gnomon.node.raft.node import NotCommitted, Overloaded, Proposer
+from gnomon.node.raft.errors import NotCommitted, Overloaded
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.replica import Replica
 from gnomon.node.spec.schedules import job_hash_id, next_fire_after
 from gnomon.node.tasks import Supervisor

@@ -27,7 +27,8 @@ from gnomon.node.core.model import DEFAULT_MAX_ATTEMPTS, TaskState
 from gnomon.node.leader.leases import LeaseTable
 from gnomon.node.leader.outbox import Outbox
 from gnomon.node.ops import logs, metrics
-from gnomon.node.raft.node import NotCommitted, Overloaded, Proposer
+from gnomon.node.raft.errors import NotCommitted, Overloaded
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.replica import Replica
 from gnomon.node.tasks import Supervisor
 from gnomon.v1 import worker_pb2

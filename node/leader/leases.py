@@ -32,7 +32,8 @@ from gnomon.node.core.commands import (
 )
 from gnomon.node.core.model import Run, TaskInstance, TaskState
 from gnomon.node.ops import logs, metrics
-from gnomon.node.raft.node import NotCommitted, Overloaded, Proposer
+from gnomon.node.raft.errors import NotCommitted, Overloaded
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.replica import Replica
 from gnomon.node.tasks import Supervisor
 

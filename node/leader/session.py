@@ -11,7 +11,9 @@ from collections.abc import Awaitable, Callable
 from gnomon.node.clock import mono_ms
 from gnomon.node.core.commands import Barrier
 from gnomon.node.ops import metrics
-from gnomon.node.raft.node import LEADER, ROLE_NAMES, NotCommitted, Overloaded, Proposer, RaftNode
+from gnomon.node.raft.errors import NotCommitted, Overloaded
+from gnomon.node.raft.node import LEADER, ROLE_NAMES, RaftNode
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.tasks import Supervisor
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,8 @@ from gnomon.node.core.commands import Fire
 from gnomon.node.core.model import JobSpec, Schedule, ScheduleKind
 from gnomon.node.memo import ByIdentity
 from gnomon.node.ops import metrics
-from gnomon.node.raft.node import NotCommitted, Overloaded, Proposer
+from gnomon.node.raft.errors import NotCommitted, Overloaded
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.replica import Replica
 from gnomon.node.spec.schedules import (
     bounded_next,

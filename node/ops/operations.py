@@ -31,8 +31,8 @@ from gnomon.node.clock import mono_ms
 from gnomon.node.config import Member
 from gnomon.node.core import digest
 from gnomon.node.core.commands import Barrier
+from gnomon.node.raft.errors import LeadershipLost
 from gnomon.node.raft.membership import ADD, REMOVE
-from gnomon.node.raft.node import LeadershipLost
 
 if TYPE_CHECKING:
     from gnomon.node.storage.history_sink import HistorySink

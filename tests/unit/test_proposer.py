@@ -12,7 +12,8 @@ from gnomon.node import codec
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Barrier, CompleteTask
 from gnomon.node.core.results import Done
-from gnomon.node.raft.node import Overloaded, Proposer
+from gnomon.node.raft.errors import Overloaded
+from gnomon.node.raft.proposer import Proposer
 
 
 class InstantRaft:

@@ -40,7 +40,7 @@ from gnomon.node.core.access import (
     check_tenant,
     check_token_fields,
 )
-from gnomon.node.raft.node import NotCommitted, Overloaded
+from gnomon.node.raft.errors import NotCommitted, Overloaded
 from gnomon.node.security.admission import RETRY_AFTER_KEY, RateLimiter
 from gnomon.node.security.auth import (
     DEFAULT_TENANT,

@@ -11,7 +11,8 @@ from gnomon.node.api.grpc.errors import NotLeader, abort, status_of
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Barrier
 from gnomon.node.leader.session import Leadership
-from gnomon.node.raft.node import Proposer, RaftNode
+from gnomon.node.raft.node import RaftNode
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.replica import Replica
 from gnomon.node.spec.validate import InputLimits
 from gnomon.node.tasks import Supervisor

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from gnomon.node.core.errors import Code, Rejected
-from gnomon.node.raft.node import LeadershipLost, NotCommitted, Overloaded
+from gnomon.node.raft.errors import LeadershipLost, NotCommitted, Overloaded
 from gnomon.node.security.auth import AuthError
 from gnomon.node.spec.validate import ValidationError
 

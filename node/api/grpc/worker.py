@@ -39,7 +39,7 @@ from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leader.leases import LeaseTable
 from gnomon.node.leader.outbox import Outbox
 from gnomon.node.ops import logs, metrics
-from gnomon.node.raft.node import NotCommitted, Overloaded
+from gnomon.node.raft.errors import NotCommitted, Overloaded
 from gnomon.node.security.auth import Principal
 from gnomon.node.spec.validate import ValidationError, validate_worker_id
 from gnomon.v1 import worker_pb2, worker_pb2_grpc

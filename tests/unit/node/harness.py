@@ -50,7 +50,8 @@ from gnomon.node.leader.session import Leadership
 from gnomon.node.leader.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.local.cluster import wait_for_async
 from gnomon.node.raft.membership import Membership
-from gnomon.node.raft.node import LEADER, Proposer
+from gnomon.node.raft.node import LEADER
+from gnomon.node.raft.proposer import Proposer
 from gnomon.node.replica import Replica
 from gnomon.node.server import Node
 from gnomon.node.spec.validate import InputLimits
@@ -69,8 +70,8 @@ CLOCK_USERS = [
     ("gnomon.node.leader.leases", "mono_ms", "mono"),
     ("gnomon.node.leader.dispatch", "wall_ms", "wall"),
     ("gnomon.node.leader.session", "mono_ms", "mono"),
-    ("gnomon.node.raft.node", "wall_ms", "wall"),
-    ("gnomon.node.raft.node", "mono_ms", "mono"),
+    ("gnomon.node.raft.proposer", "wall_ms", "wall"),
+    ("gnomon.node.raft.proposer", "mono_ms", "mono"),
     ("gnomon.node.api.grpc.jobs", "wall_ms", "wall"),
 ]
 

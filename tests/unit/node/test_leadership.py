@@ -6,7 +6,8 @@ import pytest
 from pysyncobj import FAIL_REASON
 
 from gnomon.node.core.commands import Barrier, CreateJob, SetLimits
-from gnomon.node.raft.node import LEADER, NotCommitted
+from gnomon.node.raft.errors import NotCommitted
+from gnomon.node.raft.node import LEADER
 
 from .harness import (
     LOOP_TASKS,

@@ -15,7 +15,7 @@ from gnomon.node.core.results import Effects
 from gnomon.node.local.cluster import wait_for_async
 from gnomon.node.ops import logs, metrics
 from gnomon.node.ops.observe import EntryCounter
-from gnomon.node.raft.node import Proposer
+from gnomon.node.raft.proposer import Proposer
 
 
 class _SilentRaft:

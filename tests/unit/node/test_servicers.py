@@ -27,7 +27,7 @@ from gnomon.node.core import digest
 from gnomon.node.core.commands import Barrier, CompleteTask, CreateJob
 from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.core.model import AttemptOutcome, RunState, TaskState
-from gnomon.node.raft.node import LeadershipLost, NotCommitted, Overloaded
+from gnomon.node.raft.errors import LeadershipLost, NotCommitted, Overloaded
 from gnomon.node.security.auth import ANONYMOUS
 from gnomon.node.spec.schedules import ScheduleError
 from gnomon.node.spec.validate import ValidationError
