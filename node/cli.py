@@ -9,7 +9,7 @@ import os
 import sys
 
 from gnomon.node.config import ConfigError, load
-from gnomon.node.ops import logs
+from gnomon.node.ops import descriptors, logs
 from gnomon.node.raft.membership import load_members
 from gnomon.node.security.auth import read_admin_token
 from gnomon.node.security.certificates import TlsError, load_peer_tls
@@ -38,6 +38,23 @@ def warn_readable_secrets(config) -> list[str]:
     return warnings
 
 
+def report_open_file_limit(config, limit: descriptors.OpenFileLimit) -> None:
+    """Say what the open-file limit is (raised to the hard one at start) and warn when it
+    leaves the HTTP port less than http_max_connections beside the reserved descriptors."""
+    logger = logging.getLogger("gnomon.node.cli")
+    raised = f" (raised from {limit.before})" if limit.soft != limit.before else ""
+    logger.info("open files: soft RLIMIT_NOFILE %d%s, hard %d; %d kept free for the journal, "
+                "snapshots and gRPC (reserved_descriptors)", limit.soft, raised, limit.hard,
+                config.reserved_descriptors)
+    room = limit.soft - config.reserved_descriptors
+    if config.http_addr and room < config.http_max_connections:
+        logger.warning("open files: RLIMIT_NOFILE %d minus reserved_descriptors %d leaves "
+                       "fewer than http_max_connections (%d): the HTTP port refuses "
+                       "connections beyond about %d. Raise the hard limit (LimitNOFILE=, "
+                       "ulimit -Hn, the container's nofile).", limit.soft,
+                       config.reserved_descriptors, config.http_max_connections, max(room, 0))
+
+
 def main(argv: list[str] | None = None) -> int:
     os.umask(PRIVATE_UMASK)
     words = sys.argv[1:] if argv is None else argv
@@ -56,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(config.node_id, config.log_format, config.log_level)
     warn_readable_secrets(config)
+    report_open_file_limit(config, descriptors.raise_open_file_limit())
     try:
         # The configuration of this node's log wins over the flags (node/raft/DESIGN.md, Membership).
         config = dataclasses.replace(config, members=load_members(config)).validate()

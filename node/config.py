@@ -102,6 +102,30 @@ class Config:
     log_level: str = "info"
     # "host:port" of the HTTP/JSON API and dashboard (node/api/http); empty: not served.
     http_addr: str = ""
+    # Bounds of the HTTP port's connections (node/api/http/DESIGN.md, "Connections"): a
+    # request's line and headers must all arrive within http_header_timeout_ms of the
+    # connection opening (a TLS handshake is bounded by it too) or of the first byte of a
+    # following request, and its body within http_body_timeout_ms of its headers, else the
+    # connection is closed; a kept-alive connection with no request is closed after
+    # http_idle_timeout_ms.
+    http_header_timeout_ms: int = 10_000
+    http_body_timeout_ms: int = 30_000
+    http_idle_timeout_ms: int = 60_000
+    # Connections open on the HTTP port at once, and from one client address (behind a proxy,
+    # docker's userland proxy included, every client has the proxy's: raise it); more are
+    # closed as they are accepted (plaintext: after a 503), in
+    # gnomon_http_connections_refused_total.
+    http_max_connections: int = 1_024
+    http_max_connections_per_address: int = 128
+    # After accept fails on the HTTP port (EMFILE, ENFILE, ENOBUFS...) it accepts nothing for
+    # this long; failed accepts, refused connections and timeouts are logged at most once per
+    # http_error_log_interval_ms per kind, with a count.
+    http_accept_backoff_ms: int = 1_000
+    http_error_log_interval_ms: int = 10_000
+    # Open-file descriptors kept free for the journal, snapshots and the gRPC port: the HTTP
+    # port refuses connections while fewer are free (the node raises its soft RLIMIT_NOFILE
+    # to the hard limit at start). At least 16.
+    reserved_descriptors: int = 128
     # Server-sent event streams one node serves at once (each bounded in memory).
     http_max_event_streams: int = 64
     # JSON arrays and objects one HTTP request body may hold (counted before it is parsed,
@@ -258,6 +282,19 @@ class Config:
                      "backfill_step_interval_ms", "backfill_max_active_runs"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        for name in ("http_header_timeout_ms", "http_body_timeout_ms", "http_idle_timeout_ms",
+                     "http_max_connections", "http_max_connections_per_address",
+                     "http_accept_backoff_ms", "http_error_log_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.http_max_connections_per_address > self.http_max_connections:
+            raise ConfigError(f"http_max_connections_per_address: must be at most "
+                              f"http_max_connections ({self.http_max_connections}), got "
+                              f"{self.http_max_connections_per_address}")
+        if self.reserved_descriptors < 16:
+            raise ConfigError(f"reserved_descriptors: must be >= 16 (the journal, a snapshot "
+                              f"and the gRPC port need some at once), got "
+                              f"{self.reserved_descriptors}")
         if self.http_max_json_containers < 1:
             raise ConfigError(f"http_max_json_containers: must be >= 1, got "
                               f"{self.http_max_json_containers}")

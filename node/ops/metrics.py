@@ -76,6 +76,23 @@ FIRES_PARKED = Gauge("gnomon_fires_parked",
 LEADER_CHANGES = Counter("gnomon_leader_changes_total",
                          "Times the leader known to this node changed (including to none)",
                          registry=REGISTRY)
+# The HTTP port's connection bounds (node/api/http/connections.py).
+HTTP_CONNECTIONS = Gauge("gnomon_http_connections", "Connections open on the HTTP port",
+                         registry=REGISTRY)
+HTTP_REFUSED = Counter(
+    "gnomon_http_connections_refused_total",
+    "HTTP connections closed as they were accepted, by reason: port (http_max_connections), "
+    "address (http_max_connections_per_address), descriptors (fewer than "
+    "reserved_descriptors free)", ["reason"], registry=REGISTRY)
+HTTP_TIMED_OUT = Counter(
+    "gnomon_http_connections_timed_out_total",
+    "HTTP connections closed because a TLS handshake or a request's headers "
+    "(http_header_timeout_ms) or body (http_body_timeout_ms) did not arrive in time, by phase",
+    ["phase"], registry=REGISTRY)
+HTTP_ACCEPT_ERRORS = Counter(
+    "gnomon_http_accept_errors_total",
+    "Times accept failed on the HTTP port (EMFILE, ENFILE, ENOBUFS...) and it paused for "
+    "http_accept_backoff_ms", registry=REGISTRY)
 
 
 def serve(addr: str) -> None:

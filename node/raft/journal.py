@@ -11,6 +11,7 @@ Thread rule: pysyncobj calls the journal from its tick thread only; the class is
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import json
@@ -18,6 +19,7 @@ import logging
 import mmap
 import os
 import re
+import resource
 import struct
 import zlib
 from collections.abc import Callable, Iterable
@@ -306,10 +308,23 @@ class DurableJournal(Journal):
             action()
         except OSError as exc:
             self._failed = exc
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                # Not the disk: the process (EMFILE) or the system (ENFILE) is out of file
+                # descriptors, e.g. held by client connections.
+                which = ("this process is at its open-file limit (RLIMIT_NOFILE soft "
+                         f"{resource.getrlimit(resource.RLIMIT_NOFILE)[0]})"
+                         if exc.errno == errno.EMFILE else
+                         "the system is out of open files (fs.file-max)")
+                advice = (f"too many open files: {which}; the disk under {self._dir} is not "
+                          "the cause. Raise the limit (LimitNOFILE= in systemd, ulimit -n, "
+                          "the container's nofile) or lower http_max_connections / raise "
+                          "reserved_descriptors, then restart it.")
+            else:
+                advice = (f"Fix the disk under {self._dir} (free space, I/O errors), then "
+                          "restart it.")
             error = JournalError(
                 f"journal {self._path}: write failed: {exc} (errno {exc.errno}). The node stops: "
-                f"every entry it acknowledged is on disk. Fix the disk under {self._dir} (free "
-                "space, I/O errors), then restart it.")
+                f"every entry it acknowledged is on disk. {advice}")
             self._on_fatal(error)
             raise error from exc
 

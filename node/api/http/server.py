@@ -16,6 +16,7 @@ from gnomon.node.api.grpc.jobs import JobServicer
 from gnomon.node.api.grpc.operations import OperationsServicer
 from gnomon.node.api.http.api import HttpContext, Route, all_routes, build_request, to_json
 from gnomon.node.api.http.auth import authorize, authorize_events, principal
+from gnomon.node.api.http.connections import BoundedListener, ConnectionLimits, bound_requests
 from gnomon.node.api.http.events import EventHub
 from gnomon.node.api.http.openapi import document
 from gnomon.node.api.http.patch import merged_update
@@ -79,16 +80,26 @@ class HttpServer:
         self._runner: web.AppRunner | None = None
         self._openapi = json.dumps(document())
 
+    _listener: BoundedListener | None = None
+
     async def start(self) -> None:
+        """Serve on http_addr within the connection bounds (connections.py): the port's own
+        accept loop hands admitted sockets to aiohttp's server."""
         addr = self.node.config.http_addr
         host, _, port = addr.rpartition(":")
+        # Innermost: it starts a request's body timer, and a body its client did not finish
+        # is a 400 problem for _middleware to answer (not a traceback).
+        self.app.middlewares.append(bound_requests)
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                      shutdown_timeout=2.0)
         await self._runner.setup()
         tls = ssl_context(self.node.config)
+        assert self._runner.server is not None  # made by setup()
+        self._listener = BoundedListener(self._runner.server,
+                                         ConnectionLimits.from_config(self.node.config),
+                                         ssl_context=tls)
         try:
-            await web.TCPSite(self._runner, host or "0.0.0.0", int(port),
-                              ssl_context=tls).start()
+            self._listener.listen(host, int(port))
         except OSError as exc:
             raise SystemExit(f"http_addr: cannot bind {addr}: {exc}") from None
         self.events.start()
@@ -103,6 +114,8 @@ class HttpServer:
         return "https" if self.node.config.tls_cert else "http"
 
     async def stop(self) -> None:
+        if self._listener is not None:  # no new connections; cleanup() ends the open ones
+            self._listener.close()
         await self.events.stop()
         if self._runner is not None:
             await self._runner.cleanup()

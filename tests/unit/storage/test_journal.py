@@ -330,6 +330,31 @@ def test_fsync_failure_is_fatal_and_poisons(jpath: Path, monkeypatch) -> None:
     with pytest.raises(JournalError, match="failed earlier"):
         j.add(b"again", 2, 1)
     j.close()
+    assert "Fix the disk" in str(fatal[0])
+
+
+@pytest.mark.parametrize(("code", "says"), [
+    (errno.EMFILE, "this process is at its open-file limit (RLIMIT_NOFILE soft"),
+    (errno.ENFILE, "the system is out of open files"),
+])
+def test_out_of_descriptors_is_named_not_the_disk(jpath: Path, monkeypatch, code, says) -> None:
+    """The meta file is rewritten through a new temporary file: at the open-file limit that
+    open fails with EMFILE, and the message says so rather than sending the operator to the
+    disk."""
+    fatal: list[BaseException] = []
+    j = DurableJournal(str(jpath), on_fatal=fatal.append)
+
+    def no_descriptor(*args, **kwargs):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(jmod, "write_file_atomically", no_descriptor)
+    with pytest.raises(JournalError):
+        j.setCurrentTerm(7, None)
+    message = str(fatal[0])
+    assert "too many open files" in message and says in message
+    assert "Fix the disk" not in message and "is not the cause" in message
+    monkeypatch.undo()
+    j.close()
 
 
 # -- wiring into pysyncobj ----------------------------------------------------------------------
