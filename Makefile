@@ -9,7 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	# The editable install's notice (setuptools' InformationOnly, a UserWarning) is a wall of
+	# text on every fresh set-up; the build backend inherits PYTHONWARNINGS.
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
