@@ -14,21 +14,15 @@ import pytest
 
 from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
-from tests.support.cluster import RawWorker
+from tests.support.cluster import RawWorker, module_cluster
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    cluster = LocalCluster(tmp_path_factory.mktemp("auth"), secure=True).start()
-    try:
-        cluster.leader()
-        yield cluster
-    finally:
-        cluster.stop()
-        if request.session.testsfailed:
-            print(cluster.logs())
+    with module_cluster(tmp_path_factory.mktemp("auth"), request=request, secure=True) as c:
+        yield c
 
 
 def _client_creds(cluster: LocalCluster) -> grpc.ChannelCredentials:

@@ -17,7 +17,7 @@ import pytest
 
 from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2, worker_pb2, worker_pb2_grpc
-from tests.support.cluster import RawWorker
+from tests.support.cluster import RawWorker, module_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -26,14 +26,8 @@ HOUR_MS = 3_600_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    cluster = LocalCluster(tmp_path_factory.mktemp("worker-ids"), secure=True).start()
-    try:
-        cluster.leader()
-        yield cluster
-    finally:
-        cluster.stop()
-        if request.session.testsfailed:
-            print(cluster.logs())
+    with module_cluster(tmp_path_factory.mktemp("worker-ids"), request=request, secure=True) as c:
+        yield c
 
 
 class World:

@@ -58,6 +58,7 @@ from gnomon.node.spec.validate import InputLimits
 from gnomon.node.storage.history import HistoryStore
 from gnomon.node.storage.history_sink import HistorySink
 from gnomon.node.tasks import Supervisor
+from gnomon.v1 import worker_pb2
 
 T0 = 1_700_000_000_000  # wall ms at the start of every test
 M0 = 5_000_000  # mono ms at the start of every test
@@ -484,3 +485,32 @@ async def turns(n: int = 50) -> None:
     """Give the loop `n` turns (for 'nothing more happens' checks when nothing is timed)."""
     for _ in range(n):
         await asyncio.sleep(0)
+
+
+class Stream:
+    """The request side of WorkerService.Connect, fed by the test; counts what the servicer
+    read (`read`) and what it has not yet (`unread`)."""
+
+    def __init__(self) -> None:
+        self._q: asyncio.Queue = asyncio.Queue()
+        self.read = 0
+
+    def send(self, **msg) -> None:
+        self._q.put_nowait(worker_pb2.WorkerMessage(**msg))
+
+    def close(self) -> None:
+        self._q.put_nowait(None)
+
+    @property
+    def unread(self) -> int:
+        return self._q.qsize()
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        msg = await self._q.get()
+        if msg is None:
+            raise StopAsyncIteration
+        self.read += 1
+        return msg

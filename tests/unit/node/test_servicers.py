@@ -33,7 +33,7 @@ from gnomon.node.spec.schedules import ScheduleError
 from gnomon.node.spec.validate import ValidationError
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
-from .harness import MEMBERS, Aborted, Context, Worker, has, turns, until
+from .harness import MEMBERS, Aborted, Context, Stream, Worker, has, turns, until
 
 S = grpc.StatusCode
 
@@ -388,28 +388,6 @@ async def test_get_status_includes_the_digest_on_request(leader, api):
 
 
 # -- the worker stream ----------------------------------------------------------------------
-
-class Stream:
-    """The request side of WorkerService.Connect, fed by the test."""
-
-    def __init__(self) -> None:
-        self._q: asyncio.Queue = asyncio.Queue()
-
-    def send(self, **msg) -> None:
-        self._q.put_nowait(worker_pb2.WorkerMessage(**msg))
-
-    def close(self) -> None:
-        self._q.put_nowait(None)
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        msg = await self._q.get()
-        if msg is None:
-            raise StopAsyncIteration
-        return msg
-
 
 class Connected:
     def __init__(self, h, worker_id: str = "w1", held: list[int] = ()) -> None:

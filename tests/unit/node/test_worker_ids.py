@@ -16,29 +16,7 @@ from gnomon.node.core.model import TaskState
 from gnomon.node.security.auth import ANONYMOUS, Principal
 from gnomon.v1 import worker_pb2
 
-from .harness import Context, until
-
-
-class Stream:
-    """The request side of Connect, fed by the test."""
-
-    def __init__(self) -> None:
-        self._q: asyncio.Queue = asyncio.Queue()
-
-    def send(self, **msg) -> None:
-        self._q.put_nowait(worker_pb2.WorkerMessage(**msg))
-
-    def close(self) -> None:
-        self._q.put_nowait(None)
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        msg = await self._q.get()
-        if msg is None:
-            raise StopAsyncIteration
-        return msg
+from .harness import Context, Stream, until
 
 
 class Conn:
@@ -73,7 +51,6 @@ def _scoped(token_id: str, tenant: str) -> Principal:
 
 def _session(h, worker_id: str):
     return h.dispatcher.sessions.get(worker_id)
-
 
 
 async def test_a_hello_ends_only_the_leases_of_its_own_scoped_id(leader):

@@ -19,7 +19,7 @@ from gnomon.node.leader.outbox import Outbox
 from gnomon.node.security.auth import ANONYMOUS, Principal
 from gnomon.v1 import worker_pb2
 
-from .harness import Context, turns, until
+from .harness import Context, Stream, turns, until
 
 S = grpc.StatusCode
 
@@ -101,34 +101,6 @@ async def test_the_dispatcher_grants_no_more_than_the_outbox_holds(leader):
 
 
 # -- a stream fed by the test -------------------------------------------------------------------
-
-
-class Stream:
-    """The request side of Connect, fed by the test; counts what the servicer read."""
-
-    def __init__(self) -> None:
-        self._q: asyncio.Queue = asyncio.Queue()
-        self.read = 0
-
-    def send(self, **msg) -> None:
-        self._q.put_nowait(worker_pb2.WorkerMessage(**msg))
-
-    def close(self) -> None:
-        self._q.put_nowait(None)
-
-    @property
-    def unread(self) -> int:
-        return self._q.qsize()
-
-    def __aiter__(self):
-        return self
-
-    async def __anext__(self):
-        msg = await self._q.get()
-        if msg is None:
-            raise StopAsyncIteration
-        self.read += 1
-        return msg
 
 
 class SlowContext(Context):
