@@ -97,3 +97,15 @@ def test_repr_names_the_code():
     err = error_for_status(grpc.StatusCode.NOT_FOUND, "no job j9")
     assert "NOT_FOUND" in repr(err) and "no job j9" in repr(err)
     assert GnomonError("local").code is None
+
+
+def test_importing_the_sdk_leaves_the_environment_as_it_was():
+    """gnomon.client quiets gRPC C-core by setting GRPC_VERBOSITY while grpc loads; left set,
+    it reached every process started after (a test's `gnomon --verbose` showed nothing)."""
+    import subprocess
+    import sys
+
+    code = "import os, gnomon.client; print('GRPC_VERBOSITY' in os.environ)"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "GRPC_VERBOSITY"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.stdout.strip() == "False", done.stderr
