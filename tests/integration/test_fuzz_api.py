@@ -316,7 +316,9 @@ def _describe(method: MethodDescriptor, raw: bytes | list[bytes], code: S, detai
 
 # --- one node, quiet: the digest shows what a request changed ---------------------------------
 
-QUIET_UNARY = [m for m in UNARY if m.name != "ResumeJob"]  # a resumed job fires on its own
+# Requests whose effect goes on after their answer: a resumed job fires on its own, and the
+# leader steps an accepted backfill later (both fuzzed on the busy cluster below).
+QUIET_UNARY = [m for m in UNARY if m.name not in ("ResumeJob", "BackfillJob")]
 
 
 @pytest.fixture(scope="module")
@@ -337,14 +339,34 @@ def quiet_node(tmp_path_factory):
 def quiet_requests(draw):
     method = draw(st.sampled_from(QUIET_UNARY))
     raw = draw(wire(method.input_type))
-    if method.name == "CreateJob":  # created paused, or it would fire on its own
-        try:
-            req = api_pb2.CreateJobRequest.FromString(raw)
-        except Exception:  # noqa: BLE001 - bytes that do not parse go as they are
-            return method.name, raw
-        req.spec.paused = True
+    try:
+        req = _cls(method.input_type).FromString(raw)
+    except Exception:  # noqa: BLE001 - bytes that do not parse go as they are
+        return method.name, raw
+    changed = _pause_every_spec(req)  # created or updated paused, or it would fire on its own
+    if method.name == "SetLimits" and req.limits.HasField("dedupe_max_age_ms"):
+        # Every command (a linearizable read's barrier too) drops request ids older than this
+        # age: a short one makes the state change with time alone (the busy test fuzzes it).
+        req.limits.ClearField("dedupe_max_age_ms")
+        changed = True
+    if changed:
         raw = req.SerializeToString()
     return method.name, raw
+
+
+def _pause_every_spec(msg) -> bool:
+    """Set paused on every JobSpec inside `msg` (CreateJob, CreateJobs, UpdateJob)."""
+    if msg.DESCRIPTOR is types_pb2.JobSpec.DESCRIPTOR:
+        msg.paused = True
+        return True
+    found = False
+    for field, value in msg.ListFields():
+        if field.type != FieldDescriptor.TYPE_MESSAGE:
+            continue
+        for sub in (value if field.is_repeated else [value]):
+            if not isinstance(sub, (str, bytes, int)):  # map<k, scalar> values
+                found = _pause_every_spec(sub) or found
+    return found
 
 
 @settings(max_examples=EXAMPLES, deadline=None,

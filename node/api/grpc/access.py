@@ -318,16 +318,18 @@ class AccessGuard(grpc.aio.ServerInterceptor):
         self._node = node
         self._limiter = RateLimiter()
 
-    def audit(self, principal: Principal, method: str, request) -> None:
+    async def audit(self, principal: Principal, method: str, request) -> None:
         """Record a successful administrative call in the audit log (a committed command;
-        best effort: a call that succeeded is not failed for its audit entry)."""
+        best effort: a call that succeeded is not failed for its audit entry).
+
+        Awaited before the call answers: once a caller has its answer, the entry is committed
+        and nothing of that call is still in flight (a client that reads the cluster's state
+        next sees all that its call changed).
+        """
         detail = json_format.MessageToJson(request, indent=None, sort_keys=True)
         if len(detail) > MAX_AUDIT_DETAIL_CHARS:
             detail = detail[:MAX_AUDIT_DETAIL_CHARS] + "..."
         cmd = RecordAudit(principal.describe(), _rpc_name(method), detail)
-        self._node.supervisor.spawn(self._record(cmd), name="audit")
-
-    async def _record(self, cmd: RecordAudit) -> None:
         try:
             await self._node.proposer.propose(cmd)
         except (NotCommitted, Overloaded) as exc:
@@ -444,7 +446,7 @@ def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
         await _authorize(method, who, request, guard, context)
         response = await behaviour(request, context)
         if method in AUDITED:
-            guard.audit(who, method, request)
+            await guard.audit(who, method, request)
         return response
 
     return _rebuild(handler, unary)

@@ -50,11 +50,11 @@ class Call:
     def __init__(self, node, who: Principal, method: str, metadata):
         self.node, self.who, self.method, self.metadata = node, who, method, metadata
 
-    def succeeded(self, message) -> None:
+    async def succeeded(self, message) -> None:
         """After the servicer answered: an administrative call goes to the audit log, as the
-        interceptor records it."""
+        interceptor records it (committed before the HTTP answer goes out)."""
         if self.method in access.AUDITED:
-            self.node.access_guard.audit(self.who, self.method, message)
+            await self.node.access_guard.audit(self.who, self.method, message)
 
 
 async def authorize(node, service: str, method: str, request: web.Request, message,

@@ -222,7 +222,7 @@ class HttpServer:
                                          msg, context, who=who, metadata=metadata)
                 context.metadata = access.metadata
                 reply = await method(msg, context)
-                access.succeeded(msg)
+                await access.succeeded(msg)
                 resp = web.json_response(to_json(reply), status=route.status)
                 if route.rpc == "JobService.CreateJob":
                     resp.headers["Location"] = f"/v1/jobs/{reply.job.job_id}"
