@@ -24,13 +24,18 @@ lint: $(STAMP)
 
 # Everything, including the fault-injection smoke tier (tests/jepsen, marker `jepsen`: root,
 # network namespaces, iptables, libfaketime; it skips with the reason where those are missing).
-# The 25 slowest tests are listed at the end: every test earns its seconds.
+# The 25 slowest tests are listed at the end: every test earns its seconds. Most tests wait on
+# node processes rather than compute, so TEST_WORKERS xdist workers share the two cores; the
+# grouping (whole files, host-wide resources in one group) is in tests/conftest.py.
+TEST_WORKERS ?= 3
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+		--durations=25 $(PYTEST_ARGS)
 
 # The inner loop: lint, the unit and property tiers (no node processes; a few minutes).
 check: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests/unit tests/property $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+		tests/unit tests/property $(PYTEST_ARGS)
 
 jepsen-smoke: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m jepsen tests/jepsen
