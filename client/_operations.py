@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,16 +101,17 @@ def workers_from_proto(m: api_pb2.ListWorkersResponse) -> list[WorkerInfo]:
 async def download_backup(pool: Any, address: str, path: str, *, timeout_s: float,
                           metadata: Any) -> BackupResult:
     """Stream a backup from the node at ``address`` (following one leader redirect) into
-    ``path`` (written to ``path.part`` and renamed once its SHA-256 matched)."""
-    part = path + ".part"
+    ``path`` (written to a file of its own next to it and renamed once its SHA-256 matched:
+    two downloads to one path each leave a whole backup, and the last rename wins)."""
     for _ in range(3):
         stub = api_pb2_grpc.OperationsServiceStub(pool.get(address))
         h = hashlib.sha256()
         last = None
+        # mkstemp: a name no other download uses, created 0600 whatever the umask (a backup
+        # holds every payload and token hash).
+        fd, part = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)),
+                                    prefix=os.path.basename(path) + ".", suffix=".part")
         try:
-            # 0600 whatever the umask: a backup holds every payload and token hash.
-            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            os.fchmod(fd, 0o600)  # an existing .part keeps its mode through O_CREAT
             with os.fdopen(fd, "wb") as f:
                 call = stub.CreateBackup(api_pb2.CreateBackupRequest(), timeout=timeout_s,
                                          metadata=metadata)
@@ -128,6 +130,9 @@ async def download_backup(pool: Any, address: str, path: str, *, timeout_s: floa
                 address = hint
                 continue
             raise error_for_status(e.code(), e.details() or "", reason=reason_of(e)) from None
+        except BaseException:  # a full disk, a cancelled call: no part file stays behind
+            _remove(part)
+            raise
         if last is None or h.hexdigest() != last.sha256:
             _remove(part)
             raise error_for_status(grpc.StatusCode.DATA_LOSS,

@@ -4,7 +4,10 @@ fresh cluster with equal state digests."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -12,6 +15,7 @@ import sys
 import pytest
 
 from gnomon.client import (
+    AsyncClient,
     Client,
     JobSpec,
     OnceSchedule,
@@ -72,6 +76,23 @@ def test_rolling_restart_under_load_loses_nothing(cluster):
     assert outcome.not_succeeded == []
 
 
+def _two_downloads_to_one_path_leave_one_whole_backup(cluster, folder) -> None:
+    """Both downloads once wrote `<path>.part`: the file was the two streams interleaved, and
+    the second rename found no part file."""
+    folder.mkdir()
+    path = folder / "state.backup"
+
+    async def both():
+        async with AsyncClient(cluster.servers, timeout_s=30) as client:
+            return await asyncio.gather(*(client.create_backup(path=str(path))
+                                          for _ in range(2)))
+
+    results = asyncio.run(both())
+    with open(path, "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() in {r.sha256 for r in results}
+    assert os.listdir(folder) == ["state.backup"]  # no part file left behind
+
+
 def test_backup_and_restore_into_a_fresh_cluster(cluster, tmp_path):
     with Client(cluster.servers, timeout_s=30) as client:
         for i in range(25):
@@ -83,6 +104,7 @@ def test_backup_and_restore_into_a_fresh_cluster(cluster, tmp_path):
     assert code == 0, err
     info = json.loads(out)
     assert info["jobs"] == 25 and info["sha256"] and info["raft_index"] > 0
+    _two_downloads_to_one_path_leave_one_whole_backup(cluster, tmp_path / "twice")
     fresh = LocalCluster(tmp_path / "fresh", 3, dict(OVERRIDES))
     for node in fresh.nodes:
         done = subprocess.run([sys.executable, "-m", "gnomon.node.cli", "restore", str(backup),
