@@ -107,10 +107,12 @@ class Config:
     # connection opening (a TLS handshake is bounded by it too) or of the first byte of a
     # following request, and its body within http_body_timeout_ms of its headers, else the
     # connection is closed; a kept-alive connection with no request is closed after
-    # http_idle_timeout_ms.
+    # http_idle_timeout_ms. A response not all written within http_write_timeout_ms (its
+    # client stopped reading) is cut and its connection closed.
     http_header_timeout_ms: int = 10_000
     http_body_timeout_ms: int = 30_000
     http_idle_timeout_ms: int = 60_000
+    http_write_timeout_ms: int = 30_000
     # Connections open on the HTTP port at once, and from one client address (behind a proxy,
     # docker's userland proxy included, every client has the proxy's: raise it); more are
     # closed as they are accepted (plaintext: after a 503), in
@@ -283,7 +285,7 @@ class Config:
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         for name in ("http_header_timeout_ms", "http_body_timeout_ms", "http_idle_timeout_ms",
-                     "http_max_connections", "http_max_connections_per_address",
+                     "http_write_timeout_ms", "http_max_connections", "http_max_connections_per_address",
                      "http_accept_backoff_ms", "http_error_log_interval_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")

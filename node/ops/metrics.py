@@ -87,7 +87,8 @@ HTTP_REFUSED = Counter(
 HTTP_TIMED_OUT = Counter(
     "gnomon_http_connections_timed_out_total",
     "HTTP connections closed because a TLS handshake or a request's headers "
-    "(http_header_timeout_ms) or body (http_body_timeout_ms) did not arrive in time, by phase",
+    "(http_header_timeout_ms) or body (http_body_timeout_ms) did not arrive in time, or "
+    "its response was not read in time (http_write_timeout_ms), by phase",
     ["phase"], registry=REGISTRY)
 HTTP_ACCEPT_ERRORS = Counter(
     "gnomon_http_accept_errors_total",

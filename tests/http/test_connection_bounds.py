@@ -34,6 +34,7 @@ pytestmark = pytest.mark.integration
 
 HEADER_S = 1.0
 OVERRIDES = {"http_header_timeout_ms": "1000", "http_body_timeout_ms": "1000",
+             "http_write_timeout_ms": "1000",
              "http_max_connections": "24", "http_max_connections_per_address": "5"}
 
 
@@ -170,6 +171,28 @@ def test_a_body_that_does_not_arrive_in_time_is_cut_quietly(node):
     wait_for(lambda: _metric(node, 'gnomon_http_connections_timed_out_total{phase="body"}') >= 1,
              timeout_s=5, what="the body timeout counted")
     _no_error_since(node, since)
+
+
+def test_a_client_that_stops_reading_its_responses_is_cut_at_the_write_timeout(node):
+    """Pipelined requests whose answers (megabytes) are never read: once the socket buffers
+    are full the node's write waits; it used to wait for ever, holding the connection and the
+    answers in memory. At http_write_timeout_ms the connection is aborted."""
+    since = node.log_path.stat().st_size
+    key = 'gnomon_http_connections_timed_out_total{phase="write"}'
+    before = _metric(node, key)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # before connect: the window
+    host, port = node.http_addr.rsplit(":", 1)
+    sock.settimeout(5)
+    sock.connect((host, int(port)))
+    sock.sendall(b"GET /v1/openapi.json HTTP/1.1\r\nHost: x\r\n\r\n" * 400)
+    assert call(node.url, "GET", "/v1/cluster").status == 200  # others are answered
+    wait_for(lambda: _metric(node, key) > before, timeout_s=10 * HEADER_S,
+             what="the unread responses' connection to be cut", interval_s=0.1)
+    wait_for(lambda: _metric(node, "gnomon_http_connections") == 0, timeout_s=10,
+             what="the connection to be closed")
+    assert "was not all read within 1 s (http_write_timeout_ms)" in _log_tail(node, since)
+    sock.close()
 
 
 def test_a_client_that_drops_mid_body_leaves_no_traceback(node):

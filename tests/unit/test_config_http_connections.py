@@ -8,7 +8,8 @@ from gnomon.node.config import ConfigError, field_help, load
 BASE = ["--node-id", "n1", "--raft-tls-cert", "n.crt", "--raft-tls-key", "n.key",
         "--raft-tls-ca", "ca.crt", "--member", "n1=127.0.0.1:7801,127.0.0.1:7701,127.0.0.1:7601"]
 BOUNDS = {"http_header_timeout_ms": 10_000, "http_body_timeout_ms": 30_000,
-          "http_idle_timeout_ms": 60_000, "http_max_connections": 1_024,
+          "http_idle_timeout_ms": 60_000, "http_write_timeout_ms": 30_000,
+          "http_max_connections": 1_024,
           "http_max_connections_per_address": 128, "http_accept_backoff_ms": 1_000,
           "http_error_log_interval_ms": 10_000, "reserved_descriptors": 128}
 
@@ -29,6 +30,7 @@ def test_defaults_flags_and_help():
     (["--http-header-timeout-ms", "0"], "http_header_timeout_ms: must be >= 1"),
     (["--http-body-timeout-ms", "0"], "http_body_timeout_ms: must be >= 1"),
     (["--http-idle-timeout-ms", "-1"], "http_idle_timeout_ms: must be >= 1"),
+    (["--http-write-timeout-ms", "0"], "http_write_timeout_ms: must be >= 1"),
     (["--http-max-connections", "0"], "http_max_connections: must be >= 1"),
     (["--http-max-connections-per-address", "0"],
      "http_max_connections_per_address: must be >= 1"),

@@ -15,8 +15,10 @@ served here instead:
   timeout), so `AppRunner.cleanup` still shuts them down.
 - `GuardedHandler` (aiohttp's protocol) closes a connection whose request line and headers
   have not all arrived `http_header_timeout_ms` after it opened or after the first byte of a
-  following request, and one whose body has not all arrived `http_body_timeout_ms` after its
-  headers; aiohttp's keep-alive timer is `http_idle_timeout_ms`.
+  following request, one whose body has not all arrived `http_body_timeout_ms` after its
+  headers, and one whose response has not all been written `http_write_timeout_ms` after the
+  handler answered (a client that stopped reading: aborted, its buffered bytes dropped);
+  aiohttp's keep-alive timer is `http_idle_timeout_ms`.
 - `bound_requests` (a middleware inside the server's) tells the protocol when a request starts,
   and turns a body the client did not finish (it went away, or was cut at the body timeout)
   into a quiet 400 instead of an ERROR traceback and a 500.
@@ -56,6 +58,7 @@ class ConnectionLimits:
     header_timeout_s: float
     body_timeout_s: float
     idle_timeout_s: float
+    write_timeout_s: float
     max_connections: int
     max_per_address: int
     reserved_descriptors: int
@@ -67,6 +70,7 @@ class ConnectionLimits:
         return cls(header_timeout_s=config.http_header_timeout_ms / 1000,
                    body_timeout_s=config.http_body_timeout_ms / 1000,
                    idle_timeout_s=config.http_idle_timeout_ms / 1000,
+                   write_timeout_s=config.http_write_timeout_ms / 1000,
                    max_connections=config.http_max_connections,
                    max_per_address=config.http_max_connections_per_address,
                    reserved_descriptors=config.reserved_descriptors,
@@ -368,9 +372,12 @@ class GuardedHandler(RequestHandler):
 
     async def finish_response(self, request: web.BaseRequest, resp: web.StreamResponse,
                               start_time: float | None) -> tuple[web.StreamResponse, bool]:
+        timer = self._loop.call_later(self._listener.limits.write_timeout_s,
+                                      self._write_timeout, request)
         try:
             return await super().finish_response(request, resp, start_time)
         finally:
+            timer.cancel()
             self._request_ended()
 
     # -- the bounds ----------------------------------------------------------------------------
@@ -420,6 +427,17 @@ class GuardedHandler(RequestHandler):
             "body", self._slot.address,
             f"the body of {request.method} {request.path} did not all arrive within "
             f"{self._listener.limits.body_timeout_s:g} s of its headers (http_body_timeout_ms)")
+        self.force_close()
+
+    def _write_timeout(self, request: web.BaseRequest) -> None:
+        transport = self.transport
+        if transport is None:
+            return
+        self._listener.timed_out(
+            "write", self._slot.address,
+            f"the response to {request.method} {request.path} was not all read within "
+            f"{self._listener.limits.write_timeout_s:g} s (http_write_timeout_ms)")
+        transport.abort()  # close() would wait for the buffered bytes the client never reads
         self.force_close()
 
     def _cancel_timers(self) -> None:
