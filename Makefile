@@ -29,12 +29,12 @@ lint: $(STAMP)
 # grouping (whole files, host-wide resources in one group) is in tests/conftest.py.
 TEST_WORKERS ?= 3
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 		--durations=25 $(PYTEST_ARGS)
 
 # The inner loop: lint, the unit and property tiers (no node processes; a few minutes).
 check: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 		tests/unit tests/property $(PYTEST_ARGS)
 
 jepsen-smoke: $(STAMP)
