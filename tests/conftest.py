@@ -37,6 +37,8 @@ def unit_of(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # not an xdist worker: the collection order stays
+        return
     def rank(item: pytest.Item) -> int:
         unit = unit_of(item.nodeid)
         return 0 if unit == HOST_UNIT else 1 if unit.startswith(LONG_FILES) else 2

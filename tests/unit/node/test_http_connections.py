@@ -21,7 +21,7 @@ from gnomon.node.ops import metrics
 from gnomon.node.ops.descriptors import DescriptorBudget
 
 LIMITS = ConnectionLimits(header_timeout_s=5, body_timeout_s=5, idle_timeout_s=5,
-                          max_connections=100, max_per_address=100, reserved_descriptors=16,
+                          write_timeout_s=5, max_connections=100, max_per_address=100, reserved_descriptors=16,
                           accept_backoff_s=0.05, log_interval_s=0.5)
 
 
