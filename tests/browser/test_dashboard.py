@@ -290,14 +290,15 @@ def test_the_tasks_table_keeps_its_attempts_on_one_line(cluster, page):
     pg = page.page
     pg.goto(f"{follower.url}/#/runs/{quote(run_id, safe='')}")
     expect(pg.locator('tr[data-task="extract"] summary')).to_have_text("1 attempt")
-    # The lines its text takes, measured in one go (a live refresh may replace the row).
+    # Measured and scrolled to in one go: a live refresh may replace the row between two calls.
     tops = pg.evaluate("""() => {
+        const summary = document.querySelector('tr[data-task="extract"] summary');
+        summary.scrollIntoView({block: "center"});
         const r = document.createRange();
-        r.selectNodeContents(document.querySelector('tr[data-task="extract"] summary'));
+        r.selectNodeContents(summary);
         return [...new Set([...r.getClientRects()].filter(x => x.width > 0)
           .map(x => Math.round(x.top)))]; }""")
     assert len(tops) == 1, tops
-    pg.locator('tr[data-task="extract"] summary').scroll_into_view_if_needed()
     page.shot("tasks-table")
     assert page.script_errors() == []
 
