@@ -1,11 +1,10 @@
 """How `make test` spreads the suite over pytest-xdist workers (`-n`, scheduler below).
 
 Each test file is one unit of work, so a module-scoped cluster is started once, in one
-worker. The files that use something of the whole host are one unit together and run one
-after another: the jepsen tier (one bridge, one subnet, network namespaces), and `gnomon dev`
-with its fixed default ports (the README test, test_dev) or with libfaketime in its
-environment (catch-up). The longest units go first so that no worker is left with a long
-file at the end.
+worker. Files that share something of the whole host are one unit together and run one after
+another: the jepsen runs (one bridge, one subnet, network namespaces), and `gnomon dev` in
+the repository (the README test on the fixed default ports, and test_dev beside it). The
+longest units go first so that no worker is left with a long file at the end.
 
 (xdist's own `--dist loadgroup` relies on rewriting node ids, which pytest 9 ignores: its
 groups were silently split, and two jepsen runs shared one bridge.)
@@ -17,23 +16,22 @@ from typing import Any
 
 import pytest
 
-HOST_UNIT = "host"
-HOST_FILES = (
-    "tests/jepsen/",
-    "tests/integration/test_readme.py",
-    "tests/integration/test_dev.py",
-    "tests/integration/test_catch_up.py",
-)
-# Files of a minute or more; scheduled right after the host unit.
+HOST_UNITS = {
+    "host:jepsen": ("tests/jepsen/test_smoke.py", "tests/jepsen/test_canaries.py",
+                    "tests/jepsen/test_faults.py"),
+    "host:dev": ("tests/integration/test_readme.py", "tests/integration/test_dev.py"),
+}
+# Files of a minute or more; scheduled right after the host units.
 LONG_FILES = ("tests/bench/", "tests/integration/test_fuzz_api.py",
+              "tests/integration/test_catch_up.py",
               "tests/integration/test_worker_stream_bounds.py",
               "tests/integration/test_storage_faults.py")
 
 
 def unit_of(nodeid: str) -> str:
-    """The unit of work a test belongs to: its file, or the host unit."""
+    """The unit of work a test belongs to: its file, or the host unit it shares."""
     path = nodeid.split("::", 1)[0]
-    return HOST_UNIT if path.startswith(HOST_FILES) else path
+    return next((unit for unit, files in HOST_UNITS.items() if path.startswith(files)), path)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,7 +39,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     def rank(item: pytest.Item) -> int:
         unit = unit_of(item.nodeid)
-        return 0 if unit == HOST_UNIT else 1 if unit.startswith(LONG_FILES) else 2
+        return 0 if unit in HOST_UNITS else 1 if unit.startswith(LONG_FILES) else 2
 
     items.sort(key=rank)  # stable: the order inside each rank is the collection order
 

@@ -32,7 +32,10 @@ from gnomon.jepsen.history import NEMESIS, OK, WITNESS, Event
 FULL_BYTES = 64 << 10
 ONE_NODE_DOWN = {"corrupt-snapshot", "corrupt-journal", "corrupt-meta", "disk-full",
                  "member-replace"}
-MIN_PROGRESS_WINDOW_S = 2.0
+# A shorter window proves nothing: it may be all election (the victim led) and a client's
+# back-off. Seen on a loaded machine: 2.0 s without one successful operation after a leader
+# was killed, in a run whose other windows served 15 operations a second.
+MIN_PROGRESS_WINDOW_S = 3.0
 
 
 def nemesis_ops(events: list[Event]) -> list[tuple[Event, Event | None]]:

@@ -3,6 +3,7 @@ and the checkers of misfire policies, fault evidence and replicated limits."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import struct
@@ -317,6 +318,11 @@ def test_the_others_must_carry_on_while_one_node_is_down():
     assert fault_types(events(), ["disk-full"]) == ["no-progress-while-one-node-down"]
     served = events((1, "ok", "read", {}, 10**9), ("witness", "ok", "effect", {}, 2 * 10**9))
     assert fault_types(served, ["disk-full"]) == []
+    # A window shorter than MIN_PROGRESS_WINDOW_S (an election and a back-off) is not judged.
+    short = [e if e.f != "stop" else dataclasses.replace(
+             e, time=int(faults.MIN_PROGRESS_WINDOW_S * 1e9) - 1)
+             for e in events()]
+    assert fault_types(short, ["disk-full"]) == []
 
 
 def test_two_replicas_at_one_index_must_agree_even_without_a_common_index():

@@ -457,11 +457,16 @@ async def bound_requests(request: web.Request,
         protocol.request_started(request)
     try:
         return await handler(request)
-    except (ConnectionResetError, RequestPayloadError) as exc:
+    except (ConnectionResetError, RequestPayloadError, RuntimeError) as exc:
+        # RuntimeError("Connection closed."): a read between our close (the body timer's
+        # force_close drops the transport) and aiohttp's connection_lost, which would have
+        # failed the read with ConnectionResetError one loop turn later.
         transport = request.transport
         gone = transport is None or transport.is_closing()
         unfinished = request.body_exists and not request.content.is_eof()
         if not isinstance(exc, RequestPayloadError) and not (gone or unfinished):
+            raise
+        if isinstance(exc, RuntimeError) and not gone:
             raise
         log.debug("HTTP %s %s: the request body is incomplete: %s", request.method,
                   request.path, exc)

@@ -6,6 +6,7 @@ soft open-file limit is raised to the hard one."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import resource
@@ -15,7 +16,13 @@ import sys
 
 from aiohttp import web
 
-from gnomon.node.api.http.connections import BoundedListener, ConnectionLimits, RateLimitedLog
+from gnomon.node.api.http.connections import (
+    BoundedListener,
+    ConnectionLimits,
+    RateLimitedLog,
+    bound_requests,
+)
+from gnomon.node.api.http.problems import Problem
 from gnomon.node.local.cluster import wait_for_async
 from gnomon.node.ops import metrics
 from gnomon.node.ops.descriptors import DescriptorBudget
@@ -109,3 +116,47 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one():
                          check=True).stdout.split()
     before, soft, hard = map(int, out)
     assert before == 64 and soft == hard > 64
+
+
+async def test_a_body_read_after_the_body_timeout_closed_the_connection_is_an_incomplete_body():
+    """Seen on a loaded machine: the handler reached its first read only after the body timer
+    had closed the connection, aiohttp raised RuntimeError("Connection closed."), and the node
+    logged a traceback for a client that merely sent its body too slowly."""
+    outcome: list[str] = []
+
+    async def slow_reader(request: web.Request) -> web.Response:
+        # The window: the timer has dropped the transport, connection_lost has not run yet.
+        while request.protocol.transport is not None:
+            await asyncio.sleep(0)
+        await request.read()
+        return web.Response(text="read")
+
+    @web.middleware
+    async def outer(request: web.Request, handler):
+        try:
+            return await handler(request)
+        except Problem as problem:
+            outcome.append(str(problem))
+            return problem.response()
+        except Exception as exc:  # what the node's server logs with a traceback
+            outcome.append(f"traceback: {exc!r}")
+            raise
+
+    app = web.Application(middlewares=[outer, bound_requests])
+    app.router.add_post("/slow", slow_reader)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    assert runner.server is not None
+    limits = dataclasses.replace(LIMITS, body_timeout_s=0.1)
+    listener = BoundedListener(runner.server, limits)
+    listener.listen("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", listener.ports[0])
+    try:
+        writer.write(b"POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # the body timer closed it
+        await wait_for_async(lambda: outcome, timeout_s=5, what="the handler's outcome")
+        assert "the request body is incomplete" in outcome[0], outcome
+    finally:
+        writer.close()
+        listener.close()
+        await runner.cleanup()
