@@ -403,3 +403,39 @@ def test_a_client_certificate_may_stand_for_a_token(cluster, world, tmp_path):
     with pytest.raises(grpc.RpcError) as revoked:
         bot.WhoAmI(api_pb2.WhoAmIRequest(), timeout=10)
     assert revoked.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+def test_replay_all_replays_only_the_callers_tenants_dead_letters(cluster, world):
+    """Seen reading the code: ReplayDeadLetters{all: true} from a single-tenant writer had its
+    tenant filled in by the access rule, and then the servicer replayed every tenant's dead
+    letters (`all or d.tenant == tenant`)."""
+    admin = world["admin"]
+    leader = cluster.leader()
+    creds = _client_creds(cluster)
+    dead = {}
+    for tenant in ("acme", "globex"):
+        spec = _spec(f"doomed-{tenant}", tenant, queue="doomed")
+        spec.tasks[0].retry.max_attempts = 1
+        job = admin.call(admin.jobs, "CreateJob", api_pb2.CreateJobRequest(
+            request_id=f"doomed-{tenant}", spec=spec)).job
+        run = admin.call(admin.jobs, "TriggerJob", api_pb2.TriggerJobRequest(
+            request_id=f"doom-{tenant}", job=api_pb2.JobRef(job_id=job.job_id))).run
+        token = world["tokens"][("worker", tenant)]
+        worker = RawWorker(leader, f"doom-{tenant}", ("doomed",),
+                           channel=grpc.secure_channel(leader.grpc_addr, creds),
+                           metadata=(("authorization", f"Bearer {token}"),))
+        worker.credits(1)
+        lease = worker.next("assign").lease
+        assert lease.run_id == run.run_id
+        worker.fail(lease, "boom", retryable=False)
+        assert worker.next("report_ack").accepted
+        worker.close()
+        dead[tenant] = run.run_id
+    listed = admin.call(admin.jobs, "ListDeadLetters", api_pb2.ListDeadLettersRequest())
+    assert set(dead.values()) <= {d.run_id for d in listed.dead_letters}
+    writer = Caller(cluster, world["tokens"][("tenant-writer", "acme")])
+    reply = writer.call(writer.jobs, "ReplayDeadLetters", api_pb2.ReplayDeadLettersRequest(
+        request_id="replay-all", all=True))
+    assert {t.run_id for t in reply.replayed} == {dead["acme"]}
+    left = admin.call(admin.jobs, "ListDeadLetters", api_pb2.ListDeadLettersRequest())
+    assert dead["globex"] in {d.run_id for d in left.dead_letters}

@@ -599,7 +599,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             with self.lock:
                 keys = [c.TaskKey(d.run_id, d.task_name)
                         for d in self.node.replica.state.dead_letters.values()
-                        if request.all or d.tenant == request.tenant]
+                        # A tenant-scoped token's `all` has its tenant filled in by the
+                        # access rule: every tenant only when none is set (admins).
+                        if d.tenant == request.tenant or (request.all and not request.tenant)]
         reply = await self._propose(c.ReplayDeadLetters(request.request_id, tuple(keys)), request)
         return api_pb2.ReplayDeadLettersResponse(
             replayed=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
