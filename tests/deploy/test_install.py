@@ -48,6 +48,8 @@ def test_lowest_allowed_versions_install_and_import(tmp_path):
             "import google.protobuf, grpc\n"
             "from gnomon.node.api.http import server\n"
             "assert all((server.STATIC / f).is_file() for f in ('index.html', 'app.js')), 'no UI'\n"
+            "from gnomon.node.api.http.openapi import comments\n"
+            "assert comments()['gnomon.v1.JobService.CreateJob'], 'no proto comments'\n"
             "print(google.protobuf.__version__, grpc.__version__)\n")
     done = subprocess.run([str(venv / "bin" / "python"), "-c", code], capture_output=True,
                           text=True, cwd=tmp_path)

@@ -103,3 +103,50 @@ def test_the_bearer_security_scheme_is_declared(doc):
         "type": "http", "scheme": "bearer",
         "description": doc["components"]["securitySchemes"]["bearerAuth"]["description"]}
     assert doc["security"] == [{"bearerAuth": []}]
+
+
+def _validator(doc, message: str):
+    import jsonschema
+
+    root = {"$ref": f"#/components/schemas/{message}", "components": doc["components"]}
+    return jsonschema.Draft202012Validator(root)
+
+
+def test_answers_validate_against_the_document_and_a_schedule_is_one_kind(cluster, doc):
+    """The schema types what the node really answers (payloads as JSON values, 64-bit
+    integers as strings), and the schedule is a oneOf: a spec with two kinds breaks the
+    document's rule, and the node refuses it naming the field."""
+    leader = cluster.leader()
+    schedules = {"cron": {"expression": "*/5 * * * *"}, "interval": {"intervalMs": "60000"},
+                 "once": {"atMs": "4102444800000"}}
+    for kind, schedule in schedules.items():
+        spec = {"name": f"openapi-{kind}", "schedule": {kind: schedule}, "paused": True,
+                "tasks": [{"name": "main", "payload": {"cmd": ["echo", kind], "n": 1}}]}
+        r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
+        assert r.status == 201, r.text
+        errors = list(_validator(doc, "gnomon.v1.CreateJobResponse").iter_errors(r.json))
+        assert not errors, [e.message for e in errors]
+        got = call(leader.url, "GET", f"/v1/jobs/{r.json['job']['jobId']}")
+        assert not list(_validator(doc, "gnomon.v1.GetJobResponse").iter_errors(got.json))
+    both = {"spec": {"name": "openapi-both", "tasks": [{"name": "main"}],
+                     "schedule": {"cron": schedules["cron"], "interval": schedules["interval"]}}}
+    assert not _validator(doc, "gnomon.v1.CreateJobRequest").is_valid(both)
+    r = call(leader.url, "POST", "/v1/jobs", both)
+    assert r.status == 400 and "schedule" in r.json["detail"], r.text
+
+
+def test_every_operation_message_and_field_is_described_from_the_proto(doc):
+    from gnomon.node.api.http.openapi import comments
+
+    assert doc["paths"]["/v1/jobs"]["post"]["description"] == comments()[
+        "gnomon.v1.JobService.CreateJob"]
+    undescribed = [f"{m.upper()} {p}" for p, ops in doc["paths"].items()
+                   for m, op in ops.items() if "x-grpc-method" in op and not op.get("description")]
+    for name, schema in doc["components"]["schemas"].items():
+        if not schema.get("description") and "x-grpc-message" not in schema:
+            undescribed.append(name)
+        undescribed += [f"{name}.{field}" for field, prop in schema["properties"].items()
+                        if not prop.get("description")]
+    assert not undescribed, (f"{len(undescribed)} without a proto comment (add one above "
+                             f"the element in proto/gnomon/v1/*.proto, then `make proto`): "
+                             f"{undescribed[:20]}")

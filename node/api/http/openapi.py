@@ -1,10 +1,14 @@
 """The OpenAPI 3.1 document of the HTTP API, generated from the route table and the proto
-descriptors (so a field added to a message appears in it without an edit here)."""
+descriptors (so a field added to a message appears in it without an edit here), described by
+the proto comments (gnomon/v1/comments.json, written by `make proto`)."""
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
+import json
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from google.protobuf import descriptor as _d
 
@@ -49,15 +53,37 @@ UPDATE_MASK_SCHEMA = {
                    "array of them. A path takes the body's value (absent: the default); a "
                    "list is replaced whole; every other field keeps the job's value."}
 
-PROBLEM_SCHEMA = {"type": "object", "required": ["status", "code", "detail"], "properties": {
-    "type": {"type": "string"}, "title": {"type": "string"}, "status": {"type": "integer"},
+PROBLEM_SCHEMA = {
+  "type": "object", "required": ["status", "code", "detail"],
+  "description": "An error answer: RFC 9457 problem details carrying the gRPC status that the "
+                 "same call over gRPC gets (node/api/http/problems.py)",
+  "properties": {
+    "type": {"type": "string", "description": "urn:gnomon:problem:<the gRPC code, kebab-case>"},
+    "title": {"type": "string", "description": "the HTTP status phrase"},
+    "status": {"type": "integer", "description": "the HTTP status code"},
     "detail": {"type": "string", "description": "the gRPC status message, verbatim"},
     "code": {"type": "string", "description": "the gRPC status code name"},
     "field": {"type": "string", "description": "the field the detail names ('' if none)"},
     "rule": {"type": "string", "description": "the rule it broke (the detail after the field)"},
     "reason": {"type": "string", "description": "the gnomon-reason, when one applies"},
     "leader": {"type": "string", "description": "the leader's gRPC address (not the leader)"},
-}}
+  }}
+
+
+@functools.cache
+def comments() -> dict[str, str]:
+    """Full proto name -> its comment (proto/generate.py)."""
+    text = importlib.resources.files("gnomon.v1").joinpath("comments.json").read_text()
+    return dict(json.loads(text))
+
+
+def _described(schema: dict, full_name: str) -> dict:
+    """`schema` with the proto comment of `full_name` first in its description."""
+    comment = comments().get(full_name)
+    if not comment:
+        return schema
+    rest = schema.get("description")
+    return schema | {"description": f"{comment} ({rest})" if rest else comment}
 
 
 def _message_schema(desc: AnyDescriptor, schemas: dict) -> dict:
@@ -67,12 +93,24 @@ def _message_schema(desc: AnyDescriptor, schemas: dict) -> dict:
     schemas[desc.full_name] = {}  # placeholder for recursion
     props = {}
     for f in desc.fields:
-        props[f.json_name] = _field_schema(f, schemas)
+        props[f.json_name] = _described(_field_schema(f, schemas), f.full_name)
         if f.type == f.TYPE_BYTES and not f.is_repeated:
             props[f.json_name + JSON_SUFFIX] = dict(BASE64_SCHEMA)
-    schemas[desc.full_name] = {"type": "object", "properties": props,
-                               "additionalProperties": False}
+    schema = {"type": "object", "properties": props, "additionalProperties": False}
+    # A oneof (Schedule's kind, a bulk result): exactly one of its fields is set.
+    choices = [{"oneOf": [{"required": [f.json_name]} for f in o.fields]}
+               for o in desc.oneofs if not _synthetic(o)]
+    if len(choices) == 1:
+        schema |= choices[0]
+    elif choices:
+        schema["allOf"] = choices
+    schemas[desc.full_name] = _described(schema, desc.full_name)
     return ref
+
+
+def _synthetic(oneof: Any) -> bool:
+    """The oneof protoc makes for a proto3 `optional` field (not a choice)."""
+    return len(oneof.fields) == 1 and oneof.name == f"_{oneof.fields[0].name}"
 
 
 def _field_schema(f: AnyFieldDescriptor, schemas: dict) -> dict:
@@ -84,7 +122,12 @@ def _field_schema(f: AnyFieldDescriptor, schemas: dict) -> dict:
         one = _message_schema(f.message_type, schemas)
     elif f.type == f.TYPE_ENUM:
         assert f.enum_type is not None  # an enum field has its enum type
-        one = {"type": "string", "enum": [v.name for v in f.enum_type.values]}
+        values = f.enum_type.values
+        one = {"type": "string", "enum": [v.name for v in values]}
+        said = [f"{v.name}: {comments()[name]}" for v in values
+                if (name := f"{f.enum_type.full_name}.{v.name}") in comments()]
+        if said:
+            one["description"] = "; ".join(said)
     else:
         one = dict(_SCALARS[f.type])
     if f.is_repeated:
@@ -105,19 +148,24 @@ def _query_params(route: Route) -> list[dict]:
             continue
         if f.type == f.TYPE_MESSAGE:
             assert f.message_type is not None  # a message field has its message type
-            for sub in f.message_type.fields:
-                if sub.type != sub.TYPE_MESSAGE:
-                    out.append({"name": f"{f.name}.{sub.name}", "in": "query",
-                                "schema": _field_schema(sub, {})})
+            out += [_query_param(f"{f.name}.{sub.name}", sub) for sub in f.message_type.fields
+                    if sub.type != sub.TYPE_MESSAGE]
             continue
-        out.append({"name": f.name, "in": "query", "schema": _field_schema(f, {})})
+        out.append(_query_param(f.name, f))
     return out
+
+
+def _query_param(name: str, f: AnyFieldDescriptor) -> dict:
+    param = {"name": name, "in": "query", "schema": _field_schema(f, {})}
+    return _described(param, f.full_name)
 
 
 def _patch_schema(request: dict) -> dict:
     props = dict(request["properties"]) | {UPDATE_MASK_FIELDS[0]: UPDATE_MASK_SCHEMA}
     return {"type": "object", "required": [UPDATE_MASK_FIELDS[0]], "properties": props,
-            "additionalProperties": False, "x-grpc-message": "gnomon.v1.UpdateJobRequest"}
+            "additionalProperties": False, "x-grpc-message": "gnomon.v1.UpdateJobRequest",
+            "description": "UpdateJobRequest's fields and updateMask: the job's fields the "
+                           "mask names take the body's values, the others keep theirs"}
 
 
 def operation_id(route: Route) -> str:
@@ -135,6 +183,8 @@ def document() -> dict:
                                    re.findall(r"{(\w+)}", route.path)]}
         if route.rpc:
             op["x-grpc-method"] = f"gnomon.v1.{route.rpc}"
+            if f"gnomon.v1.{route.rpc}" in comments():
+                op["description"] = comments()[f"gnomon.v1.{route.rpc}"]
             req, resp = route.request_type(), route.response_type()
             assert req is not None and resp is not None  # an RPC route has both
             op["parameters"] += _query_params(route)

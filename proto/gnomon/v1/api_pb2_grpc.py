@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class JobServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Jobs, their runs and tasks, the dead-letter queue, backfills and circuit breakers.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -152,10 +153,13 @@ class JobServiceStub:
 
 
 class JobServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Jobs, their runs and tasks, the dead-letter queue, backfills and circuit breakers.
+    """
 
     def CreateJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Creates a job from a spec (ALREADY_EXISTS: its tenant has a job of that name;
+        RESOURCE_EXHAUSTED: the tenant's job or payload quota).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -172,37 +176,45 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One job, by id or by tenant and name (NOT_FOUND when there is none).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Jobs in creation order, a page at a time (a page also stays under 4 MB: it may hold fewer).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UpdateJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Replaces a job's spec (tenant and name stay): a changed schedule gets a new next slot, an
+        unchanged one keeps its slot.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DeleteJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Deletes a job: its queued tasks are cancelled and its dead letters dropped; its runs stay
+        readable by job id.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PauseJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Stops a job's fires until ResumeJob (started runs go on); pausing a paused job changes nothing.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ResumeJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Lets a paused job fire again: a repeating schedule resumes at its next slot after now.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -215,13 +227,15 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetRun(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One run with its tasks and their recorded attempts, from memory or the history store.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListRuns(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """A job's runs, newest slot first, from memory and the history store.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -234,7 +248,8 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListDeadLetters(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The dead-letter queue (tasks that failed for good), oldest first: its first `limit` entries.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -442,7 +457,8 @@ def add_JobServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class JobService:
-    """Missing associated documentation comment in .proto file."""
+    """Jobs, their runs and tasks, the dead-letter queue, backfills and circuit breakers.
+    """
 
     @staticmethod
     def CreateJob(request,
@@ -1067,7 +1083,8 @@ class JobService:
 
 
 class ClusterServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """Status of the cluster, its replicated limits, and the run history nodes copy from each other.
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -1093,7 +1110,8 @@ class ClusterServiceStub:
 
 
 class ClusterServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """Status of the cluster, its replicated limits, and the run history nodes copy from each other.
+    """
 
     def GetStatus(self, request, context):
         """Status of the node that answers and, from the leader's view, of the cluster.
@@ -1148,7 +1166,8 @@ def add_ClusterServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class ClusterService:
-    """Missing associated documentation comment in .proto file."""
+    """Status of the cluster, its replicated limits, and the run history nodes copy from each other.
+    """
 
     @staticmethod
     def GetStatus(request,
@@ -1664,7 +1683,9 @@ class AccessServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def ListTokens(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Tokens the caller may see, without secrets: every one for an admin; for a tenant-admin, the
+        non-admin tokens whose tenants are all its own.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -1691,19 +1712,22 @@ class AccessServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def UpdateTenant(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Replaces a tenant's record (NOT_FOUND when it has none); its name and times stay.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetTenant(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """One tenant's record (NOT_FOUND when it has none).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListTenants(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """The tenant records the caller may read (an admin every one, others their own), by name.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
