@@ -5,12 +5,14 @@ fresh cluster with equal state digests."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -78,19 +80,30 @@ def test_rolling_restart_under_load_loses_nothing(cluster):
 
 def _two_downloads_to_one_path_leave_one_whole_backup(cluster, folder) -> None:
     """Both downloads once wrote `<path>.part`: the file was the two streams interleaved, and
-    the second rename found no part file."""
+    the second rename found no part file. A killed download's part file once stayed for ever."""
     folder.mkdir()
     path = folder / "state.backup"
+    # A download killed an hour ago left its part; a running one holds its part locked.
+    killed, running = folder / "state.backup.k1ll3d.part", folder / "state.backup.runn1ng.part"
+    for part in (killed, running):
+        part.write_bytes(b"half a backup")
+        os.utime(part, (time.time() - 3600,) * 2)
+    holder = os.open(running, os.O_RDONLY)
+    fcntl.flock(holder, fcntl.LOCK_EX)
 
     async def both():
         async with AsyncClient(cluster.servers, timeout_s=30) as client:
             return await asyncio.gather(*(client.create_backup(path=str(path))
                                           for _ in range(2)))
 
-    results = asyncio.run(both())
+    try:
+        results = asyncio.run(both())
+    finally:
+        os.close(holder)
     with open(path, "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() in {r.sha256 for r in results}
-    assert os.listdir(folder) == ["state.backup"]  # no part file left behind
+    # No part file of theirs left behind, the killed download's removed, the running one's kept.
+    assert sorted(os.listdir(folder)) == ["state.backup", running.name]
 
 
 def test_backup_and_restore_into_a_fresh_cluster(cluster, tmp_path):
