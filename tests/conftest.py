@@ -54,3 +54,17 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
             return unit_of(nodeid)
 
     return UnitScheduling(config, log)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The resource tier's figures (tests/support/resources.py), when any attack ran here."""
+    import os
+
+    from tests.support import resources
+
+    if not resources.RESULTS:
+        return
+    terminalreporter.write_sep("=", "resource tier: the node before, at its peak, after")
+    terminalreporter.write(resources.table(resources.RESULTS))
+    if os.environ.get("GNOMON_RESOURCE_REPORT"):
+        resources.write_report(os.environ["GNOMON_RESOURCE_REPORT"])

@@ -29,6 +29,7 @@ from tests.support.cluster import module_cluster
 from tests.support.http import call
 from tests.support.jobs import create_jobs
 from tests.support.metrics import samples, scrape
+from tests.support.resources import attack
 
 pytestmark = pytest.mark.integration
 
@@ -127,28 +128,34 @@ def _no_error_since(node: NodeProc, since: int) -> None:
 # -- timeouts ------------------------------------------------------------------------------
 
 
+def _honest(node: NodeProc) -> None:
+    r = call(node.url, "GET", "/v1/cluster", timeout=5)
+    assert r.status == 200, r.text
+
+
+@pytest.mark.resources
 def test_slow_and_silent_connections_are_closed_after_the_header_timeout(node):
-    silent = [_connect(node, f"127.0.2.{1 + i % 2}") for i in range(10)]
-    slow = [_connect(node, f"127.0.2.{3 + i % 2}") for i in range(10)]
-    started = time.monotonic()
-    for sock in slow:
-        sock.send(b"GET /v1/cluster HTTP/1.1\r\nHost: x\r\n")
-    # Other clients are answered meanwhile.
-    assert call(node.url, "GET", "/v1/cluster").status == 200
+    with attack("HTTP: 10 silent and 10 slow-header connections (slowloris)", node,
+                honest=lambda: _honest(node)):
+        silent = [_connect(node, f"127.0.2.{1 + i % 2}") for i in range(10)]
+        slow = [_connect(node, f"127.0.2.{3 + i % 2}") for i in range(10)]
+        started = time.monotonic()
+        for sock in slow:
+            sock.send(b"GET /v1/cluster HTTP/1.1\r\nHost: x\r\n")
 
-    def all_closed() -> bool:
-        for sock in slow:  # a byte at a time: no byte extends the deadline
-            with contextlib.suppress(OSError):
-                sock.send(b"X")
-        return all(_closed(s) for s in silent + slow)
+        def all_closed() -> bool:
+            for sock in slow:  # a byte at a time: no byte extends the deadline
+                with contextlib.suppress(OSError):
+                    sock.send(b"X")
+            return all(_closed(s) for s in silent + slow)
 
-    wait_for(all_closed, timeout_s=10 * HEADER_S, what="the slow and silent connections to "
-             "be closed", interval_s=0.1)
-    elapsed = time.monotonic() - started
+        wait_for(all_closed, timeout_s=10 * HEADER_S, what="the slow and silent connections "
+                 "to be closed", interval_s=0.1)
+        elapsed = time.monotonic() - started
+        for sock in silent + slow:
+            sock.close()
     assert elapsed >= 0.9 * HEADER_S, f"closed after {elapsed:.2f} s, before the timeout"
     assert _metric(node, 'gnomon_http_connections_timed_out_total{phase="header"}') >= 20
-    for sock in silent + slow:
-        sock.close()
 
 
 def test_a_body_that_does_not_arrive_in_time_is_cut_quietly(node):
@@ -284,6 +291,7 @@ def _fresh_status(node: NodeProc) -> float:
         return time.monotonic() - started
 
 
+@pytest.mark.resources
 def test_at_a_low_open_file_limit_idle_connections_do_not_stop_the_node(tmp_path: Path):
     overrides = {"http_max_connections": "1024", "http_max_connections_per_address": "1024",
                  "http_header_timeout_ms": "60000", "http_idle_timeout_ms": "60000"}
@@ -293,26 +301,28 @@ def test_at_a_low_open_file_limit_idle_connections_do_not_stop_the_node(tmp_path
         node = cluster.leader()
         assert node.proc is not None
         since = node.log_path.stat().st_size
-        socks = [_connect(node, "127.0.5.1") for _ in range(IDLE)]
-        # Every connection is admitted or refused; none waits in the accept queue.
-        wait_for(lambda: (_metric(node, "gnomon_http_connections") + _metric(
-            node, 'gnomon_http_connections_refused_total{reason="descriptors"}')) >= IDLE,
-            timeout_s=20, what="the node to admit or refuse every connection")
-        admitted = _metric(node, "gnomon_http_connections")
-        assert 0 < admitted < NOFILE - 128 + 1, admitted  # reserved_descriptors stay free
-        # gRPC clients are still answered, and the journal still writes.
-        latencies = [_fresh_status(node) for _ in range(5)]
-        assert max(latencies) < 1.0, latencies
-        [job_id] = create_jobs(node, ["at-the-limit"])
-        assert job_id
-        logged = node.log_path.stat().st_size - since
-        assert logged < 16 << 10, f"{logged} bytes logged: {_log_tail(node, since)[-2000:]}"
-        assert "refused a connection" in _log_tail(node, since)
-        assert node.alive(), node.proc.poll()
-        # Once the idle connections go, HTTP clients are served again.
-        for sock in socks:
-            sock.close()
-        socks = []
+        with attack(f"HTTP: {IDLE} idle connections at a {NOFILE}-descriptor limit", node,
+                    honest=lambda: _fresh_status(node)):
+            socks = [_connect(node, "127.0.5.1") for _ in range(IDLE)]
+            # Every connection is admitted or refused; none waits in the accept queue.
+            wait_for(lambda: (_metric(node, "gnomon_http_connections") + _metric(
+                node, 'gnomon_http_connections_refused_total{reason="descriptors"}')) >= IDLE,
+                timeout_s=20, what="the node to admit or refuse every connection")
+            admitted = _metric(node, "gnomon_http_connections")
+            assert 0 < admitted < NOFILE - 128 + 1, admitted  # reserved_descriptors stay free
+            # gRPC clients are still answered, and the journal still writes.
+            latencies = [_fresh_status(node) for _ in range(5)]
+            assert max(latencies) < 1.0, latencies
+            [job_id] = create_jobs(node, ["at-the-limit"])
+            assert job_id
+            logged = node.log_path.stat().st_size - since
+            assert logged < 16 << 10, f"{logged} bytes logged: {_log_tail(node, since)[-2000:]}"
+            assert "refused a connection" in _log_tail(node, since)
+            assert node.alive(), node.proc.poll()
+            # Once the idle connections go, HTTP clients are served again.
+            for sock in socks:
+                sock.close()
+            socks = []
         wait_for(lambda: call(node.url, "GET", "/v1/cluster", timeout=2).status == 200,
                  timeout_s=10, what="HTTP to answer again")
         assert node.alive()

@@ -30,6 +30,7 @@ from gnomon.node.config import Config
 from gnomon.node.local.cluster import NodeProc, wait_for
 from gnomon.v1 import api_pb2, api_pb2_grpc, worker_pb2, worker_pb2_grpc
 from tests.support.cluster import RawWorker, module_cluster
+from tests.support.resources import attack
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -110,9 +111,16 @@ def _workers(node: NodeProc) -> set[str]:
                                                  timeout=10).workers}
 
 
+@pytest.mark.resources
 @pytest.mark.parametrize("kind", ["reports", "heartbeats"])
 def test_a_worker_that_floods_and_never_reads_is_slowed_then_dropped(cluster, kind):
     leader = cluster.leader()
+    with attack(f"worker stream: a flood of {kind} never read", leader,
+                rss_bound_mib=RSS_BOUND_MIB, settle_s=30):
+        _flood_is_slowed_then_dropped(leader, kind)
+
+
+def _flood_is_slowed_then_dropped(leader: NodeProc, kind: str) -> None:
     honest = RawWorker(leader, f"honest-{kind}")
     flood_id = f"flood-{kind}"
     before = rss_mib(leader)
@@ -192,8 +200,20 @@ async def _garbage_sessions(addr: str, n: int) -> collections.Counter:
     return codes
 
 
+@pytest.mark.resources
 def test_garbage_frames_are_invalid_argument_to_an_asyncio_client(cluster):
-    codes = asyncio.run(_garbage_sessions(cluster.leader().grpc_addr, 200))
+    leader = cluster.leader()
+    honest = RawWorker(leader, "honest-garbage")
+
+    def heartbeat() -> None:
+        honest.heartbeat([])
+        honest.next("heartbeat_ack", timeout_s=5)
+
+    try:
+        with attack("worker stream: 200 streams of garbage frames", leader, honest=heartbeat):
+            codes = asyncio.run(_garbage_sessions(leader.grpc_addr, 200))
+    finally:
+        honest.close()
     assert {code for code, _ in codes} == {"INVALID_ARGUMENT"}, codes
     assert all(details.startswith("request: not a valid gnomon.v1.WorkerMessage")
                for _, details in codes), codes

@@ -112,24 +112,29 @@ def test_a_plaintext_port_beyond_loopback_is_announced_loudly(caplog):
     assert any("WITHOUT TLS" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.resources
 def test_idle_and_slow_connections_are_closed_and_service_goes_on(cluster):
     import socket
 
+    from tests.support.resources import attack
+
     leader = cluster.leader()
     host, port = leader.grpc_addr.rsplit(":", 1)
-    socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(300)]
-    socks[0].sendall(b"\x16\x03")  # a ClientHello that never finishes
-    try:
-        assert "idle" not in _jobs(cluster)  # served meanwhile
-        for sock in socks:
-            sock.settimeout(10)
-            try:
-                assert sock.recv(1024) == b"", "expected the server to close"
-            except ConnectionResetError:
-                pass
-    finally:
-        for sock in socks:
-            sock.close()
+    with attack("gRPC: 300 idle TLS connections, one half ClientHello", leader,
+                honest=lambda: _jobs(cluster), settle_s=30):
+        socks = [socket.create_connection((host, int(port)), timeout=5) for _ in range(300)]
+        socks[0].sendall(b"\x16\x03")  # a ClientHello that never finishes
+        try:
+            assert "idle" not in _jobs(cluster)  # served meanwhile
+            for sock in socks:
+                sock.settimeout(10)
+                try:
+                    assert sock.recv(1024) == b"", "expected the server to close"
+                except ConnectionResetError:
+                    pass
+        finally:
+            for sock in socks:
+                sock.close()
     assert isinstance(_jobs(cluster), list)
 
 
