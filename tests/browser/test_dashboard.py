@@ -329,6 +329,31 @@ def test_pages_fit_a_phone_and_work_with_the_keyboard(cluster, browser, hash_):
         context.close()
 
 
+def test_the_page_runs_under_a_content_security_policy_that_blocks_injected_script(
+        cluster, page):
+    """The dashboard sent no Content-Security-Policy: a script injected into the page (a
+    payload rendered as HTML by some future bug) would have run with the token."""
+    leader, follower = _follower(cluster)
+    r = call(follower.url, "GET", "/")
+    policy = r.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy, policy
+    assert leader.url.rstrip("/") in policy  # a follower's page writes to the leader
+    assert r.headers["x-content-type-options"] == "nosniff"
+    pg = page.page
+    pg.goto(f"{follower.url}/#/jobs")
+    expect(pg.locator("#live")).to_have_text("live")
+    blocked = pg.evaluate("""() => new Promise(resolve => {
+        document.addEventListener("securitypolicyviolation",
+                                  e => resolve(e.violatedDirective), {once: true});
+        const s = document.createElement("script");
+        s.textContent = "window.__injected = true";
+        document.body.appendChild(s);
+    })""")
+    assert blocked.startswith("script-src"), blocked
+    assert pg.evaluate("window.__injected") is None
+    assert [e for e in page.script_errors() if "Content Security Policy" not in e] == []
+
+
 def test_a_leader_change_is_shown_after_the_leader_is_killed(cluster, page):
     """Last in the module: it leaves the old leader dead."""
     leader, follower = _follower(cluster)

@@ -151,7 +151,21 @@ class HttpServer:
             resp = Problem(grpc.StatusCode.INTERNAL, "internal error; the node's log has it").response()
         if api and not resp.prepared:
             resp.headers.update(self._cors(request, resp.headers.get("Vary", "")))
+        elif not resp.prepared:  # the dashboard's page and files
+            resp.headers.update(self.page_headers())
         return resp
+
+    def page_headers(self) -> dict[str, str]:
+        """The dashboard's Content-Security-Policy: its own scripts and styles only, nothing
+        inline, no frames; it may call this node and the other members (writes go to the
+        leader's origin)."""
+        members = " ".join(sorted(web_origin(self.scheme, m.http_addr)
+                                  for m in self.node.raft.membership.members() if m.http_addr))
+        policy = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                  f"connect-src 'self' {members}; base-uri 'none'; form-action 'none'; "
+                  "frame-ancestors 'none'")
+        return {"Content-Security-Policy": policy, "X-Content-Type-Options": "nosniff",
+                "Referrer-Policy": "no-referrer"}
 
     def _cors(self, request: web.Request, vary: str = "") -> dict[str, str]:
         """The CORS headers of an answer to `request` (`vary`: the answer's own Vary)."""

@@ -14,6 +14,11 @@ function h(tag, attrs, ...children) {
     if (k === "svg" || v === undefined || v === null || v === false) continue;
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else if (k === "text") el.textContent = v;
+    // Through the CSSOM: the page's Content-Security-Policy refuses style attributes.
+    else if (k === "style") for (const d of v.split(";")) {
+      const [prop, ...rest] = d.split(":");
+      if (prop.trim()) el.style.setProperty(prop.trim(), rest.join(":").trim());
+    }
     else el.setAttribute(k, v === true ? "" : v);
   }
   for (const c of children.flat()) {
