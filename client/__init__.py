@@ -80,11 +80,12 @@ from ._models import (
 )
 from ._run_handle import AsyncRunHandle, RunHandle
 from ._transport import TLSConfig
+from ._version import VERSION
 from .worker.context import TaskContext
 from .worker.task import TaskDefinition, task
 from .worker.worker import ReportRefusal, Worker, WorkerStats
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 __all__ = [
     # clients

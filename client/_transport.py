@@ -11,10 +11,11 @@ import grpc
 import grpc.aio
 
 from ._errors import REASON_METADATA_KEY, InvalidArgument
+from ._version import VERSION
 
 LEADER_METADATA_KEY = "gnomon-leader"
 RETRY_AFTER_METADATA_KEY = "retry-after-ms"
-USER_AGENT = "gnomon-python/0.1.0"
+USER_AGENT = f"gnomon-python/{VERSION}"
 DEFAULT_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # A follower may point at a node that itself just lost leadership; after this many immediate
 # redirects in a row, fall back to backoff so two confused nodes cannot make us spin.

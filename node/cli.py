@@ -58,6 +58,11 @@ def report_open_file_limit(config, limit: descriptors.OpenFileLimit) -> None:
 def main(argv: list[str] | None = None) -> int:
     os.umask(PRIVATE_UMASK)
     words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["--version"]:
+        from gnomon.node.version import VERSION
+
+        print(f"gnomon-node {VERSION}")
+        return 0
     if words[:1] == ["restore"]:
         from gnomon.node.ops.operations import restore_main
 

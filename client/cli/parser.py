@@ -14,6 +14,7 @@ from .._models import (
     MisfirePolicy,
     OverlapPolicy,
 )
+from .._version import VERSION
 from .access import add_access_groups
 from .backfill_circuits import add_job_backfill
 from .dev import DEFAULT_SERVERS, DEV_GRPC_PORTS, DEV_RAFT_PORTS
@@ -257,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=_FORMAT,
         parents=[common],
     )
-    parser.add_argument("--version", action="version", version="gnomon 0.1.0")
+    parser.add_argument("--version", action="version", version=f"gnomon {VERSION}")
     groups = parser.add_subparsers(dest="group", metavar="COMMAND", required=True)
 
     def leaf(sub: Any, name: str, help_text: str, **kw: Any) -> argparse.ArgumentParser:

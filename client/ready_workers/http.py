@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import NonRetryableError
+from .._version import VERSION
 from ..worker.context import TaskContext
 from ..worker.task import TaskDefinition
 from .base import (
@@ -53,7 +54,7 @@ __all__ = ["HttpRequest", "RequestFailed", "RequestRejected", "http_task", "pars
 log = logging.getLogger("gnomon.worker.http")
 
 DEFAULT_TIMEOUT_S = 30.0
-USER_AGENT = "gnomon-worker-http/0.1.0"
+USER_AGENT = f"gnomon-worker-http/{VERSION}"
 _MAX_READ_BYTES = 64 * 1024
 _BODY_TAIL_CHARS = 2048
 _RETRYABLE_4XX = frozenset({408, 425, 429})

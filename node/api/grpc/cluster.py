@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from importlib.metadata import PackageNotFoundError, version
 
 import grpc
 
@@ -19,12 +18,8 @@ from gnomon.node.core.validate import validate_limits
 from gnomon.node.raft.node import ROLE_NAMES
 from gnomon.node.spec.validate import validate_request_id
 from gnomon.node.storage.history_copy import serve_export
+from gnomon.node.version import VERSION
 from gnomon.v1 import api_pb2, api_pb2_grpc
-
-try:
-    VERSION = version("gnomon")
-except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-    VERSION = "0+unknown"
 
 
 class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
