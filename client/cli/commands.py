@@ -505,6 +505,7 @@ def _cmd_worker(ctx: CommandContext) -> int:
         modules=getattr(a, "module", None) or (),
         kill_grace_s=getattr(a, "kill_grace", 5.0),
         http_timeout_s=getattr(a, "request_timeout", 30.0),
+        signing_secret_file=getattr(a, "signing_secret_file", None),
     )
     return serve(
         a.action,

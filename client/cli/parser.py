@@ -521,6 +521,13 @@ def _add_worker_kind_flags(p: argparse.ArgumentParser, kind: str) -> None:
             metavar="SECONDS",
             help="default per-request timeout (default 30)",
         )
+        p.add_argument(
+            "--signing-secret-file",
+            metavar="PATH",
+            help="sign every request the Standard Webhooks way (webhook-id, "
+            "webhook-timestamp, webhook-signature) with the secret in PATH: whsec_ and the "
+            "base64 of at least 24 random bytes",
+        )
 
 
 def _add_dev_command(groups: Any, leaf: Leaf) -> None:

@@ -14,6 +14,7 @@ from .._client import AsyncClient
 from .._transport import TLSConfig
 from ..ready_workers.http import http_task
 from ..ready_workers.shell import shell_task
+from ..ready_workers.signing import SigningSecretError, load_signing_secret, readable_by_others
 from ..worker.task import TaskDefinition
 from ..worker.worker import Worker
 from .values import UsageError
@@ -48,6 +49,7 @@ def worker_tasks(
     modules: Sequence[str] = (),
     kill_grace_s: float = 5.0,
     http_timeout_s: float = 30.0,
+    signing_secret_file: str | None = None,
 ) -> list[TaskDefinition]:
     if kind == "python":
         tasks = load_task_modules(modules)
@@ -62,7 +64,20 @@ def worker_tasks(
         raise UsageError(f"gnomon worker {kind}: at least one --queue is required")
     if kind == "shell":
         return [shell_task(q, kill_grace_s=kill_grace_s) for q in queues]
-    return [http_task(q, default_timeout_s=http_timeout_s) for q in queues]
+    secret = _signing_secret(signing_secret_file) if signing_secret_file else None
+    return [http_task(q, default_timeout_s=http_timeout_s, signing_secret=secret)
+            for q in queues]
+
+
+def _signing_secret(path: str) -> bytes:
+    try:
+        secret = load_signing_secret(path)
+    except SigningSecretError as exc:
+        raise UsageError(str(exc)) from None
+    if readable_by_others(path):
+        log.warning("--signing-secret-file: %s is readable by others; it is a secret: "
+                    "chmod 600 %s", path, path)
+    return secret
 
 
 async def _serve(worker: Worker, grace_s: float) -> None:

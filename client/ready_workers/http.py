@@ -14,6 +14,8 @@ The request carries the task in headers: ``Idempotency-Key`` (``<run_id>:<task_n
 same for every attempt: dedupe on it), ``X-Gnomon-Fencing-Token`` (strictly increasing per
 attempt: reject lower ones), ``X-Gnomon-Run-Id``, ``X-Gnomon-Attempt``, ``X-Gnomon-Job-Id``,
 ``X-Gnomon-Task-Name``, ``X-Gnomon-Scheduled-For-Ms``; these override the payload's headers.
+With a signing secret (``--signing-secret-file``) it is also signed the Standard Webhooks
+way (``webhook-id``, ``webhook-timestamp``, ``webhook-signature``; signing.py).
 
 Every attempt's output (``Attempt.output_tail``) is the request line with the response status
 and the response body's tail (or the connection error); its duration is reported too.
@@ -48,6 +50,7 @@ from .base import (
     string_map,
     task_fields,
 )
+from .signing import signature_headers
 
 __all__ = ["HttpRequest", "RequestFailed", "RequestRejected", "http_task", "parse_http_payload"]
 
@@ -161,7 +164,8 @@ def _body_tail(data: bytes) -> str:
 
 
 def send_request(
-    ctx: TaskContext, *, default_timeout_s: float = DEFAULT_TIMEOUT_S
+    ctx: TaskContext, *, default_timeout_s: float = DEFAULT_TIMEOUT_S,
+    signing_secret: bytes | None = None,
 ) -> dict[str, Any]:
     """Send the task's request (blocking); see the module docstring for the outcome."""
     req = parse_http_payload(ctx.payload)
@@ -175,6 +179,9 @@ def send_request(
         headers["Content-Type"] = content_type
     if "user-agent" not in names:
         headers["User-Agent"] = USER_AGENT
+    if signing_secret is not None:
+        headers = {k: v for k, v in headers.items() if not k.lower().startswith("webhook-")}
+        headers.update(signature_headers(signing_secret, ctx.idempotency_key, body or b""))
     timeout = req.timeout_s or default_timeout_s
     if ctx.deadline_ms:
         timeout = min(timeout, max(0.001, ctx.deadline_ms / 1000 - time.time()))
@@ -210,11 +217,14 @@ def send_request(
     raise RequestRejected(message)
 
 
-def http_task(queue: str, *, default_timeout_s: float = DEFAULT_TIMEOUT_S) -> TaskDefinition:
+def http_task(queue: str, *, default_timeout_s: float = DEFAULT_TIMEOUT_S,
+              signing_secret: bytes | None = None) -> TaskDefinition:
     """A catch-all task for ``queue`` that sends each task's request (in the worker's thread
-    pool: a request cannot be interrupted, its timeout bounds it)."""
+    pool: a request cannot be interrupted, its timeout bounds it), signed when
+    `signing_secret` is given."""
 
     def http(ctx: TaskContext) -> dict[str, Any]:
-        return send_request(ctx, default_timeout_s=default_timeout_s)
+        return send_request(ctx, default_timeout_s=default_timeout_s,
+                            signing_secret=signing_secret)
 
     return catch_all_task(queue, http)

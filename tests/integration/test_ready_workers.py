@@ -3,6 +3,9 @@ context in the environment / headers, cancel kills the command, retry and dead-l
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import http.server
 import json
 import os
@@ -10,6 +13,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +36,8 @@ from gnomon.node.local.cluster import LocalCluster, wait_for
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01: jobs here only run when triggered
+# The http worker signs its requests with it (Standard Webhooks).
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"the hooks' shared secret, 32 b").decode()
 FAST_RETRY = RetryPolicy(max_attempts=2, initial_backoff_ms=100, max_backoff_ms=200, jitter=-1)
 
 
@@ -104,7 +110,11 @@ def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
                 *flags,
             )
         )
-        workers.append(WorkerProc(servers, "http", root / "http.log", "--queue", "http", *flags))
+        secret = root / "webhook.secret"
+        secret.write_text(WEBHOOK_SECRET + "\n")
+        secret.chmod(0o600)
+        workers.append(WorkerProc(servers, "http", root / "http.log", "--queue", "http",
+                                  "--signing-secret-file", str(secret), *flags))
         workers.append(WorkerProc(servers, "python", root / "py.log", "--module", "examples.tasks",
                                   *flags))
         client = Client(servers, timeout_s=10, tls=TLSConfig(**cluster.client_tls()),
@@ -384,6 +394,16 @@ def test_http_request_carries_idempotency_key_and_fencing_token(env, hooks):
     assert headers["X-Gnomon-Run-Id"] == run.run_id
     assert headers["X-Gnomon-Attempt"] == "1"
     assert json.loads(task.result) == {"status": 200, "body": "thanks"}
+    # Signed: HMAC-SHA256 of "<id>.<timestamp>.<body>" with the secret, computed here apart
+    # from the worker's code.
+    (body,) = [b for p, _, b in _Hooks.requests if p == "/ok"]
+    hook = {k.lower(): v for k, v in headers.items()}  # header names are case-insensitive
+    assert hook["webhook-id"] == task.idempotency_key
+    signed = f"{hook['webhook-id']}.{hook['webhook-timestamp']}.".encode() + body
+    key = base64.b64decode(WEBHOOK_SECRET.removeprefix("whsec_"))
+    expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
+    assert hook["webhook-signature"] == f"v1,{expected}"
+    assert abs(time.time() - int(hook["webhook-timestamp"])) < 300
 
 
 def test_http_5xx_is_retried_and_4xx_dead_lettered(env, hooks):

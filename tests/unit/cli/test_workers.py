@@ -389,3 +389,10 @@ def test_shell_and_http_need_a_queue():
         worker_tasks("shell", queues=[])
     tasks = worker_tasks("shell", queues=["a", "b"])
     assert [(t.name, t.queue) for t in tasks] == [("*", "a"), ("*", "b")]
+
+
+def test_an_http_worker_with_an_unusable_signing_secret_is_a_usage_error(tmp_path):
+    short = tmp_path / "short.secret"
+    short.write_text("whsec_c2hvcnQ=\n")
+    with pytest.raises(UsageError, match=r"^--signing-secret-file: .* at least 24"):
+        worker_tasks("http", queues=["q"], signing_secret_file=str(short))
