@@ -156,7 +156,10 @@ def test_dockerfile_is_multi_stage_and_runs_unprivileged():
     assert f"COPY deploy/healthcheck.py {HEALTHCHECK}" in lines
     assert any(f"chmod 0755 {HEALTHCHECK}" in ln for ln in lines)
     exposed = {p for ln in lines if ln.startswith("EXPOSE ") for p in ln.split()[1:]}
-    assert {"7600", "7700", "7800", "9100"} <= exposed
+    assert {"7600", "7700", "7800", "7900"} <= exposed
+    # Not node_exporter's 9100 (the example used it: two exporters on one port of a host).
+    assert not any("9100" in p.read_text() for p in DEPLOY.rglob("*")
+                   if p.is_file() and p.suffix != ".md")
 
 
 # -- secure by default: every node and worker definition, parsed -----------------------------
