@@ -91,6 +91,10 @@ class Config:
     tls_cert: str = ""
     tls_key: str = ""
     tls_client_ca: str = ""
+    # How often those three files are checked for a change (cert-manager renews them in
+    # place): a changed, loadable pair is presented to new connections of the gRPC and HTTP
+    # ports without a restart. 0: never.
+    tls_reload_interval_ms: int = 5_000
     # Authentication: when set, every call needs a bearer token; this file holds the
     # bootstrap admin token (one word, >= 32 characters; the same file on every node).
     admin_token_file: str = ""
@@ -275,6 +279,9 @@ class Config:
             raise ConfigError("tls_cert: tls_cert and tls_key are set together (or neither)")
         if self.tls_client_ca and not self.tls_cert:
             raise ConfigError("tls_client_ca: needs tls_cert and tls_key (mutual TLS is TLS)")
+        if self.tls_reload_interval_ms < 0:
+            raise ConfigError(f"tls_reload_interval_ms: must be >= 0 (0: never), got "
+                              f"{self.tls_reload_interval_ms}")
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format: {self.log_format!r} is not text or json")
         if self.log_level not in ("debug", "info", "warning", "error"):

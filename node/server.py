@@ -41,6 +41,7 @@ from gnomon.node.raft.startup import refuse_to_start
 from gnomon.node.replica import Replica
 from gnomon.node.security import grpc_tls
 from gnomon.node.security.auth import Authenticator, read_admin_token
+from gnomon.node.security.reload import ServingCertificate
 from gnomon.node.spec.validate import InputLimits
 from gnomon.node.storage.history import HistoryError, HistoryStore
 from gnomon.node.storage.history_copy import Backfill
@@ -227,6 +228,8 @@ class Node:
         # One authenticator and guard for both ports (the same tokens, rules and rate limits).
         self.authenticator = self._authenticator()
         self.access_guard = AccessGuard(self, self.authenticator)
+        self.serving = (ServingCertificate(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
+                        if cfg.tls_cert else None)
         self.http = None
         if cfg.http_addr:  # before gRPC: a node that answers gRPC serves HTTP too
             from gnomon.node.api.http.server import HttpServer  # aiohttp only where it is served
@@ -238,11 +241,22 @@ class Node:
             metrics.REGISTRY.register(observe.StateCollector(self))
             metrics.serve(cfg.metrics_addr)
         self.supervisor.spawn(self._watch_health(), name="health")
+        if self.serving and cfg.tls_reload_interval_ms:
+            self.supervisor.spawn(self._reload_certificate(cfg.tls_reload_interval_ms / 1000),
+                                  name="tls-reload")
         self._install_signals()
         log.info("node %s serving gRPC on %s, Raft on %s", cfg.node_id,
                  cfg.self_member.grpc_addr, cfg.self_member.raft_addr)
         await self._stopping.wait()
         await self._shutdown(server)
+
+    async def _reload_certificate(self, interval_s: float) -> None:
+        """The client ports' certificate follows its files (node/security/reload.py)."""
+        assert self.serving is not None  # spawned only with TLS
+        while not self._stopping.is_set():
+            await asyncio.sleep(interval_s)
+            if self.serving.refresh() and self.http is not None:
+                self.http.reload_tls()
 
     def _committed(self, sent_mono: int) -> None:
         metrics.COMMIT_SECONDS.observe(max(0, mono_ms() - sent_mono) / 1000)
@@ -312,7 +326,7 @@ class Node:
             api_pb2.DESCRIPTOR.services_by_name["OperationsService"].full_name,
             worker_pb2.DESCRIPTOR.services_by_name["WorkerService"].full_name,
             health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        creds = grpc_tls.server_credentials(self.config)
+        creds = self.serving.grpc_credentials() if self.serving else None
         addr = self.config.self_member.grpc_addr
         bound = server.add_secure_port(addr, creds) if creds else server.add_insecure_port(addr)
         if bound == 0:

@@ -1,5 +1,6 @@
-"""TLS of the gRPC port (clients, workers, other nodes): credentials from the configured
-files, and the warning a plaintext port beyond loopback deserves."""
+"""TLS of the gRPC port (clients, workers, other nodes): how a node dials another's, and the
+warning a plaintext port beyond loopback deserves. Its server credentials follow the
+certificate files: reload.py."""
 
 from __future__ import annotations
 
@@ -23,16 +24,6 @@ def _read(name: str, path: str) -> bytes:
     except OSError as exc:
         raise SystemExit(f"gnomon-node: {name}: {path!r} cannot be read ({exc.strerror})") \
             from None
-
-
-def server_credentials(config: Config) -> grpc.ServerCredentials | None:
-    """TLS for the gRPC port, or None (plaintext) when tls_cert is not set."""
-    if not config.tls_cert:
-        return None
-    pair = (_read("tls_key", config.tls_key), _read("tls_cert", config.tls_cert))
-    client_ca = _read("tls_client_ca", config.tls_client_ca) if config.tls_client_ca else None
-    return grpc.ssl_server_credentials([pair], root_certificates=client_ca,
-                                       require_client_auth=client_ca is not None)
 
 
 def peer_channel(config: Config) -> Callable[[str], grpc.aio.Channel]:

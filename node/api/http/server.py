@@ -23,6 +23,7 @@ from gnomon.node.api.http.patch import merged_update
 from gnomon.node.api.http.problems import PROBLEM_TYPE, UNSUPPORTED_MEDIA_TYPE, Problem
 from gnomon.node.config import web_origin
 from gnomon.node.security.grpc_tls import is_loopback
+from gnomon.node.security.reload import ServingCertificate
 
 log = logging.getLogger(__name__)
 
@@ -44,21 +45,17 @@ PREFLIGHT = {
 JSON_TYPE = "application/json"
 
 
-def ssl_context(config) -> ssl.SSLContext | None:
-    """The gRPC port's TLS for the HTTP port: the same certificate and key, and with
-    tls_client_ca the same mutual TLS (clients present a certificate of that CA)."""
-    if not config.tls_cert:
+def ssl_context(serving: ServingCertificate | None) -> ssl.SSLContext | None:
+    """The gRPC port's TLS for the HTTP port: the same certificate and key (reloaded with
+    them: HttpServer.reload_tls), and with tls_client_ca the same mutual TLS (clients present
+    a certificate of that CA)."""
+    if serving is None:
         return None
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    try:
-        ctx.load_cert_chain(config.tls_cert, config.tls_key)
-        if config.tls_client_ca:
-            ctx.load_verify_locations(config.tls_client_ca)
-            ctx.verify_mode = ssl.CERT_REQUIRED
-    except (OSError, ssl.SSLError) as exc:
-        raise SystemExit(f"gnomon-node: tls_cert: cannot load the HTTP port's TLS: {exc}") \
-            from None
+    serving.load_into(ctx)
+    if serving.paths[2]:
+        ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
 
@@ -93,7 +90,7 @@ class HttpServer:
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                      shutdown_timeout=2.0)
         await self._runner.setup()
-        tls = ssl_context(self.node.config)
+        tls = self._tls = ssl_context(self.node.serving)
         assert self._runner.server is not None  # made by setup()
         self._listener = BoundedListener(self._runner.server,
                                          ConnectionLimits.from_config(self.node.config),
@@ -112,6 +109,13 @@ class HttpServer:
     @property
     def scheme(self) -> str:
         return "https" if self.node.config.tls_cert else "http"
+
+    _tls: ssl.SSLContext | None = None
+
+    def reload_tls(self) -> None:
+        """The node's certificate changed: new handshakes present the new one."""
+        if self._tls is not None and self.node.serving is not None:
+            self.node.serving.load_into(self._tls)
 
     async def stop(self) -> None:
         if self._listener is not None:  # no new connections; cleanup() ends the open ones
