@@ -102,6 +102,11 @@ def main(
     words = list(sys.argv[1:] if argv is None else argv)
     if words and words[0] in _TOOLS:
         return _run_tool(_TOOLS[words[0]], words[1:])
+    if words[:1] == ["__complete"]:  # the completion script's question (completion.py)
+        from .completion import candidates
+
+        print("\n".join(candidates(build_parser(), words[1:])), file=out)
+        return EXIT_OK
     as_json = "--json" in words
 
     def fail(e: BaseException, servers: str | None = None) -> int:

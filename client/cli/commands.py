@@ -522,6 +522,13 @@ def _cmd_worker(ctx: CommandContext) -> int:
     )
 
 
+def _cmd_completion(ctx: CommandContext) -> int:
+    from .completion import SCRIPTS
+
+    ctx.out.write(SCRIPTS[ctx.args.shell])
+    return EXIT_OK
+
+
 def _cmd_dev(ctx: CommandContext) -> int:
     from .dev import run_dev
 
@@ -566,6 +573,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("worker", "http"): _cmd_worker,
     ("worker", "python"): _cmd_worker,
     ("dev", None): _cmd_dev,
+    ("completion", None): _cmd_completion,
 }
 COMMANDS.update(OPS_COMMANDS)
 COMMANDS.update(ACCESS_COMMANDS)

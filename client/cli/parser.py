@@ -278,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cluster_commands(groups, leaf)
     _add_worker_commands(groups, leaf)
     _add_dev_command(groups, leaf)
+    p = leaf(groups, "completion", "print a shell completion script: "
+             'eval "$(gnomon completion bash)" in ~/.bashrc (zsh: ~/.zshrc)')
+    p.add_argument("shell", choices=["bash", "zsh"])
     add_ops_groups(groups, leaf)
     add_access_groups(groups, leaf)
     return parser
