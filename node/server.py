@@ -241,7 +241,7 @@ class Node:
             metrics.REGISTRY.register(observe.StateCollector(self))
             metrics.serve(cfg.metrics_addr)
         self.supervisor.spawn(self._watch_health(), name="health")
-        if self.serving and cfg.tls_reload_interval_ms:
+        if cfg.tls_reload_interval_ms:
             self.supervisor.spawn(self._reload_certificate(cfg.tls_reload_interval_ms / 1000),
                                   name="tls-reload")
         self._install_signals()
@@ -251,11 +251,12 @@ class Node:
         await self._shutdown(server)
 
     async def _reload_certificate(self, interval_s: float) -> None:
-        """The client ports' certificate follows its files (node/security/reload.py)."""
-        assert self.serving is not None  # spawned only with TLS
+        """The certificates follow their files (node/security/reload.py)."""
+        assert self.raft is not None  # spawned by run() after it made the raft node
         while not self._stopping.is_set():
             await asyncio.sleep(interval_s)
-            if self.serving.refresh() and self.http is not None:
+            self.raft.peer_tls.refresh()
+            if self.serving and self.serving.refresh() and self.http is not None:
                 self.http.reload_tls()
 
     def _committed(self, sent_mono: int) -> None:

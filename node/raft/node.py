@@ -41,7 +41,7 @@ from gnomon.node.raft.snapshotter import ForkSnapshotter
 from gnomon.node.raft.startup import StorageError
 from gnomon.node.raft.transport import TlsTransport, TransportLimits, TransportSettings
 from gnomon.node.replica import LoadedSnapshot
-from gnomon.node.security.certificates import load_peer_tls
+from gnomon.node.security.reload import PeerCertificate
 from gnomon.node.storage.history import HistoryError
 from gnomon.node.storage.snapshot_file import SnapshotError
 
@@ -337,11 +337,9 @@ def build_conf(config: Config, on_role: Callable[[int, int], None]) -> SyncObjCo
     )
 
 
-def build_transport(config: Config):
-    """pysyncobj's `transportClass`: the mutual-TLS transport with this node's settings.
-    A certificate that does not fit (expired, wrong node, another CA) stops the start here."""
-    tls = load_peer_tls(config.raft_tls_cert, config.raft_tls_key, config.raft_tls_ca,
-                        config.node_id)
+def build_transport(config: Config, tls: PeerCertificate):
+    """pysyncobj's `transportClass`: the mutual-TLS transport with this node's settings and
+    certificate (reloaded when its files change)."""
     host_part = config.self_member.raft_addr.rsplit(":", 1)[0]
     limits = TransportLimits(
         max_frame_bytes=config.raft_max_frame_bytes,
@@ -413,7 +411,10 @@ class RaftNode:
               on_role: Callable[[int, int], None], joining: bool) -> _StateMachine:
         snap_path = snapshot_path(config)
         conf = build_conf(config, on_role)
-        transport = build_transport(config)  # cli.py checked the files before the start
+        # cli.py checked the files before the start; one that does not fit stops it here.
+        self.peer_tls = PeerCertificate(config.raft_tls_cert, config.raft_tls_key,
+                                        config.raft_tls_ca, config.node_id)
+        transport = build_transport(config, self.peer_tls)
         storage.check_files(snap_path, journal_path(config))
         loaded = host.read_snapshot(snap_path) if os.path.exists(snap_path) else None
         # The file in place: a later one (a child's, the leader's) is installed only if newer.

@@ -38,7 +38,8 @@ from pysyncobj.poller import POLL_EVENT_TYPE
 from pysyncobj.transport import Transport, TransportNotReadyError
 
 from gnomon.node.raft import wire
-from gnomon.node.security.certificates import PeerTls, peer_node_ids
+from gnomon.node.security.certificates import peer_node_ids
+from gnomon.node.security.reload import PeerCertificate
 
 __all__ = ["PROTOCOL_VERSION", "TlsTransport", "TransportLimits", "TransportSettings"]
 
@@ -77,7 +78,7 @@ class TransportLimits:
 class TransportSettings:
     """What the transport needs besides pysyncobj's objects."""
 
-    tls: PeerTls
+    tls: PeerCertificate  # .current: the certificate new connections present
     node_id: str
     members: Mapping[str, str]  # node id -> Raft address, this node included
     bind_host: str
@@ -353,7 +354,7 @@ class TlsTransport(Transport):
         except OSError:
             sock.close()
             return None
-        tls = self._settings.tls
+        tls = self._settings.tls.current
         bio_in, bio_out = ssl.MemoryBIO(), ssl.MemoryBIO()
         obj = (tls.server if server_side else tls.client).wrap_bio(
             bio_in, bio_out, server_side=server_side)

@@ -1,4 +1,4 @@
-"""The client ports' certificate is reloaded when its files change (node/security/reload.py):
+"""A node's certificates are reloaded when their files change (node/security/reload.py):
 cert-manager renews a short-lived certificate in place, and a node used to need a restart
 (an election, for a leader) to present it. A renewal that does not load (a certificate
 beside the old key) is refused with one warning, and the last good one stays."""
@@ -65,7 +65,10 @@ def test_a_renewed_certificate_is_presented_without_a_restart(tmp_path):
                           hosts=["127.0.0.1", "localhost"])
         _replace(files.key, lambda p: write_key(p, key))
         _replace(files.cert, lambda p: write_cert(p, cert))
-        for address in (node.grpc_addr, node.http_addr):
+        # The gRPC, HTTP and Raft ports (the one file serves all three here).
+        ports = (node.grpc_addr, node.http_addr, node.raft_addr)
+        assert _presented_serial(ctx, node.raft_addr) == first
+        for address in ports:
             wait_for(lambda a=address: _presented_serial(ctx, a) == cert.serial_number,
                      timeout_s=10, what=f"{address} to present the renewed certificate")
         # A renewal that does not load: a new certificate beside the key it does not match.
@@ -73,11 +76,14 @@ def test_a_renewed_certificate_is_presented_without_a_restart(tmp_path):
                                   hosts=["127.0.0.1"])
         since = node.log_path.stat().st_size
         _replace(files.cert, lambda p: write_cert(p, stray))
-        wait_for(lambda: "do not load as a key and its certificate" in
-                 node.log_path.read_bytes()[since:].decode(errors="replace"),
-                 timeout_s=10, what="the refused renewal to be logged")
-        assert _presented_serial(ctx, node.grpc_addr) == cert.serial_number
-        assert _presented_serial(ctx, node.http_addr) == cert.serial_number
+        def logged() -> str:
+            return node.log_path.read_bytes()[since:].decode(errors="replace")
+
+        wait_for(lambda: "do not load as a key and its certificate" in logged() and
+                 "raft_tls_cert: the changed files do not load" in logged(),
+                 timeout_s=10, what="the refused renewal to be logged for both")
+        for address in ports:
+            assert _presented_serial(ctx, address) == cert.serial_number, address
         assert node.proc.pid == pid and node.alive()  # never restarted
         assert cluster.status(node, include_digest=False).term == 1
     finally:
