@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 from gnomon.node import codec
 from gnomon.node.clock import wall_ms
@@ -60,6 +60,9 @@ class LoadedSnapshot:
         return int(self.raft_data[0][1])
 
 
+T = TypeVar("T")
+
+
 class Replica:
     """The replicated state of this node and what turns log entries and snapshots into it.
 
@@ -79,6 +82,13 @@ class Replica:
         self._listeners: list[Listener] = []
         self._crash = crash
         self._digest_snapshots = digest_snapshots
+
+    def read(self, query: Callable[[State], T]) -> T:
+        """`query(state)` under the lock: one consistent view of the state (the tick thread
+        applies between two reads). A query is short and pure: it neither blocks nor keeps
+        a reference to a mutable part of the state beyond its return (it encodes it)."""
+        with self.lock:
+            return query(self.state)
 
     def add_listener(self, listener: Listener) -> None:
         """Call `listener(batch, replies, effects)` on the tick thread after each entry."""

@@ -40,6 +40,7 @@ from gnomon.node.core.access import (
     check_tenant,
     check_token_fields,
 )
+from gnomon.node.core.model import State
 from gnomon.node.raft.errors import NotCommitted, Overloaded
 from gnomon.node.security.admission import RETRY_AFTER_KEY, RateLimiter
 from gnomon.node.security.auth import (
@@ -139,19 +140,19 @@ class Lookup:
     def job(self, ref: api_pb2.JobRef) -> str:
         if not ref.job_id:
             return ref.tenant or DEFAULT_TENANT
-        with self._node.replica.lock:
-            job = self._node.replica.state.jobs.get(ref.job_id)
-            # Unknown job: the servicer answers NOT_FOUND; only admins learn that.
-            return job.spec.tenant if job is not None else ""
+        # Unknown job: the servicer answers NOT_FOUND; only admins learn that.
+        return self._node.replica.read(
+            lambda st: job.spec.tenant if (job := st.jobs.get(ref.job_id)) else "")
 
     def run(self, run_id: str) -> str:
-        with self._node.replica.lock:
-            st = self._node.replica.state
+        def tenant(st: State) -> str:
             run = st.runs.get(run_id)
             if run is not None:
                 return run.spec.tenant
             job = st.jobs.get(run_id.partition("@")[0])
             return job.spec.tenant if job is not None else ""
+
+        return self._node.replica.read(tenant)
 
 
 def _listing(principal: Principal, request, _lookup: Lookup) -> list[str]:
@@ -469,14 +470,16 @@ async def _admit(method, principal, request, guard: AccessGuard, context) -> Non
     tenants = _request_tenants(method, principal, request, guard._lookup)
     if not tenants:
         return
-    with guard._node.replica.lock:
-        records = guard._node.replica.state.access.tenants
-        limits = [(t, records[t]) for t in tenants if t in records and records[t].api_rate_per_s]
-        queued = [(t, records[t].max_queued_tasks) for t in tenants
-                  if method in RUN_CREATING and t in records and records[t].max_queued_tasks]
-        running = [(t, records[t].max_active_runs, _active_runs(guard._node.replica.state, t))
-                   for t in tenants
-                   if method in RUN_CREATING and t in records and records[t].max_active_runs]
+    def bounds(st: State) -> tuple[list, list, list]:
+        records = st.access.tenants
+        creating = method in RUN_CREATING
+        return ([(t, records[t]) for t in tenants if t in records and records[t].api_rate_per_s],
+                [(t, records[t].max_queued_tasks) for t in tenants
+                 if creating and t in records and records[t].max_queued_tasks],
+                [(t, records[t].max_active_runs, _active_runs(st, t)) for t in tenants
+                 if creating and t in records and records[t].max_active_runs])
+
+    limits, queued, running = guard._node.replica.read(bounds)
     for tenant, bound, active in running:
         if active >= bound:
             await context.abort(
@@ -547,27 +550,28 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
     @translated
     async def ListTokens(self, request, context):  # noqa: N802
         p = current_principal()
-        now_ms = self.node.replica.state.clock_ms
         out = api_pb2.ListTokensResponse()
-        with self.lock:
-            for token in self.node.replica.state.access.tokens.values():
-                inactive = token.revoked_ms or (token.expires_ms and token.expires_ms <= now_ms)
-                if inactive and not request.include_inactive:
+
+        def listed(st: State) -> None:
+            for token in st.access.tokens.values():
+                expired = token.expires_ms and token.expires_ms <= st.clock_ms
+                if (token.revoked_ms or expired) and not request.include_inactive:
                     continue
                 if p.is_admin or (token.role != ADMIN and set(token.tenants) <= set(p.tenants)):
                     codec.token_to_proto(token, out.tokens.add())
+
+        self.read(listed)
         return out
 
     @translated
     async def RevokeToken(self, request, context):  # noqa: N802
         p = current_principal()
         validate_request_id(request.request_id)
-        with self.lock:
-            token = self.node.replica.state.access.tokens.get(request.token_id)
-            if token is not None and not p.is_admin:
-                if token.role not in _GRANTABLE_BY_TENANT_ADMIN:
-                    raise denied(f"token_id: {token.token_id} is a {token.role} token")
-                p.require(TENANT_ADMIN, token.tenants)
+        token = self.read(lambda st: st.access.tokens.get(request.token_id))
+        if token is not None and not p.is_admin:
+            if token.role not in _GRANTABLE_BY_TENANT_ADMIN:
+                raise denied(f"token_id: {token.token_id} is a {token.role} token")
+            p.require(TENANT_ADMIN, token.tenants)
         self.require_leader()
         reply = check(await self.node.proposer.propose(
             scoped(RevokeToken(request.request_id, request.token_id), request)))
@@ -595,20 +599,21 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
 
     @translated
     async def GetTenant(self, request, context):  # noqa: N802
-        with self.lock:
-            if request.name not in self.node.replica.state.access.tenants:
-                raise ServiceError(grpc.StatusCode.NOT_FOUND, f"name: no tenant {request.name!r}")
+        if not self.read(lambda st: request.name in st.access.tenants):
+            raise ServiceError(grpc.StatusCode.NOT_FOUND, f"name: no tenant {request.name!r}")
         return self._tenant(request.name)
 
     @translated
     async def ListTenants(self, request, context):  # noqa: N802
         p = current_principal()
         out = api_pb2.ListTenantsResponse()
-        with self.lock:
-            for name in sorted(self.node.replica.state.access.tenants):
+
+        def listed(st: State) -> None:
+            for name in sorted(st.access.tenants):
                 if p.is_admin or name in p.tenants:
-                    codec.tenant_to_proto(self.node.replica.state.access.tenants[name],
-                                          out.tenants.add())
+                    codec.tenant_to_proto(st.access.tenants[name], out.tenants.add())
+
+        self.read(listed)
         return out
 
     @translated
@@ -625,10 +630,8 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
                                  detail=e.detail) for e in entries])
 
     def _tenant(self, name: str) -> api_pb2.TenantResponse:
-        with self.lock:
-            tenant = self.node.replica.state.access.tenants[name]
-            return api_pb2.TenantResponse(tenant=codec.tenant_to_proto(tenant))
+        return self.read(lambda st: api_pb2.TenantResponse(
+            tenant=codec.tenant_to_proto(st.access.tenants[name])))
 
     def _token(self, token_id: str):
-        with self.lock:
-            return codec.token_to_proto(self.node.replica.state.access.tokens[token_id])
+        return self.read(lambda st: codec.token_to_proto(st.access.tokens[token_id]))

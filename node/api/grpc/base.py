@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 import random
 import threading
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 from gnomon.node.api.grpc.errors import NotLeader, abort, status_of
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Barrier
+from gnomon.node.core.model import State
 from gnomon.node.leader.session import Leadership
 from gnomon.node.raft.node import RaftNode
 from gnomon.node.raft.proposer import Proposer
@@ -17,6 +19,8 @@ from gnomon.node.replica import Replica
 from gnomon.node.spec.validate import InputLimits
 from gnomon.node.tasks import Supervisor
 from gnomon.v1 import api_pb2
+
+T = TypeVar("T")
 
 
 class NodeApi(Protocol):
@@ -54,6 +58,10 @@ class ServicerBase:
     @property
     def lock(self) -> threading.RLock:
         return self.node.replica.lock
+
+    def read(self, query: Callable[[State], T]) -> T:
+        """`query(state)` under the replica's lock (Replica.read)."""
+        return self.node.replica.read(query)
 
     def require_leader(self) -> None:
         if not self.node.leadership.ready:

@@ -13,6 +13,7 @@ from gnomon.node.api.grpc.errors import ServiceError, check
 from gnomon.node.core import commands as c
 from gnomon.node.core import digest
 from gnomon.node.core.apply import reused_request_id
+from gnomon.node.core.model import State
 from gnomon.node.core.results import LimitsReply
 from gnomon.node.core.validate import validate_limits
 from gnomon.node.raft.node import ROLE_NAMES
@@ -60,8 +61,7 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
                 match_index_known=role == "leader",
                 connected=connected,
             )
-        with self.lock:
-            st = node.replica.state
+        def counts(st: State) -> None:
             out.clock_ms = st.clock_ms
             out.jobs = len(st.jobs)
             out.active_runs = st.active_runs
@@ -69,6 +69,8 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
             out.dead_letters_evicted = st.dead_letters_evicted
             out.limits_version = st.limits_version
             codec.limits_to_proto(st.limits, out.limits)
+
+        self.read(counts)
         if request.include_digest:
             # The digest is of the state at the applied index answered with it: both read
             # under one lock (read apart, 2 of 18 indexes came back with two digests).
@@ -78,8 +80,8 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
 
     def _digest(self) -> tuple[str, int]:
         # O(state) and under the lock (it stalls the tick thread meanwhile): only on request.
-        with self.lock:
-            return digest(self.node.replica.state), self.node.replica.applied_index
+        replica = self.node.replica
+        return replica.read(lambda st: (digest(st), replica.applied_index))
 
     async def ExportHistory(self, request, context):  # noqa: N802
         """Pages of this node's run history, for a peer's backfill (node/storage/history_copy.py)."""
@@ -90,8 +92,7 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
     async def SetLimits(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         self.require_leader()
-        with self.lock:
-            current = self.node.replica.state.limits
+        current = self.read(lambda st: st.limits)
         limits = codec.limits_from_proto(request.limits, current)
         check(validate_limits(limits))  # apply checks too; refusing here commits nothing
         reply = check(await self.node.proposer.propose(scoped(

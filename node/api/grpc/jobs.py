@@ -15,7 +15,7 @@ from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
 from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.errors import Rejected
-from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, dedupe_key, queue_key
+from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, State, dedupe_key, queue_key
 from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.leader.backfill import count_slots
 from gnomon.node.spec.schedules import (
@@ -130,18 +130,21 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     # -- helpers -----------------------------------------------------------------------------
 
     def _job_id(self, ref: api_pb2.JobRef) -> str:
-        with self.lock:
-            st = self.node.replica.state
-            if ref.job_id:
-                if ref.job_id in st.jobs:
-                    return ref.job_id
-                raise ServiceError(grpc.StatusCode.NOT_FOUND, f"job.job_id: no job {ref.job_id!r}")
-            _check_ref(ref)
-            key = (ref.tenant or DEFAULT_TENANT, ref.name)
-            if key not in st.job_names:
-                raise ServiceError(grpc.StatusCode.NOT_FOUND,
-                                   f"job.name: tenant {key[0]!r} has no job named {key[1]!r}")
-            return st.job_names[key]
+        if ref.job_id:
+            if self.read(lambda st: ref.job_id in st.jobs):
+                return ref.job_id
+            raise ServiceError(grpc.StatusCode.NOT_FOUND, f"job.job_id: no job {ref.job_id!r}")
+        _check_ref(ref)
+        key = (ref.tenant or DEFAULT_TENANT, ref.name)
+        job_id = self.read(lambda st: st.job_names.get(key))
+        if job_id is None:
+            raise ServiceError(grpc.StatusCode.NOT_FOUND,
+                               f"job.name: tenant {key[0]!r} has no job named {key[1]!r}")
+        return job_id
+
+    def _spec_of(self, job_id: str):
+        """The job's spec (specs are never changed in place), None once deleted."""
+        return self.read(lambda st: job.spec if (job := st.jobs.get(job_id)) else None)
 
     async def _write_job_id(self, ref: api_pb2.JobRef, request_id: str) -> str:
         """`_job_id` for a write. Only the leader resolves, and a miss is confirmed after a
@@ -161,38 +164,36 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         except ServiceError:
             # Only this caller's own request id counts (the scope apply keys it by).
             key = dedupe_key(request_scope(), request_id)
-            with self.lock:
-                if request_id and key in self.node.replica.state.dedupe:
-                    return ref.job_id
+            if request_id and self.read(lambda st: key in st.dedupe):
+                return ref.job_id
             raise
 
     def _job_proto(self, job_id: str) -> types_pb2.Job:
-        with self.lock:
-            job = self.node.replica.state.jobs.get(job_id)
-            if job is None:
-                raise ServiceError(grpc.StatusCode.NOT_FOUND, f"job_id: job {job_id!r} was deleted")
-            return codec.job_to_proto(job)
+        out = self.read(lambda st: codec.job_to_proto(job) if (job := st.jobs.get(job_id))
+                        else None)
+        if out is None:
+            raise ServiceError(grpc.StatusCode.NOT_FOUND, f"job_id: job {job_id!r} was deleted")
+        return out
 
     def _job_as_written(self, reply, spec=None) -> types_pb2.Job:
         """The job as this request left it. A later write (or delete) that committed before
         this answer was built must not show through: a client doing optimistic concurrency
         would take another writer's version for its own (found by the jepsen register
         workload). Fields no request sets (next fire, timestamps) are the current ones."""
-        with self.lock:
-            job = self.node.replica.state.jobs.get(reply.job_id)
-            out = codec.job_to_proto(job) if job is not None else types_pb2.Job(
-                job_id=reply.job_id)
-        if job is None or out.version != reply.version:
+        current = self.read(lambda st: codec.job_to_proto(job)
+                            if (job := st.jobs.get(reply.job_id)) else None)
+        out = current if current is not None else types_pb2.Job(job_id=reply.job_id)
+        if current is None or out.version != reply.version:
             out.version = reply.version
             if spec is not None:
                 out.spec.CopyFrom(codec.spec_to_proto(spec))
         return out
 
     async def _run_proto(self, run_id: str) -> types_pb2.Run:
-        with self.lock:
-            run = self.node.replica.state.runs.get(run_id)
-            if run is not None:
-                return codec.run_to_proto(run)
+        active = self.read(lambda st: codec.run_to_proto(run)
+                           if (run := st.runs.get(run_id)) is not None else None)
+        if active is not None:
+            return active
         # LMDB reads go to a thread: the loop never waits on the disk.
         data = await asyncio.to_thread(self.node.replica.history.get, run_id)
         if data is None:
@@ -204,34 +205,30 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         cluster never gave out is NOT_FOUND. By name, only a live job is found."""
         if ref.name or not ref.job_id:
             return self._job_id(ref)
-        with self.lock:
-            st = self.node.replica.state
-            if ref.job_id in st.jobs or 0 < _seq_of(ref.job_id) <= st.job_seq:
-                return ref.job_id
+        if self.read(lambda st: ref.job_id in st.jobs or 0 < _seq_of(ref.job_id) <= st.job_seq):
+            return ref.job_id
         raise ServiceError(grpc.StatusCode.NOT_FOUND,
                            f"job.job_id: no job {ref.job_id!r} was ever created")
 
     def _check_identity(self, job_id: str, spec) -> None:
         """apply refuses a new tenant or name too, but only after committing the request:
         refuse it before proposing, so that it changes nothing."""
-        with self.lock:
-            job = self.node.replica.state.jobs.get(job_id)
-        if job is None:  # deleted meanwhile, or a retry answered by dedupe: apply decides
+        now = self._spec_of(job_id)
+        if now is None:  # deleted meanwhile, or a retry answered by dedupe: apply decides
             return
-        if spec.tenant != job.spec.tenant:
+        if spec.tenant != now.tenant:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"spec.tenant: job {job_id!r} belongs to tenant "
-                               f"{job.spec.tenant!r}, not {spec.tenant!r} (a job cannot change "
+                               f"{now.tenant!r}, not {spec.tenant!r} (a job cannot change "
                                "tenant)")
-        if spec.name != job.spec.name:
+        if spec.name != now.name:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"spec.name: job {job_id!r} is named {job.spec.name!r}, not "
+                               f"spec.name: job {job_id!r} is named {now.name!r}, not "
                                f"{spec.name!r} (a job cannot be renamed)")
 
     def _now_ms(self) -> int:
         """Never before cluster time: a slot computed from it is after every fired slot."""
-        with self.lock:
-            return max(wall_ms(), self.node.replica.state.clock_ms)
+        return max(wall_ms(), self.read(lambda st: st.clock_ms))
 
     def _spec(self, msg: types_pb2.JobSpec):
         _check_enums(msg)
@@ -299,20 +296,22 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
 
     def _fill_results(self, results: list, items: list[tuple[int, c.CreateJobItem]],
                       reply: JobsReply) -> None:
-        """Each created job as this call left it (see `_job_as_written`), under one lock."""
-        with self.lock:
-            jobs = self.node.replica.state.jobs
+        """Each created job as this call left it (see `_job_as_written`), in one read."""
+
+        def fill(st: State) -> None:
             for (index, item), one in zip(items, reply.items, strict=True):
                 if isinstance(one, Rejected):
                     results[index] = _item_error(index, REJECTED_CODES[one.code], one.detail)
                     continue
-                job = jobs.get(one.job_id)
+                job = st.jobs.get(one.job_id)
                 out = codec.job_to_proto(job) if job is not None else types_pb2.Job(
                     job_id=one.job_id)
                 if job is None or out.version != one.version:
                     out.version = one.version
                     out.spec.CopyFrom(codec.spec_to_proto(item.spec))
                 results[index] = api_pb2.CreateJobsResult(job=out)
+
+        self.read(fill)
 
     @translated
     async def GetJob(self, request, context):  # noqa: N802
@@ -326,8 +325,8 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         after = _after_seq(request.after_job_id)
         await self.before_read(request.consistency)
         out = api_pb2.ListJobsResponse()
-        with self.lock:
-            st = self.node.replica.state
+
+        def page(st: State) -> tuple[list[int], int]:
             order = st.tenant_job_order.get(request.tenant) if request.tenant else st.job_order
             seqs = order.page(after, limit + 1, lambda n: f"j{n}" in st.jobs) if order else []
             size = 0
@@ -335,11 +334,13 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 job = codec.job_to_proto(st.jobs[f"j{seq}"])
                 size += job.ByteSize()
                 if size > MAX_PAGE_BYTES and i:
-                    limit = i
-                    break
+                    return seqs, i
                 out.jobs.append(job)
-        if len(seqs) > limit:
-            out.next_after_job_id = f"j{seqs[limit - 1]}"
+            return seqs, limit
+
+        seqs, shown = self.read(page)
+        if len(seqs) > shown:
+            out.next_after_job_id = f"j{seqs[shown - 1]}"
         return out
 
     @translated
@@ -373,9 +374,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         validate_request_id(request.request_id)
         job_id = await self._write_job_id(request.job, request.request_id)
         now = self._now_ms()
-        with self.lock:
-            job = self.node.replica.state.jobs.get(job_id)  # None: a retry, answered by dedupe
-            nxt, spec = (job.next_fire_ms, job.spec) if job else (0, None)
+        # None: a retry, answered by dedupe.
+        nxt, spec = self.read(lambda st: (job.next_fire_ms, job.spec)
+                              if (job := st.jobs.get(job_id)) else (0, None))
         # Cron evaluation outside the lock: the tick thread applies meanwhile.
         if nxt and spec.schedule.kind != ScheduleKind.ONCE:
             nxt = bounded_first(spec, now, hash_id=job_hash_id(spec.tenant, spec.name))
@@ -390,9 +391,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         overlap = codec.overlap_from_proto(request.overlap_policy, "")
         params, payloads = b"", ()
         if request.params_json:
-            with self.lock:
-                job = self.node.replica.state.jobs.get(job_id)
-                spec = job.spec if job else None
+            spec = self._spec_of(job_id)
             if spec is not None:  # None: a retry answered by dedupe
                 params, payloads = merge_params(spec, request.params_json,
                                                 self.node.input_limits)
@@ -416,9 +415,10 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                    "schedule: give a job or a schedule, not both")
             _check_ref(request.job)
-            job_id = self._job_id(request.job)
-            with self.lock:
-                spec = self.node.replica.state.jobs[job_id].spec
+            spec = self._spec_of(self._job_id(request.job))
+            if spec is None:
+                raise ServiceError(grpc.StatusCode.NOT_FOUND,
+                                   f"job: {request.job.job_id or request.job.name!r} was deleted")
             schedule, hash_id = spec.schedule, job_hash_id(spec.tenant, spec.name)
         elif request.HasField("schedule"):
             _check_schedule_enums("schedule", request.schedule)
@@ -452,13 +452,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         await self.before_read(request.consistency)
         before = request.before_ms or (1 << 62)
         job_id = self._runs_job_id(request.job)
-        runs: dict[str, types_pb2.Run] = {}
-        with self.lock:
-            st = self.node.replica.state
-            for run_id in st.runs_by_job.get(job_id, []):
-                run = st.runs.get(run_id)
-                if run is not None and run.scheduled_for_ms < before:
-                    runs[run_id] = codec.run_to_proto(run)
+        runs: dict[str, types_pb2.Run] = self.read(lambda st: {
+            run_id: codec.run_to_proto(run) for run_id in st.runs_by_job.get(job_id, [])
+            if (run := st.runs.get(run_id)) is not None and run.scheduled_for_ms < before})
         history = await asyncio.to_thread(self.node.replica.history.list, job_id,
                                           before_ms=before, limit=limit)
         for data in history:
@@ -490,9 +486,8 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         return api_pb2.ResetCircuitResponse(job=self._job_as_written(reply))
 
     def _queue_circuit(self, tenant: str, queue: str) -> types_pb2.QueueCircuit | None:
-        with self.lock:
-            qc = self.node.replica.state.queue_circuits.get(queue_key(tenant, queue))
-            return codec.queue_circuit_to_proto(qc) if qc is not None else None
+        return self.read(lambda st: codec.queue_circuit_to_proto(qc) if (
+            qc := st.queue_circuits.get(queue_key(tenant, queue))) is not None else None)
 
     @translated
     async def SetQueueCircuit(self, request, context):  # noqa: N802
@@ -508,11 +503,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def ListQueueCircuits(self, request, context):  # noqa: N802
         await self.before_read(request.consistency)
-        with self.lock:
-            return api_pb2.ListQueueCircuitsResponse(queue_circuits=[
-                codec.queue_circuit_to_proto(qc)
-                for qc in self.node.replica.state.queue_circuits.values()
-                if not request.tenant or qc.tenant == request.tenant])
+        return api_pb2.ListQueueCircuitsResponse(queue_circuits=self.read(lambda st: [
+            codec.queue_circuit_to_proto(qc) for qc in st.queue_circuits.values()
+            if not request.tenant or qc.tenant == request.tenant]))
 
     # -- backfill ----------------------------------------------------------------------------
 
@@ -522,9 +515,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         _check_overlap_number("overlap_policy", request.overlap_policy)
         to_ms = validate_backfill_range(request.from_ms, request.to_ms, self._now_ms())
         job_id = await self._write_job_id(request.job, request.request_id)
-        with self.lock:
-            job = self.node.replica.state.jobs.get(job_id)
-            spec = job.spec if job is not None else None
+        spec = self._spec_of(job_id)
         total, limit = 0, self.node.config.backfill_max_slots
         if spec is not None:  # None: a retry answered by dedupe
             total = await asyncio.to_thread(count_slots, spec.schedule,
@@ -580,12 +571,15 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         limit = _page(request.limit, 100)
         await self.before_read(request.consistency)
         out = api_pb2.ListDeadLettersResponse()
-        with self.lock:
-            for d in self.node.replica.state.dead_letters.values():
+
+        def page(st: State) -> None:
+            for d in st.dead_letters.values():
                 if len(out.dead_letters) >= limit:
                     break
                 if not request.tenant or d.tenant == request.tenant:
                     codec.dead_letter_to_proto(d, out.dead_letters.add())
+
+        self.read(page)
         return out
 
     @translated
@@ -596,12 +590,11 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             if not (request.all or request.tenant):
                 raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                    "tasks: name the tasks to replay, or set tenant or all")
-            with self.lock:
-                keys = [c.TaskKey(d.run_id, d.task_name)
-                        for d in self.node.replica.state.dead_letters.values()
-                        # A tenant-scoped token's `all` has its tenant filled in by the
-                        # access rule: every tenant only when none is set (admins).
-                        if d.tenant == request.tenant or (request.all and not request.tenant)]
+            # A tenant-scoped token's `all` has its tenant filled in by the access rule:
+            # every tenant only when none is set (admins).
+            keys = self.read(lambda st: [
+                c.TaskKey(d.run_id, d.task_name) for d in st.dead_letters.values()
+                if d.tenant == request.tenant or (request.all and not request.tenant)])
         reply = await self._propose(c.ReplayDeadLetters(request.request_id, tuple(keys)), request)
         return api_pb2.ReplayDeadLettersResponse(
             replayed=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])

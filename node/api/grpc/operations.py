@@ -13,7 +13,7 @@ from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import ServiceError, abort
 from gnomon.node.clock import wall_ms
 from gnomon.node.config import Member
-from gnomon.node.core.model import RunState
+from gnomon.node.core.model import RunState, State
 from gnomon.node.ops.observe import queue_views
 from gnomon.node.ops.operations import (
     OperationError,
@@ -123,8 +123,7 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
         await self.before_read(api_pb2.CONSISTENCY_LINEARIZABLE)
         now = wall_ms()
         sessions = dict(self.node.dispatcher.sessions)
-        with self.lock:
-            views = queue_views(self.node.replica.state, sessions)
+        views = self.read(lambda st: queue_views(st, sessions))
         out = api_pb2.ListQueuesResponse(from_leader=True)
         for name, v in sorted(views.items()):
             out.queues.add(queue=name, ready=v.ready, leased=v.leased,
@@ -153,13 +152,14 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
                                f"limit: must be between 1 and {MAX_ACTIVE_RUNS}")
         await self.before_read(api_pb2.CONSISTENCY_LINEARIZABLE)
         out = api_pb2.ListActiveRunsResponse()
-        with self.lock:
-            runs = [r for r in self.node.replica.state.runs.values()
-                    if r.state == RunState.RUNNING
+        def running(st: State) -> None:
+            runs = [r for r in st.runs.values() if r.state == RunState.RUNNING
                     and (not request.tenant or r.tenant == request.tenant)]
             runs.sort(key=lambda r: (r.scheduled_for_ms, r.run_id))
             for run in runs[:limit]:
                 codec.run_to_proto(run, out.runs.add())
+
+        self.read(running)
         return out
 
 

@@ -35,6 +35,7 @@ from gnomon.node.api.grpc.errors import NotLeader, Reason, abort, rejected_reaso
 from gnomon.node.config import Config
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Rejected
+from gnomon.node.core.model import State
 from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leader.leases import LeaseTable
 from gnomon.node.leader.outbox import Outbox
@@ -421,8 +422,10 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def _canary_current_token(self, cmd):
         """Test-only jepsen canary "skip-token-check": report under the task's current token
         whatever token the worker holds, so stale reports are accepted (breaks fencing)."""
-        with self.node.replica.lock:
-            run = self.node.replica.state.runs.get(cmd.run_id)
+        def current_token(st: State) -> int:
+            run = st.runs.get(cmd.run_id)
             inst = run.tasks.get(cmd.task_name) if run else None
-            token = inst.fencing_token if inst else cmd.fencing_token
+            return inst.fencing_token if inst else cmd.fencing_token
+
+        token = self.node.replica.read(current_token)
         return dataclasses.replace(cmd, fencing_token=token)
