@@ -514,3 +514,38 @@ class Stream:
             raise StopAsyncIteration
         self.read += 1
         return msg
+
+
+class WorkerConn:
+    """One worker's Connect stream on the harness node, as `principal` (the access guard's
+    part; ANONYMOUS: authentication off, everyone is admin). `clean`: waiting fails if the
+    stream ended with an exception."""
+
+    def __init__(self, h, worker_id: str = "w1", *, principal=None, held=(),
+                 context: Context | None = None, clean: bool = False) -> None:
+        from gnomon.node.api.grpc.access import set_principal
+        from gnomon.node.api.grpc.worker import WorkerServicer
+        from gnomon.node.security.auth import ANONYMOUS
+        from gnomon.v1 import worker_pb2
+
+        self.stream, self.context, self._clean = Stream(), context or Context(), clean
+        self.stream.send(hello=worker_pb2.Hello(
+            worker_id=worker_id, queues=["default"],
+            held=[worker_pb2.LeaseRef(fencing_token=t) for t in held]))
+        svc = WorkerServicer(h, h.dispatcher, h.leases)
+        set_principal(principal or ANONYMOUS)
+        self.task = asyncio.create_task(svc.Connect(self.stream, self.context))
+
+    def of(self, kind: str) -> list:
+        return [getattr(m, kind) for m in self.context.written if m.WhichOneof("msg") == kind]
+
+    async def wait(self, kind: str, n: int = 1) -> list:
+        await until(lambda: len(self.of(kind)) >= n or self.task.done(), f"{n} {kind}")
+        if self._clean:
+            assert not self.task.done() or self.task.exception() is None
+        return self.of(kind)
+
+    async def end(self):
+        self.stream.close()
+        async with asyncio.timeout(5):
+            return await asyncio.gather(self.task, return_exceptions=True)

@@ -33,7 +33,7 @@ from gnomon.node.spec.schedules import ScheduleError
 from gnomon.node.spec.validate import ValidationError
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 
-from .harness import MEMBERS, Aborted, Context, Stream, Worker, has, turns, until
+from .harness import MEMBERS, Aborted, Context, Stream, Worker, WorkerConn, has, turns, until
 
 S = grpc.StatusCode
 
@@ -389,28 +389,8 @@ async def test_get_status_includes_the_digest_on_request(leader, api):
 
 # -- the worker stream ----------------------------------------------------------------------
 
-class Connected:
-    def __init__(self, h, worker_id: str = "w1", held: list[int] = ()) -> None:
-        self.stream, self.context = Stream(), Context()
-        self.stream.send(hello=worker_pb2.Hello(
-            worker_id=worker_id, queues=["default"],
-            held=[worker_pb2.LeaseRef(fencing_token=t) for t in held]))
-        svc = WorkerServicer(h, h.dispatcher, h.leases)
-        set_principal(ANONYMOUS)  # the access guard's part (auth off: everyone is admin)
-        self.task = asyncio.create_task(svc.Connect(self.stream, self.context))
-
-    def of(self, kind: str) -> list:
-        return [getattr(m, kind) for m in self.context.written if m.WhichOneof("msg") == kind]
-
-    async def wait(self, kind: str, n: int = 1) -> list:
-        await until(lambda: len(self.of(kind)) >= n or self.task.done(), f"{n} {kind}")
-        assert not self.task.done() or self.task.exception() is None
-        return self.of(kind)
-
-    async def end(self):
-        self.stream.close()
-        async with asyncio.timeout(5):
-            return await asyncio.gather(self.task, return_exceptions=True)
+def Connected(h, worker_id: str = "w1", held: list[int] = ()) -> WorkerConn:  # noqa: N802
+    return WorkerConn(h, worker_id, held=held, clean=True)
 
 
 async def connected_with_lease(h, **credits):

@@ -5,44 +5,16 @@ Against real nodes: tests/security/test_worker_isolation.py."""
 
 from __future__ import annotations
 
-import asyncio
-
 import grpc
 
-from gnomon.node.api.grpc.access import set_principal
-from gnomon.node.api.grpc.worker import WorkerServicer
 from gnomon.node.core.access import WORKER
 from gnomon.node.core.model import TaskState
-from gnomon.node.security.auth import ANONYMOUS, Principal
+from gnomon.node.security.auth import Principal
 from gnomon.v1 import worker_pb2
 
-from .harness import Context, Stream, until
+from .harness import WorkerConn, until
 
-
-class Conn:
-    """A worker's stream as `principal` (the access guard's part)."""
-
-    def __init__(self, h, worker_id: str, *, principal: Principal = ANONYMOUS,
-                 held: list[int] = ()) -> None:
-        self.stream, self.context = Stream(), Context()
-        self.stream.send(hello=worker_pb2.Hello(
-            worker_id=worker_id, queues=["default"],
-            held=[worker_pb2.LeaseRef(fencing_token=t) for t in held]))
-        svc = WorkerServicer(h, h.dispatcher, h.leases)
-        set_principal(principal)
-        self.task = asyncio.create_task(svc.Connect(self.stream, self.context))
-
-    def of(self, kind: str) -> list:
-        return [getattr(m, kind) for m in self.context.written if m.WhichOneof("msg") == kind]
-
-    async def wait(self, kind: str, n: int = 1) -> list:
-        await until(lambda: len(self.of(kind)) >= n or self.task.done(), f"{n} {kind}")
-        return self.of(kind)
-
-    async def end(self):
-        self.stream.close()
-        async with asyncio.timeout(5):
-            return await asyncio.gather(self.task, return_exceptions=True)
+Conn = WorkerConn
 
 
 def _scoped(token_id: str, tenant: str) -> Principal:

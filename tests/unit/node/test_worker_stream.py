@@ -16,10 +16,10 @@ from gnomon.node.api.grpc.worker import WorkerServicer
 from gnomon.node.core.model import TaskState
 from gnomon.node.leader.dispatch import WorkerSession
 from gnomon.node.leader.outbox import Outbox
-from gnomon.node.security.auth import ANONYMOUS, Principal
+from gnomon.node.security.auth import ANONYMOUS
 from gnomon.v1 import worker_pb2
 
-from .harness import Context, Stream, turns, until
+from .harness import Context, Stream, WorkerConn, turns, until
 
 S = grpc.StatusCode
 
@@ -116,28 +116,7 @@ class SlowContext(Context):
         await super().write(message)
 
 
-class Conn:
-    def __init__(self, h, worker_id: str = "w1", *, principal: Principal = ANONYMOUS,
-                 held: list[int] = (), context: Context | None = None) -> None:
-        self.stream, self.context = Stream(), context or Context()
-        self.stream.send(hello=worker_pb2.Hello(
-            worker_id=worker_id, queues=["default"],
-            held=[worker_pb2.LeaseRef(fencing_token=t) for t in held]))
-        svc = WorkerServicer(h, h.dispatcher, h.leases)
-        set_principal(principal)  # the access guard's part
-        self.task = asyncio.create_task(svc.Connect(self.stream, self.context))
-
-    def of(self, kind: str) -> list:
-        return [getattr(m, kind) for m in self.context.written if m.WhichOneof("msg") == kind]
-
-    async def wait(self, kind: str, n: int = 1) -> list:
-        await until(lambda: len(self.of(kind)) >= n or self.task.done(), f"{n} {kind}")
-        return self.of(kind)
-
-    async def end(self):
-        self.stream.close()
-        async with asyncio.timeout(5):
-            return await asyncio.gather(self.task, return_exceptions=True)
+Conn = WorkerConn
 
 
 def _session(h, worker_id: str):
