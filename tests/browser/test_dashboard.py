@@ -329,6 +329,49 @@ def test_pages_fit_a_phone_and_work_with_the_keyboard(cluster, browser, hash_):
         context.close()
 
 
+def test_the_cluster_page_shows_limits_in_the_units_a_person_reads(cluster, page):
+    """Limits were shown raw: dedupe_max_age_ms as 86400000."""
+    leader = cluster.leader()
+    limits = call(leader.url, "GET", "/v1/cluster").json["limits"]
+    pg = page.page
+    pg.goto(f"{leader.url}/#/cluster")
+    age = pg.locator('[data-limit="dedupeMaxAgeMs"] span')
+    assert int(limits["dedupeMaxAgeMs"]) == 86_400_000  # the default: nothing here sets it
+    expect(age).to_have_text("1d")
+    expect(age).to_have_attribute("title", "86400000 ms")
+    assert page.script_errors() == []
+
+
+def _luminance(rgb: str) -> float:
+    r, g, b = (int(x) / 255 for x in re.findall(r"\d+", rgb)[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_page_follows_the_systems_colour_scheme(cluster, browser, scheme):
+    """There was no dark theme: a page of white cards at night."""
+    from tests.browser.conftest import Page
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme=scheme)
+    try:
+        page = Page(context.new_page(), f"{scheme}-jobs")
+        pg = page.page
+        pg.goto(f"{cluster.leader().url}/#/jobs")
+        expect(pg.locator("#live")).to_have_text("live")
+        colours = pg.evaluate("""() => [document.body, document.querySelector("main .card")
+            || document.body].map(e => getComputedStyle(e)).flatMap(s => [s.backgroundColor,
+            s.color])""")
+        body_bg, body_fg, card_bg, _card_fg = map(_luminance, colours)
+        if scheme == "dark":
+            assert body_bg < 0.15 and card_bg < 0.2 and body_fg > 0.8, colours
+        else:
+            assert body_bg > 0.9 and card_bg > 0.9 and body_fg < 0.2, colours
+        page.shot("page")
+        assert page.script_errors() == []
+    finally:
+        context.close()
+
+
 def test_the_page_runs_under_a_content_security_policy_that_blocks_injected_script(
         cluster, page):
     """The dashboard sent no Content-Security-Policy: a script injected into the page (a

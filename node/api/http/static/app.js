@@ -29,6 +29,30 @@ function h(tag, attrs, ...children) {
 }
 const s = (tag, attrs, ...children) => h(tag, { ...attrs, svg: true }, ...children);
 
+// A limit in the units a person reads (12h, not 43200000), the raw value in its title.
+const DURATION_UNITS = [["d", 86400000], ["h", 3600000], ["m", 60000], ["s", 1000], ["ms", 1]];
+function humanMs(ms) {
+  if (!ms) return "0";
+  const parts = [];
+  for (const [unit, size] of DURATION_UNITS) {
+    if (ms >= size && parts.length < 2) { parts.push(`${Math.floor(ms / size)}${unit}`); ms %= size; }
+    else if (parts.length) break;  // 1d 0h 5m reads wrong: at most two adjacent units
+  }
+  return parts.join(" ") + (ms ? " …" : "");  // the rest is in the title
+}
+function humanBytes(n) {
+  for (const [unit, size] of [["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 1024]]) {
+    if (n >= size && n % (size / 1024) === 0) return `${(n / size).toFixed(n % size ? 1 : 0)} ${unit}`;
+  }
+  return `${n} B`;
+}
+function limitText(key, value) {
+  const n = Number(value);
+  if (/Ms$/.test(key) && Number.isFinite(n)) return [humanMs(n), `${value} ms`];
+  if (/Bytes$/.test(key) && Number.isFinite(n)) return [humanBytes(n), `${value} bytes`];
+  return [String(value), ""];
+}
+
 // A bearer token for clusters that authenticate (`gnomon dev` prints the URL with #token=...):
 // kept for this tab only, and taken out of the address bar.
 const TOKEN = (() => {
@@ -220,7 +244,10 @@ async function clusterPage() {
             h("td", { text: n.connected ? "connected" : "unreachable" }))),
           { "data-testid": "nodes" })),
       h("section", { class: "card" }, h("h2", { text: "Replicated limits" }),
-        h("div", { class: "kv" }, Object.entries(st.limits || {}).map(([k, v]) => h("div", {}, h("b", { text: k }), String(v))))),
+        h("div", { class: "kv" }, Object.entries(st.limits || {}).map(([k, v]) => {
+          const [text, raw] = limitText(k, v);
+          return h("div", { "data-limit": k }, h("b", { text: k }), h("span", { text, title: raw }));
+        }))),
     );
     void byId;
   };
