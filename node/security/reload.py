@@ -108,10 +108,6 @@ class ServingCertificate:
         self._pem: _Pem = pem
 
     @property
-    def generation(self) -> int:
-        return self._pem.generation
-
-    @property
     def paths(self) -> tuple[str, str, str]:
         """(tls_key, tls_cert, tls_client_ca) as configured."""
         return self._paths

@@ -59,7 +59,6 @@ class Attack:
     term_after: int = 0
     honest_ms: list[float] = field(default_factory=list)
     honest_failures: list[str] = field(default_factory=list)
-    notes: dict[str, Any] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         assert self.after is not None
@@ -72,7 +71,7 @@ class Attack:
                 "term_before": self.term_before, "term_after": self.term_after,
                 "honest_calls": len(lat), "honest_failures": len(self.honest_failures),
                 "honest_p50_ms": round(statistics.median(lat), 1) if lat else None,
-                "honest_max_ms": round(lat[-1], 1) if lat else None, **self.notes}
+                "honest_max_ms": round(lat[-1], 1) if lat else None}
 
 
 @contextlib.contextmanager

@@ -180,14 +180,8 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         this answer was built must not show through: a client doing optimistic concurrency
         would take another writer's version for its own (found by the jepsen register
         workload). Fields no request sets (next fire, timestamps) are the current ones."""
-        current = self.read(lambda st: codec.job_to_proto(job)
-                            if (job := st.jobs.get(reply.job_id)) else None)
-        out = current if current is not None else types_pb2.Job(job_id=reply.job_id)
-        if current is None or out.version != reply.version:
-            out.version = reply.version
-            if spec is not None:
-                out.spec.CopyFrom(codec.spec_to_proto(spec))
-        return out
+        return self.read(lambda st: _as_written(st.jobs.get(reply.job_id), reply.job_id,
+                                                reply.version, spec))
 
     async def _run_proto(self, run_id: str) -> types_pb2.Run:
         active = self.read(lambda st: codec.run_to_proto(run)
@@ -303,13 +297,8 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 if isinstance(one, Rejected):
                     results[index] = _item_error(index, REJECTED_CODES[one.code], one.detail)
                     continue
-                job = st.jobs.get(one.job_id)
-                out = codec.job_to_proto(job) if job is not None else types_pb2.Job(
-                    job_id=one.job_id)
-                if job is None or out.version != one.version:
-                    out.version = one.version
-                    out.spec.CopyFrom(codec.spec_to_proto(item.spec))
-                results[index] = api_pb2.CreateJobsResult(job=out)
+                results[index] = api_pb2.CreateJobsResult(job=_as_written(
+                    st.jobs.get(one.job_id), one.job_id, one.version, item.spec))
 
         self.read(fill)
 
@@ -598,6 +587,18 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         reply = await self._propose(c.ReplayDeadLetters(request.request_id, tuple(keys)), request)
         return api_pb2.ReplayDeadLettersResponse(
             replayed=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
+
+
+def _as_written(job, job_id: str, version: int, spec) -> types_pb2.Job:
+    """The job at `version` as its writer left it (JobServicer._job_as_written): the current
+    job, or, once a later write or a delete moved it on, its id, that version and `spec`
+    (None: the current spec)."""
+    out = codec.job_to_proto(job) if job is not None else types_pb2.Job(job_id=job_id)
+    if job is None or out.version != version:
+        out.version = version
+        if spec is not None:
+            out.spec.CopyFrom(codec.spec_to_proto(spec))
+    return out
 
 
 def _seq_of(job_id: str) -> int:
