@@ -193,6 +193,11 @@ class Config:
     worker_max_pending_reports: int = 1_024
     worker_stall_timeout_ms: int = 10_000
     worker_max_heartbeat_leases: int = 4_096
+    # Workers without a stream (WorkerService.LeaseTasks, HTTP POST /v1/worker/lease): the
+    # longest a lease call may wait for a task, and how many may wait on this node at once
+    # (more: RESOURCE_EXHAUSTED, Retry-After).
+    worker_poll_max_wait_ms: int = 30_000
+    worker_max_polls: int = 1_000
     # A request stream refused with INVALID_ARGUMENT is read on (and discarded) up to the
     # client's half-close, for at most this long, before the status goes out: a status that
     # meets a write still in flight reaches an asyncio client as INTERNAL.
@@ -311,9 +316,12 @@ class Config:
             check_origin(origin)
         for name in ("worker_outbox_max_messages", "worker_outbox_max_bytes",
                      "worker_max_pending_reports", "worker_stall_timeout_ms",
-                     "worker_max_heartbeat_leases"):
+                     "worker_max_heartbeat_leases", "worker_max_polls"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.worker_poll_max_wait_ms < 0:
+            raise ConfigError(f"worker_poll_max_wait_ms: must be >= 0, got "
+                              f"{self.worker_poll_max_wait_ms}")
         if self.stream_refusal_drain_ms < 0:
             raise ConfigError(f"stream_refusal_drain_ms: must be >= 0 (0: no drain), got "
                               f"{self.stream_refusal_drain_ms}")

@@ -230,6 +230,8 @@ class Node:
         self.access_guard = AccessGuard(self, self.authenticator)
         self.serving = (ServingCertificate(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
                         if cfg.tls_cert else None)
+        # One worker servicer for both ports: its lease calls are counted per node.
+        self.worker_servicer = WorkerServicer(cast(NodeApi, self), self.dispatcher, self.leases)
         self.http = None
         if cfg.http_addr:  # before gRPC: a node that answers gRPC serves HTTP too
             from gnomon.node.api.http.server import HttpServer  # aiohttp only where it is served
@@ -315,8 +317,7 @@ class Node:
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(api), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(api), server)
         api_pb2_grpc.add_OperationsServiceServicer_to_server(OperationsServicer(api), server)
-        worker_pb2_grpc.add_WorkerServiceServicer_to_server(
-            WorkerServicer(api, self.dispatcher, self.leases), server)
+        worker_pb2_grpc.add_WorkerServiceServicer_to_server(self.worker_servicer, server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # Server reflection: grpcurl and Postman list and call the services without .proto files.

@@ -151,6 +151,8 @@ class Dispatcher:
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        # Callers waiting for the end of the next matching round (next_round).
+        self._round_waiters: list[asyncio.Future] = []
 
     # -- sessions (called by the worker servicer) -------------------------------------------
 
@@ -178,6 +180,22 @@ class Dispatcher:
         for s in list(self.sessions.values()):
             s.end()
 
+    async def next_round(self) -> None:
+        """Until the matching loop has run once more: credits added before the call were
+        matched (their grants proposed, each Assign's place reserved), or the loop stopped."""
+        if self._task is None:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._round_waiters.append(waiter)
+        self._wake.set()
+        await waiter
+
+    def _round_done(self) -> None:
+        waiters, self._round_waiters = self._round_waiters, []
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
     # -- leader session ------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -198,6 +216,7 @@ class Dispatcher:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        self._round_done()
         self.close_all()
 
     def dispatchable(self, keys: list[tuple[str, str]]) -> None:
@@ -298,6 +317,7 @@ class Dispatcher:
             metrics.READY_TASKS.set(sum(len(h) for h in self._ready.values()))
             if grants:
                 self._supervisor.spawn(self._grant(grants), name="dispatch-grant")
+            self._round_done()
 
     def _release_waiting(self, now_ms: int) -> None:
         if not self._waiting or self._waiting[0][0] > now_ms:

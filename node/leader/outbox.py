@@ -28,7 +28,7 @@ class Outbox:
     for what is not reserved, at most `max_bytes` of them."""
 
     __slots__ = ("max_messages", "max_bytes", "_items", "_bytes", "_reserved", "_closed",
-                 "_end_taken", "_readable", "_room", "_full")
+                 "_end_taken", "_readable", "_room", "_full", "_settled")
 
     def __init__(self, max_messages: int = DEFAULT_MAX_MESSAGES,
                  max_bytes: int = DEFAULT_MAX_BYTES) -> None:
@@ -43,6 +43,8 @@ class Outbox:
         self._room = asyncio.Event()  # not full (or closed)
         self._room.set()
         self._full = asyncio.Event()  # full and open
+        self._settled = asyncio.Event()  # no place reserved
+        self._settled.set()
 
     def __len__(self) -> int:
         return len(self._items)
@@ -60,6 +62,10 @@ class Outbox:
                                      or self._bytes >= self.max_bytes)
 
     def _changed(self) -> None:
+        if self._reserved:
+            self._settled.clear()
+        else:
+            self._settled.set()
         if self.full():
             self._room.clear()
             self._full.set()
@@ -111,6 +117,10 @@ class Outbox:
         while self.full():
             await self._room.wait()
 
+    async def wait_settled(self) -> None:
+        """Until no place is reserved: every grant proposed for this queue was answered."""
+        await self._settled.wait()
+
     async def wait_full(self) -> None:
         """Until the queue is full (never, once closed)."""
         await self._full.wait()
@@ -132,10 +142,14 @@ class Outbox:
             return None
         raise asyncio.QueueEmpty
 
-    async def get(self) -> worker_pb2.ServerMessage | None:
+    async def wait_readable(self) -> None:
+        """Until a message (or the end) is queued; get_nowait() then does not raise."""
         while self.empty():
             self._readable.clear()
             await self._readable.wait()
+
+    async def get(self) -> worker_pb2.ServerMessage | None:
+        await self.wait_readable()
         return self.get_nowait()
 
     # -- ending -----------------------------------------------------------------------------

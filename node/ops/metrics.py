@@ -59,6 +59,8 @@ LEASES_RENEWED = Counter("gnomon_leases_renewed_total",
                          "Lease renewals acknowledged by this leader (heartbeats)",
                          registry=REGISTRY)
 WORKERS = Gauge("gnomon_workers_connected", "Worker streams on this node", registry=REGISTRY)
+WORKER_POLLS = Gauge("gnomon_worker_polls", "Lease calls of workers without a stream (LeaseTasks, "
+                     "POST /v1/worker/lease) waiting on this node", registry=REGISTRY)
 WORKER_STREAMS_DROPPED = Counter(
     "gnomon_worker_streams_dropped_total",
     "Worker streams ended (RESOURCE_EXHAUSTED) because the worker did not read what it was "

@@ -105,6 +105,18 @@ def test_bad_input_is_a_problem_with_the_grpc_code_and_message(cluster, spec, fi
     ("GET", "/v1/jobs?consistency=sometimes", None, None, 400, "INVALID_ARGUMENT",
      "consistency"),
     ("POST", "/v1/dlq/replay", {}, None, 400, "INVALID_ARGUMENT", "tasks"),
+    # The HTTP worker protocol: the field and the rule, and nothing leased or renewed.
+    ("POST", "/v1/worker/lease", {"workerId": "w", "capacity": 0}, None, 400,
+     "INVALID_ARGUMENT", "capacity"),
+    ("POST", "/v1/worker/lease", {"workerId": "w", "capacity": 1, "waitMs": "86400000"}, None,
+     400, "INVALID_ARGUMENT", "wait_ms"),
+    ("POST", "/v1/worker/lease", {"workerId": "a b", "capacity": 1}, None, 400,
+     "INVALID_ARGUMENT", "worker_id"),
+    ("POST", "/v1/worker/heartbeat", {"workerId": "w", "leaseIds": ["j1@1/main"]}, None, 400,
+     "INVALID_ARGUMENT", "lease_ids"),
+    ("POST", "/v1/worker/complete", {"leaseId": "nope"}, None, 400, "INVALID_ARGUMENT",
+     "lease_id"),
+    ("GET", "/v1/worker/lease", None, None, 405, "UNIMPLEMENTED", ""),
 ])
 def test_error_statuses_and_problem_bodies(cluster, method, path, body, raw, status, code,
                                            field):
@@ -115,7 +127,7 @@ def test_error_statuses_and_problem_bodies(cluster, method, path, body, raw, sta
     assert (p["status"], p["code"], p["field"]) == (status, code, field), p
     assert p["detail"] and p["title"] and p["type"].startswith("urn:gnomon:problem:")
     if status == 405:  # RFC 9110: the methods the route has
-        assert set(r.headers["allow"].split(",")) >= {"GET", "POST"}, r.headers
+        assert set(r.headers["allow"].split(",")) >= {"POST"}, r.headers
 
 
 def test_version_conflict_carries_the_reason(cluster):
@@ -151,6 +163,42 @@ def test_follower_redirects_writes_to_the_leader_http_address(cluster):
     st = call(follower.url, "GET", "/v1/cluster")
     assert st.status == 200 and st.json["nodeId"] == follower.node_id
     assert st.json["leaderNodeId"] == leader.node_id
+
+
+def test_the_http_worker_protocol_leases_renews_and_completes_through_a_redirect(cluster):
+    leader, follower = _follower(cluster)
+    spec = _spec("polled")
+    spec["tasks"][0].update(queue="polled", payload={"table": "orders"})
+    job = call(leader.url, "POST", "/v1/jobs", {"spec": spec}).json["job"]
+    run = call(leader.url, "POST", f"/v1/jobs/{job['jobId']}/trigger", {}).json["run"]
+    ask = {"workerId": "poller", "queues": ["polled"], "capacity": 4, "waitMs": "10000"}
+    r = call(follower.url, "POST", "/v1/worker/lease", ask)
+    assert r.status == 307 and r.headers["location"] == f"{leader.url}/v1/worker/lease", r.text
+    r = call(leader.url, "POST", "/v1/worker/lease", ask, timeout=15)
+    assert r.status == 200, r.text
+    [task] = r.json["tasks"]
+    assert task["runId"] == run["runId"] and task["payload"] == {"table": "orders"}
+    assert task["leaseId"] == f"{run['runId']}/main/{task['fencingToken']}"
+    assert task["idempotencyKey"] == f"{run['runId']}:main" and task["attempt"] == 1
+    assert int(r.json["heartbeatIntervalMs"]) > 0 and int(task["ttlMs"]) > 0
+    beat = call(leader.url, "POST", "/v1/worker/heartbeat",
+                {"workerId": "poller", "leaseIds": [task["leaseId"]]}).json
+    assert [(b["leaseId"], b["status"]) for b in beat["leases"]] == [(task["leaseId"], "ok")]
+    # Another worker id holds nothing: its heartbeat and its report are refused.
+    other = call(leader.url, "POST", "/v1/worker/heartbeat",
+                 {"workerId": "intruder", "leaseIds": [task["leaseId"]]}).json
+    assert other["leases"][0]["status"] == "revoked"
+    refused = call(leader.url, "POST", "/v1/worker/complete",
+                   {"leaseId": task["leaseId"], "workerId": "intruder"}).json
+    assert refused == {**refused, "accepted": False, "reason": "NOT_YOURS"}
+    done = call(leader.url, "POST", "/v1/worker/complete",
+                {"leaseId": task["leaseId"], "workerId": "poller", "result": {"rows": 3},
+                 "exitCode": 0, "durationMs": "12"})
+    assert done.status == 200 and done.json["accepted"] is True, done.text
+    got = call(leader.url, "GET", f"/v1/runs/{run['runId']}").json["run"]
+    assert got["state"] == "RUN_STATE_SUCCEEDED" and got["tasks"][0]["result"] == {"rows": 3}
+    again = call(leader.url, "POST", "/v1/worker/complete", {"leaseId": task["leaseId"]}).json
+    assert again["accepted"] is False and again["reason"] == "STALE_LEASE", again
 
 
 def test_a_followers_status_does_not_show_lag_it_cannot_know(cluster):

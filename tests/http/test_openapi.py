@@ -7,7 +7,7 @@ import re
 import pytest
 
 from gnomon.node.api.http.api import SERVED_SERVICES, all_routes
-from gnomon.v1 import api_pb2
+from gnomon.v1 import api_pb2, worker_pb2
 from tests.support.http import call
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def test_every_documented_operation_is_served_and_nothing_else(cluster, doc):
 
 
 def test_operations_name_their_rpc_and_its_message_types(doc):
-    services = api_pb2.DESCRIPTOR.services_by_name
+    services = {**api_pb2.DESCRIPTOR.services_by_name, **worker_pb2.DESCRIPTOR.services_by_name}
     schemas = doc["components"]["schemas"]
     routed = set()
     for path, ops in doc["paths"].items():

@@ -1,5 +1,6 @@
-"""The ready-made workers (``gnomon worker shell|http``) as subprocesses against real nodes:
-context in the environment / headers, cancel kills the command, retry and dead-letter rules."""
+"""The ready-made workers (``gnomon worker shell|http|python`` and examples/curl-worker.sh, the
+HTTP worker protocol) as subprocesses against real nodes: context in the environment /
+headers, cancel kills the command, retry and dead-letter rules."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from gnomon.client import (
     TLSConfig,
 )
 from gnomon.node.local.cluster import LocalCluster, wait_for
+from tests.support.cluster import _port_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -97,11 +99,13 @@ def _security_flags(cluster: LocalCluster) -> list[str]:
 def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("workers")
     # Secure like the default `gnomon dev` cluster: the workers must dial with --ca and a token.
-    cluster = LocalCluster(root, 3, secure=True, mutual_tls=False).start()
+    cluster = LocalCluster(root, 3, secure=True, mutual_tls=False, http=True).start()
     workers: list[WorkerProc] = []
     client = None
     try:
         cluster.leader()
+        wait_for(lambda: all(_port_up(n.http_addr) for n in cluster.nodes), timeout_s=30,
+                 what="every node's HTTP port")
         servers = cluster.servers
         flags = _security_flags(cluster)
         workers.append(
@@ -455,3 +459,41 @@ def test_python_worker_serves_a_modules_tasks(env):
     run = finished(env, run)
     assert run.state == RunState.SUCCEEDED
     assert json.loads(run.task("hello").result) == {"said": "bonjour"}
+
+
+# --- curl: the HTTP worker protocol ------------------------------------------------------
+
+# Reads the payload on stdin; {"fail": true} exits 3, anything else answers JSON on stdout.
+CURL_COMMAND = ('p=$(cat); case "$p" in *fail*) echo broken; exit 3;; esac; '
+                'printf \'{"seen": %s, "key": "%s", "attempt": %s}\' '
+                '"$p" "$GNOMON_IDEMPOTENCY_KEY" "$GNOMON_ATTEMPT"')
+
+
+def test_the_curl_worker_runs_tasks_over_http_through_a_follower(env, tmp_path):
+    cluster: LocalCluster = env["cluster"]
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader and n.alive())
+    ok = start(env, "curl-ok", "curl", {"n": 1})
+    bad = start(env, "curl-bad", "curl", {"fail": True}, retry=FAST_RETRY)
+    log = tmp_path / "curl.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.run(
+            [str(REPO / "examples" / "curl-worker.sh"), "--queue", "curl", "--max-tasks", "3",
+             "--", "sh", "-c", CURL_COMMAND],
+            stdout=fh, stderr=subprocess.STDOUT, cwd=tmp_path, timeout=120,
+            env={**_env(), "GNOMON_URL": f"https://{follower.http_addr}",  # 307 to the leader
+                 "GNOMON_CA": cluster.client_tls()["ca_file"], "GNOMON_WORKER_ID": "curl-1",
+                 "GNOMON_TOKEN_FILE": str(cluster.root / "tls" / "admin.token")})
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    ok, bad = finished(env, ok), finished(env, bad)
+    assert ok.state == RunState.SUCCEEDED, log.read_text()[-3000:]
+    task = ok.task("main")
+    assert json.loads(task.result) == {"seen": {"n": 1}, "key": f"{ok.run_id}:main",
+                                       "attempt": 1}
+    (attempt,) = task.attempts
+    assert attempt.worker_id.endswith("curl-1") and attempt.exit_code == 0
+    # Exit 3 is a retryable failure: two attempts (FAST_RETRY), each with its exit code.
+    assert bad.state == RunState.FAILED
+    assert [(a.outcome, a.exit_code, a.output_tail) for a in bad.task("main").attempts] == [
+        (AttemptOutcome.FAILED, 3, "broken\n"), (AttemptOutcome.FAILED, 3, "broken\n")]
+    assert "exit 3" in bad.task("main").last_error

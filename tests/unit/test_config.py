@@ -71,7 +71,7 @@ def test_a_toml_list_key_that_is_not_a_list_names_the_key(tmp_path, line):
 
 WORKER_STREAM_BOUNDS = ["worker_outbox_max_messages", "worker_outbox_max_bytes",
                         "worker_max_pending_reports", "worker_stall_timeout_ms",
-                        "worker_max_heartbeat_leases"]
+                        "worker_max_heartbeat_leases", "worker_max_polls"]
 
 
 @pytest.mark.parametrize("name", WORKER_STREAM_BOUNDS)

@@ -268,6 +268,12 @@ RULES: dict[str, Rule] = {
     ACCESS + "ListTenants": Rule(TENANT_READER, _any),  # filtered to the caller's tenants
     ACCESS + "ListAudit": Rule(ADMIN),
     "/gnomon.v1.WorkerService/Connect": Rule(WORKER, _any),
+    # Without a stream (worker_poll.py): a tenant's worker gets and reports only its token's
+    # leases (the servicer scopes the worker id and checks the holder).
+    "/gnomon.v1.WorkerService/LeaseTasks": Rule(WORKER, _any),
+    "/gnomon.v1.WorkerService/RenewLeases": Rule(WORKER, _any),
+    "/gnomon.v1.WorkerService/CompleteLease": Rule(WORKER, _any),
+    "/gnomon.v1.WorkerService/FailLease": Rule(WORKER, _any),
 }
 # Administrative calls: recorded in the audit log when they succeed.
 AUDITED = frozenset({

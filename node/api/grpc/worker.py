@@ -23,25 +23,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import re
 from typing import Any
 
 import grpc
 
 from gnomon.node.api.grpc.access import current_principal
-from gnomon.node.api.grpc.base import NodeApi
+from gnomon.node.api.grpc.base import NodeApi, translated
 from gnomon.node.api.grpc.decode import refuse_stream
-from gnomon.node.api.grpc.errors import NotLeader, Reason, abort, rejected_reason
-from gnomon.node.config import Config
+from gnomon.node.api.grpc.errors import NotLeader, Reason, abort
+from gnomon.node.api.grpc.worker_leases import ack_for, report_command, session_for
+from gnomon.node.api.grpc.worker_poll import LeasePolls
 from gnomon.node.core import commands as c
-from gnomon.node.core.errors import Rejected
 from gnomon.node.core.model import State
 from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leader.leases import LeaseTable
-from gnomon.node.leader.outbox import Outbox
 from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
-from gnomon.node.security.auth import Principal
 from gnomon.node.spec.validate import ValidationError, validate_worker_id
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
@@ -54,44 +51,6 @@ MAX_REPORTS_PER_PROPOSAL = 256
 # max_payload_bytes each; a worker receives at most 16 MiB per message by default).
 MAX_BATCH_MESSAGES = 512
 MAX_BATCH_BYTES = 1 << 20
-# A worker's error message is kept up to this many bytes (the start: it names the error).
-MAX_ERROR_BYTES = 4096
-# The form of a token-scoped session id ("t7:host-1"): only that token's workers get it.
-_SCOPED_ID = re.compile(r"t[0-9]+:")
-
-
-def _tail(text: str, limit: int, keep: str = "tail") -> str:
-    """`text` cut to at most `limit` UTF-8 bytes, keeping its end (or its head), never
-    splitting a character."""
-    if limit <= 0:
-        return ""
-    data = text.encode("utf-8")
-    if len(data) <= limit:
-        return text
-    cut = data[-limit:] if keep == "tail" else data[:limit]
-    return cut.decode("utf-8", "ignore")
-
-
-def _session(hello: worker_pb2.Hello, principal: Principal, cfg: Config) -> WorkerSession:
-    """The leader's view of a worker. A worker authenticated by a tenant-scoped token takes
-    only its tenants' tasks, and its id is namespaced by its token, so that it can neither
-    pass for another tenant's worker nor end that worker's leases by reconnecting as it.
-    An unscoped (admin) worker keeps its id as it is, but may not name one of the scoped
-    form: the two namespaces never meet. Raises ValidationError."""
-    queues = tuple(hello.queues) or ("default",)
-    outbox = Outbox(cfg.worker_outbox_max_messages, cfg.worker_outbox_max_bytes)
-    if principal.is_admin:
-        if _SCOPED_ID.match(hello.worker_id):
-            raise ValidationError("worker_id", f"{hello.worker_id!r} has the form of a "
-                                  "token-scoped id (t<n>:...), which only that token's "
-                                  "workers get; choose another")
-        return WorkerSession(hello.worker_id, queues, batches=hello.accepts_batches,
-                             outbox=outbox)
-    return WorkerSession(f"{principal.token_id}:{hello.worker_id}", queues,
-                         tenants=principal.tenants, batches=hello.accepts_batches,
-                         outbox=outbox)
-
-
 def _tokens(refs, limit: int, field: str) -> list[int]:
     """The distinct fencing tokens of `refs`, in order. Raises ValidationError beyond
     `limit` (config worker_max_heartbeat_leases)."""
@@ -140,17 +99,6 @@ def _merged(batch: list[worker_pb2.ServerMessage]) -> list[worker_pb2.ServerMess
     return [worker_pb2.ServerMessage(batch=merged)]
 
 
-def _ack_for(reply: object, turned_into: str) -> worker_pb2.ReportAck:
-    if isinstance(reply, Rejected):
-        return worker_pb2.ReportAck(accepted=False, detail=reply.detail,
-                                    reason=rejected_reason(reply))
-    if turned_into:
-        # Recorded, but not as sent: the worker must not believe all is well.
-        return worker_pb2.ReportAck(accepted=False, detail=turned_into,
-                                    reason=Reason.RECORDED_AS_FAILURE)
-    return worker_pb2.ReportAck(accepted=True)
-
-
 @dataclasses.dataclass(eq=False)
 class _Stream:
     """The servicer's side of one stream: its session, what bounds its reader, and whether
@@ -182,6 +130,27 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.node = node
         self.dispatcher = dispatcher
         self.leases = leases
+        self.polls = LeasePolls(node, dispatcher, leases)
+
+    # -- without a stream (worker_poll.py) --------------------------------------------------
+
+    @translated
+    async def LeaseTasks(self, request, context):  # noqa: N802
+        return await self.polls.lease_tasks(request, context)
+
+    @translated
+    async def RenewLeases(self, request, context):  # noqa: N802
+        return await self.polls.renew_leases(request, context)
+
+    @translated
+    async def CompleteLease(self, request, context):  # noqa: N802
+        return await self.polls.report("complete", request, context)
+
+    @translated
+    async def FailLease(self, request, context):  # noqa: N802
+        return await self.polls.report("fail", request, context)
+
+    # -- the stream -------------------------------------------------------------------------
 
     @property
     def _drain_s(self) -> float:
@@ -200,7 +169,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         try:
             validate_worker_id(hello.worker_id)
             held = _tokens(hello.held, cfg.worker_max_heartbeat_leases, "hello.held")
-            session = _session(hello, current_principal(), cfg)
+            session = session_for(hello.worker_id, tuple(hello.queues), hello.accepts_batches,
+                                  current_principal(), cfg)
         except ValidationError as exc:
             await refuse_stream(request_iterator, context, str(exc), self._drain_s)
         # The scoped id, never the Hello's: a Hello ends (or resumes) only its own leases.
@@ -343,7 +313,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def _report(self, kind: str, msg) -> _Report:
         lease = worker_pb2.LeaseRef(run_id=msg.lease.run_id, task_name=msg.lease.task_name,
                                     fencing_token=msg.lease.fencing_token)
-        cmd, turned_into = self._report_command(kind, msg)
+        cmd, turned_into = report_command(self.node.config, self.node.rng, kind, msg)
         return _Report(lease, cmd, turned_into)
 
     async def _report_burst(self, stream: _Stream, reports: list[_Report]) -> None:
@@ -380,7 +350,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                     detail=f"not recorded: {exc}; report again"))
         else:
             for report, reply in zip(proposed, replies, strict=True):
-                await self._ack(stream, report, _ack_for(reply, report.turned_into))
+                await self._ack(stream, report, ack_for(reply, report.turned_into))
         self.dispatcher.add_credits(session, 0)
 
     @staticmethod
@@ -396,28 +366,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     def _holds(self, session: WorkerSession, token: int) -> bool:
         holder = self.leases.holder(token)
         return holder is not None and holder.worker_id == session.worker_id
-
-    def _report_command(self, kind: str, msg) -> tuple[c.CompleteTask | c.FailTask, str]:
-        """The command for a Complete or Fail, and why it is not what was sent ("" if it is).
-
-        Output tails are cut here (the newest bytes kept), so every replica stores the same."""
-        cfg, lease = self.node.config, msg.lease
-        extra = {
-            "output_tail": _tail(msg.output_tail, cfg.max_output_tail_bytes),
-            "exit_code": msg.exit_code if msg.HasField("exit_code") else None,
-            "duration_ms": max(0, msg.duration_ms),
-        }
-        if kind == "fail":
-            return c.FailTask(lease.run_id, lease.task_name, lease.fencing_token,
-                              _tail(msg.error, MAX_ERROR_BYTES, keep="head"), msg.retryable,
-                              self.node.rng.random(), **extra), ""
-        if len(msg.result) > cfg.max_result_bytes:
-            why = (f"result: {len(msg.result)} bytes exceeds max_result_bytes "
-                   f"{cfg.max_result_bytes}; the task failed for good (dead-lettered)")
-            return c.FailTask(lease.run_id, lease.task_name, lease.fencing_token, why, False,
-                              0.5, **extra), why
-        return c.CompleteTask(lease.run_id, lease.task_name, lease.fencing_token,
-                              bytes(msg.result), **extra), ""
 
     def _canary_current_token(self, cmd):
         """Test-only jepsen canary "skip-token-check": report under the task's current token

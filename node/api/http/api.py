@@ -24,7 +24,7 @@ from gnomon.node.api.grpc.errors import LEADER_METADATA_KEY, REASON_METADATA_KEY
 from gnomon.node.api.http import jsonbytes
 from gnomon.node.api.http.problems import Problem
 from gnomon.node.security.admission import RETRY_AFTER_KEY
-from gnomon.v1 import api_pb2
+from gnomon.v1 import api_pb2, worker_pb2
 
 if TYPE_CHECKING:
     from google._upb import _message as _upb
@@ -67,17 +67,25 @@ class Route:
     def method_name(self) -> str:
         return self.rpc.split(".")[1] if self.rpc else ""
 
-    def request_type(self) -> type[Message] | None:
+    def _message(self, side: str) -> type[Message] | None:
         if not self.rpc:
             return None
-        desc = api_pb2.DESCRIPTOR.services_by_name[self.service].methods_by_name[self.method_name]
-        return getattr(api_pb2, desc.input_type.name)
+        module = SERVICE_MODULES[self.service]
+        desc = module.DESCRIPTOR.services_by_name[self.service].methods_by_name[self.method_name]
+        return getattr(module, getattr(desc, side).name)
+
+    def request_type(self) -> type[Message] | None:
+        return self._message("input_type")
 
     def response_type(self) -> type[Message] | None:
-        if not self.rpc:
-            return None
-        desc = api_pb2.DESCRIPTOR.services_by_name[self.service].methods_by_name[self.method_name]
-        return getattr(api_pb2, desc.output_type.name)
+        return self._message("output_type")
+
+
+# The generated module of each service the HTTP API calls.
+SERVICE_MODULES: dict[str, Any] = {
+    **{name: api_pb2 for name in api_pb2.DESCRIPTOR.services_by_name},
+    "WorkerService": worker_pb2,
+}
 
 
 _JOB = {"job_id": "job.job_id"}
@@ -166,6 +174,15 @@ ROUTES: tuple[Route, ...] = (
           "Runs still running, oldest first"),
     Route("POST", "/v1/cluster/transfer-leadership", "OperationsService.TransferLeadership",
           "Hand leadership to another node", body=True),
+    Route("POST", "/v1/worker/lease", "WorkerService.LeaseTasks",
+          "A worker without a stream: wait up to waitMs for up to capacity tasks of its "
+          "queues, each under a lease", body=True),
+    Route("POST", "/v1/worker/heartbeat", "WorkerService.RenewLeases",
+          "Renew a worker's leases: each is ok, revoked or cancel", body=True),
+    Route("POST", "/v1/worker/complete", "WorkerService.CompleteLease",
+          "Report a lease's task done (accepted, or the reason it was not)", body=True),
+    Route("POST", "/v1/worker/fail", "WorkerService.FailLease",
+          "Report a lease's task failed (retryable or not)", body=True),
     Route("GET", "/v1/events", "", "Server-sent events: runs and jobs that changed, "
           "cluster role changes"),
     Route("GET", "/v1/openapi.json", "", "This document"),

@@ -64,7 +64,8 @@ class HttpServer:
         self.node = node
         self.servicers = {"JobService": JobServicer(node), "ClusterService": ClusterServicer(node),
                           "OperationsService": OperationsServicer(node),
-                          "AccessService": AccessServicer(node, node.authenticator)}
+                          "AccessService": AccessServicer(node, node.authenticator),
+                          "WorkerService": node.worker_servicer}
         self.events = EventHub(node, max_streams=node.config.http_max_event_streams)
         self.app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
         routes = all_routes()

@@ -194,3 +194,131 @@ class Cancel(_message.Message):
     lease: LeaseRef
     reason: str
     def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class LeaseTasksRequest(_message.Message):
+    __slots__ = ("worker_id", "queues", "capacity", "wait_ms")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    queues: _containers.RepeatedScalarFieldContainer[str]
+    capacity: int
+    wait_ms: int
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class LeasedTask(_message.Message):
+    __slots__ = ("lease_id", "fencing_token", "idempotency_key", "ttl_ms", "payload", "deadline_ms", "run_id", "task_name", "job_id", "tenant", "queue", "attempt", "max_attempts", "scheduled_for_ms")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    fencing_token: int
+    idempotency_key: str
+    ttl_ms: int
+    payload: bytes
+    deadline_ms: int
+    run_id: str
+    task_name: str
+    job_id: str
+    tenant: str
+    queue: str
+    attempt: int
+    max_attempts: int
+    scheduled_for_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., deadline_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_for_ms: _Optional[int] = ...) -> None: ...
+
+class LeaseTasksResponse(_message.Message):
+    __slots__ = ("tasks", "heartbeat_interval_ms", "lease_ttl_ms")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[LeasedTask]
+    heartbeat_interval_ms: int
+    lease_ttl_ms: int
+    def __init__(self, tasks: _Optional[_Iterable[_Union[LeasedTask, _Mapping]]] = ..., heartbeat_interval_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class RenewLeasesRequest(_message.Message):
+    __slots__ = ("worker_id", "lease_ids")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEASE_IDS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    lease_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, worker_id: _Optional[str] = ..., lease_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class LeaseStatus(_message.Message):
+    __slots__ = ("lease_id", "status", "ttl_ms")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    status: str
+    ttl_ms: int
+    def __init__(self, lease_id: _Optional[str] = ..., status: _Optional[str] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class RenewLeasesResponse(_message.Message):
+    __slots__ = ("leases",)
+    LEASES_FIELD_NUMBER: _ClassVar[int]
+    leases: _containers.RepeatedCompositeFieldContainer[LeaseStatus]
+    def __init__(self, leases: _Optional[_Iterable[_Union[LeaseStatus, _Mapping]]] = ...) -> None: ...
+
+class CompleteLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "fencing_token", "result", "output_tail", "exit_code", "duration_ms", "worker_id")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    fencing_token: int
+    result: bytes
+    output_tail: str
+    exit_code: int
+    duration_ms: int
+    worker_id: str
+    def __init__(self, lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., result: _Optional[bytes] = ..., output_tail: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
+
+class FailLeaseRequest(_message.Message):
+    __slots__ = ("lease_id", "fencing_token", "error", "retryable", "output_tail", "exit_code", "duration_ms", "worker_id")
+    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_TAIL_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    lease_id: str
+    fencing_token: int
+    error: str
+    retryable: bool
+    output_tail: str
+    exit_code: int
+    duration_ms: int
+    worker_id: str
+    def __init__(self, lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., error: _Optional[str] = ..., retryable: _Optional[bool] = ..., output_tail: _Optional[str] = ..., exit_code: _Optional[int] = ..., duration_ms: _Optional[int] = ..., worker_id: _Optional[str] = ...) -> None: ...
+
+class LeaseReportResponse(_message.Message):
+    __slots__ = ("accepted", "reason", "detail", "retry")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    accepted: bool
+    reason: str
+    detail: str
+    retry: bool
+    def __init__(self, accepted: _Optional[bool] = ..., reason: _Optional[str] = ..., detail: _Optional[str] = ..., retry: _Optional[bool] = ...) -> None: ...

@@ -39,6 +39,26 @@ class WorkerServiceStub:
                 request_serializer=gnomon_dot_v1_dot_worker__pb2.WorkerMessage.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_worker__pb2.ServerMessage.FromString,
                 _registered_method=True)
+        self.LeaseTasks = channel.unary_unary(
+                '/gnomon.v1.WorkerService/LeaseTasks',
+                request_serializer=gnomon_dot_v1_dot_worker__pb2.LeaseTasksRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_worker__pb2.LeaseTasksResponse.FromString,
+                _registered_method=True)
+        self.RenewLeases = channel.unary_unary(
+                '/gnomon.v1.WorkerService/RenewLeases',
+                request_serializer=gnomon_dot_v1_dot_worker__pb2.RenewLeasesRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_worker__pb2.RenewLeasesResponse.FromString,
+                _registered_method=True)
+        self.CompleteLease = channel.unary_unary(
+                '/gnomon.v1.WorkerService/CompleteLease',
+                request_serializer=gnomon_dot_v1_dot_worker__pb2.CompleteLeaseRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_worker__pb2.LeaseReportResponse.FromString,
+                _registered_method=True)
+        self.FailLease = channel.unary_unary(
+                '/gnomon.v1.WorkerService/FailLease',
+                request_serializer=gnomon_dot_v1_dot_worker__pb2.FailLeaseRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_worker__pb2.LeaseReportResponse.FromString,
+                _registered_method=True)
 
 
 class WorkerServiceServicer:
@@ -50,6 +70,39 @@ class WorkerServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def LeaseTasks(self, request, context):
+        """The protocol without a stream, for a worker that cannot hold one (a shell script, a
+        serverless function): HTTP POST /v1/worker/lease, /heartbeat, /complete, /fail. The same
+        leases, fencing tokens and answers as on the stream; the worker polls, the cluster never
+        calls it. Served by the leader (a follower answers UNAVAILABLE naming it; over HTTP, 307).
+
+        Long-polls up to `wait_ms` for up to `capacity` tasks of the worker's queues.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RenewLeases(self, request, context):
+        """Renews the named leases of the worker, as the stream's Heartbeat.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompleteLease(self, request, context):
+        """Reports a lease's task done, as the stream's Complete.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FailLease(self, request, context):
+        """Reports a lease's task failed, as the stream's Fail.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkerServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +110,26 @@ def add_WorkerServiceServicer_to_server(servicer, server):
                     servicer.Connect,
                     request_deserializer=gnomon_dot_v1_dot_worker__pb2.WorkerMessage.FromString,
                     response_serializer=gnomon_dot_v1_dot_worker__pb2.ServerMessage.SerializeToString,
+            ),
+            'LeaseTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.LeaseTasks,
+                    request_deserializer=gnomon_dot_v1_dot_worker__pb2.LeaseTasksRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_worker__pb2.LeaseTasksResponse.SerializeToString,
+            ),
+            'RenewLeases': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewLeases,
+                    request_deserializer=gnomon_dot_v1_dot_worker__pb2.RenewLeasesRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_worker__pb2.RenewLeasesResponse.SerializeToString,
+            ),
+            'CompleteLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompleteLease,
+                    request_deserializer=gnomon_dot_v1_dot_worker__pb2.CompleteLeaseRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_worker__pb2.LeaseReportResponse.SerializeToString,
+            ),
+            'FailLease': grpc.unary_unary_rpc_method_handler(
+                    servicer.FailLease,
+                    request_deserializer=gnomon_dot_v1_dot_worker__pb2.FailLeaseRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_worker__pb2.LeaseReportResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +159,114 @@ class WorkerService:
             '/gnomon.v1.WorkerService/Connect',
             gnomon_dot_v1_dot_worker__pb2.WorkerMessage.SerializeToString,
             gnomon_dot_v1_dot_worker__pb2.ServerMessage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LeaseTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.WorkerService/LeaseTasks',
+            gnomon_dot_v1_dot_worker__pb2.LeaseTasksRequest.SerializeToString,
+            gnomon_dot_v1_dot_worker__pb2.LeaseTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewLeases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.WorkerService/RenewLeases',
+            gnomon_dot_v1_dot_worker__pb2.RenewLeasesRequest.SerializeToString,
+            gnomon_dot_v1_dot_worker__pb2.RenewLeasesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompleteLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.WorkerService/CompleteLease',
+            gnomon_dot_v1_dot_worker__pb2.CompleteLeaseRequest.SerializeToString,
+            gnomon_dot_v1_dot_worker__pb2.LeaseReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FailLease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.WorkerService/FailLease',
+            gnomon_dot_v1_dot_worker__pb2.FailLeaseRequest.SerializeToString,
+            gnomon_dot_v1_dot_worker__pb2.LeaseReportResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -638,6 +638,9 @@ async def test_a_call_that_ended_before_hello_still_yields_its_leader_hint():
         def stream_stream(self, *args, **kwargs):
             return lambda **kw: EndedCall()
 
+        def unary_unary(self, *args, **kwargs):  # the stub binds every method
+            return None
+
     worker = make_worker("follower:1", [Gate().task()])
     end = await worker._stream._session(Channel(), "follower:1", asyncio.Event())
     assert end.hint == "leader:1" and not end.welcomed

@@ -22,7 +22,9 @@ from gnomon.node.api.grpc.errors import (
     check,
 )
 from gnomon.node.api.grpc.jobs import JobServicer
-from gnomon.node.api.grpc.worker import MAX_ERROR_BYTES, WorkerServicer, _tail
+from gnomon.node.api.grpc.worker import WorkerServicer
+from gnomon.node.api.grpc.worker_leases import MAX_ERROR_BYTES
+from gnomon.node.api.grpc.worker_leases import tail as _tail
 from gnomon.node.core import digest
 from gnomon.node.core.commands import Barrier, CompleteTask, CreateJob
 from gnomon.node.core.errors import Code, Rejected
