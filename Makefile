@@ -24,11 +24,10 @@ lint: $(STAMP)
 
 # Everything, including the fault-injection smoke tier (tests/jepsen, marker `jepsen`: root,
 # network namespaces, iptables, libfaketime; it skips with the reason where those are missing).
-# The 25 slowest tests are listed at the end: every test earns its seconds. TEST_WORKERS=3
-# spreads the suite over xdist workers (whole files per worker, host-wide resources in one
-# unit: tests/conftest.py): 18 min instead of 29 on two cores, but two load-sensitive checks
-# (a jepsen progress window, a dashboard scroll) failed there once, so the default is serial.
-TEST_WORKERS ?= 0
+# The 25 slowest tests are listed at the end: every test earns its seconds. The suite is spread
+# over 3 pytest-xdist workers (whole files per worker, host-wide resources in one unit:
+# tests/conftest.py); TEST_WORKERS=0 runs it serially in one process (35 min on two cores).
+TEST_WORKERS ?= 3
 test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) \
 		--durations=25 $(PYTEST_ARGS)
