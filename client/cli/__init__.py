@@ -76,11 +76,12 @@ def _security(args: Any, env: Mapping[str, str]) -> dict[str, Any]:
 
 # Tools that live beside the client and may use the node's code: run as their own process so
 # the client never imports gnomon.node (an import-linter contract).
-_TOOLS = {"jepsen": "gnomon.jepsen", "bench": "gnomon.bench"}
+_TOOLS = {"jepsen": "gnomon.jepsen", "bench": "gnomon.bench", "gateway": "gnomon.gateway"}
 
 
 def _run_tool(module: str, args: list[str]) -> int:
-    """`gnomon jepsen ...` / `gnomon bench ...`: the tool's own CLI, its exit code."""
+    """`gnomon jepsen ...` / `gnomon bench ...` / `gnomon gateway ...`: the tool's own CLI,
+    its exit code."""
     import subprocess
 
     try:

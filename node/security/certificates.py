@@ -292,14 +292,7 @@ def ensure_cluster_files(directory: Path, nodes: Mapping[str, Sequence[str]], *,
     ``ca.crt``, ``ca.key``, ``<id>.crt``, ``<id>.key``. Files from an earlier call are reused
     while they still fit (same CA, the node's name and hosts, more than RENEW_BEFORE left);
     anything else is issued again. For throwaway clusters: the CA key sits beside the certs."""
-    directory.mkdir(parents=True, exist_ok=True)
-    os.chmod(directory, 0o700)
-    ca_crt, ca_key = directory / "ca.crt", directory / "ca.key"
-    ca = _load_ca(ca_crt, ca_key)
-    if ca is None:
-        ca = new_ca(common_name)
-        write_key(ca_key, ca.key)
-        write_cert(ca_crt, ca.cert)
+    ca, ca_crt = _ensure_ca(directory, common_name)
     out = {}
     for node_id, hosts in nodes.items():
         files = NodeFiles(directory / f"{node_id}.crt", directory / f"{node_id}.key", ca_crt)
@@ -310,6 +303,32 @@ def ensure_cluster_files(directory: Path, nodes: Mapping[str, Sequence[str]], *,
             write_cert(files.cert, cert)
         out[node_id] = files
     return out
+
+
+def ensure_gateway_files(directory: Path, name: str, hosts: Sequence[str], *,
+                         common_name: str = "gnomon dev cluster CA") -> NodeFiles:
+    """A gateway's serving certificate from the CA in `directory` (made as for
+    ensure_cluster_files): ``<name>.crt`` / ``<name>.key`` naming `hosts` and no node
+    identity, so a gateway's key can never pass for a Raft peer. Reused while it fits."""
+    ca, ca_crt = _ensure_ca(directory, common_name)
+    files = NodeFiles(directory / f"{name}.crt", directory / f"{name}.key", ca_crt)
+    if not _node_cert_fits(files, ca, None, hosts):
+        cert, key = issue(ca, f"gnomon gateway {name}", hosts=[*hosts, "localhost"])
+        write_key(files.key, key)
+        write_cert(files.cert, cert)
+    return files
+
+
+def _ensure_ca(directory: Path, common_name: str) -> tuple[CertificateAuthority, Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chmod(directory, 0o700)
+    ca_crt, ca_key = directory / "ca.crt", directory / "ca.key"
+    ca = _load_ca(ca_crt, ca_key)
+    if ca is None:
+        ca = new_ca(common_name)
+        write_key(ca_key, ca.key)
+        write_cert(ca_crt, ca.cert)
+    return ca, ca_crt
 
 
 def _load_ca(crt: Path, key_path: Path) -> CertificateAuthority | None:
@@ -328,7 +347,7 @@ def _load_ca(crt: Path, key_path: Path) -> CertificateAuthority | None:
     return CertificateAuthority(cert, key)
 
 
-def _node_cert_fits(files: NodeFiles, ca: CertificateAuthority, node_id: str,
+def _node_cert_fits(files: NodeFiles, ca: CertificateAuthority, node_id: str | None,
                     hosts: Sequence[str]) -> bool:
     try:
         cert = x509.load_pem_x509_certificate(files.cert.read_bytes())
@@ -342,7 +361,7 @@ def _node_cert_fits(files: NodeFiles, ca: CertificateAuthority, node_id: str,
             key.public_key().public_bytes(serialization.Encoding.DER,
                                           serialization.PublicFormat.SubjectPublicKeyInfo):
         return False
-    if _cert_node_ids(cert) != [node_id]:
+    if _cert_node_ids(cert) != ([node_id] if node_id is not None else []):
         return False
     named = {str(ip) for ip in san.get_values_for_type(x509.IPAddress)} | \
         set(san.get_values_for_type(x509.DNSName))

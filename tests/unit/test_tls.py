@@ -69,6 +69,27 @@ def test_certs_command_writes_a_set(tmp_path, capsys):
                                tmp_path / "c" / "ca.crt"), node_id="n2")
 
 
+def test_a_gateway_certificate_serves_its_hosts_and_names_no_node(tmp_path, capsys):
+    from cryptography import x509
+
+    from gnomon.node.certs import main
+    from gnomon.node.security.certificates import _cert_node_ids
+
+    assert main(["--dir", str(tmp_path / "c"), "--gateway", "gw1=10.0.0.9,gw.internal"]) == 0
+    assert "gw1: --tls-cert" in capsys.readouterr().out
+    crt = tmp_path / "c" / "gw1.crt"
+    cert = x509.load_pem_x509_certificate(crt.read_bytes())
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(san.get_values_for_type(x509.DNSName)) == {"gw.internal", "localhost"}
+    assert _cert_node_ids(cert) == []  # a gateway's key cannot pass for a Raft peer
+    assert (tmp_path / "c" / "gw1.key").stat().st_mode & 0o777 == 0o600
+    before = crt.read_bytes()
+    assert main(["--dir", str(tmp_path / "c"), "--gateway", "gw1=10.0.0.9,gw.internal"]) == 0
+    assert crt.read_bytes() == before  # reused while it fits
+    assert main(["--dir", str(tmp_path / "c"), "--gateway", "gw1=10.0.0.10"]) == 0
+    assert crt.read_bytes() != before  # another host: issued again
+
+
 def test_a_ca_certificate_whose_key_is_not_ec_is_issued_again(files, tmp_path):
     # Was AttributeError from ensure_cluster_files (an Ed25519 public key has no
     # public_numbers), found by mypy: the CA certificate's key was assumed to be EC.

@@ -1,0 +1,67 @@
+"""`gnomon-gateway` (and `gnomon gateway`): flags, environment, logging, run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from gnomon.gateway.config import ConfigError, GatewayConfig
+from gnomon.gateway.server import serve
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gnomon-gateway",
+        description="A stateless front door: workers and clients dial it; it forwards every "
+                    "call to the nodes' leader. Run any number of them.")
+    p.add_argument("--listen", default="127.0.0.1:7700", metavar="HOST:PORT",
+                   help="gRPC address to serve (default %(default)s)")
+    p.add_argument("--servers", default=os.environ.get("GNOMON_SERVERS", ""),
+                   metavar="H:P,...", help="the nodes' gRPC addresses (env GNOMON_SERVERS)")
+    p.add_argument("--advertise", default="", metavar="HOST:PORT",
+                   help="the address callers reach this gateway at (default: --listen)")
+    p.add_argument("--tls-cert", default="", help="certificate served to callers (PEM)")
+    p.add_argument("--tls-key", default="", help="its private key (PEM)")
+    p.add_argument("--upstream-ca", default=os.environ.get("GNOMON_CA", ""),
+                   help="CA of the nodes' certificates: TLS to the nodes (env GNOMON_CA)")
+    p.add_argument("--upstream-cert", default="",
+                   help="client certificate for nodes that ask for one (mutual TLS)")
+    p.add_argument("--upstream-key", default="", help="its private key")
+    p.add_argument("--max-calls", type=int, default=20_000,
+                   help="calls and streams in flight at once (default %(default)s)")
+    p.add_argument("--stream-buffer", type=int, default=64, metavar="MESSAGES",
+                   help="a stream's messages read ahead of the node (default %(default)s)")
+    p.add_argument("--log-level", default="INFO")
+    p.add_argument("--version", action="store_true", help="print the version and exit")
+    return p
+
+
+def config_from(args: argparse.Namespace) -> GatewayConfig:
+    servers = tuple(s.strip() for s in args.servers.split(",") if s.strip())
+    return GatewayConfig(
+        listen_addr=args.listen, servers=servers, advertise_addr=args.advertise,
+        tls_cert=args.tls_cert, tls_key=args.tls_key, upstream_ca=args.upstream_ca,
+        upstream_cert=args.upstream_cert, upstream_key=args.upstream_key,
+        max_calls=args.max_calls, stream_buffer_messages=args.stream_buffer,
+        log_level=args.log_level)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.version:
+        from importlib.metadata import version
+
+        print(f"gnomon-gateway {version('gnomon')}")
+        return 0
+    try:
+        cfg = config_from(args)
+    except ConfigError as exc:
+        print(f"gnomon-gateway: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(cfg))
+    return 0

@@ -1,0 +1,65 @@
+"""The gateway's settings, checked at start: a bad one names its flag and the rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class ConfigError(ValueError):
+    """A setting that breaks its rule; the message names the setting."""
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    """Where the gateway listens, which nodes it fronts, and its bounds."""
+
+    listen_addr: str
+    # The nodes' gRPC addresses; any order (leader hints are followed).
+    servers: tuple[str, ...]
+    # The address callers reach this gateway at: sent as the leader hint when a call ends on
+    # a leader change, so a worker reconnects here at once. Default: listen_addr.
+    advertise_addr: str = ""
+    # TLS towards callers (PEM files); none: plaintext.
+    tls_cert: str = ""
+    tls_key: str = ""
+    # TLS towards the nodes: their CA, and a client certificate where they ask for one.
+    upstream_ca: str = ""
+    upstream_cert: str = ""
+    upstream_key: str = ""
+    # Calls in flight at once (streams and unary calls); beyond: RESOURCE_EXHAUSTED.
+    max_calls: int = 20_000
+    # Client messages of one stream read ahead of the node's answer (per-stream budget).
+    stream_buffer_messages: int = 64
+    # A call redirected this many times by leader hints is answered with the last hint.
+    max_hops: int = 3
+    # How often the nodes' health is probed (the gateway's own health follows it).
+    probe_interval_ms: int = 1000
+    log_level: str = "INFO"
+
+    def __post_init__(self) -> None:
+        _check_addr("listen_addr", self.listen_addr)
+        if not self.servers:
+            raise ConfigError("servers: at least one node's gRPC address (host:port)")
+        for addr in self.servers:
+            _check_addr("servers", addr)
+        if self.advertise_addr:
+            _check_addr("advertise_addr", self.advertise_addr)
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("tls_cert and tls_key: give both (or neither)")
+        if bool(self.upstream_cert) != bool(self.upstream_key):
+            raise ConfigError("upstream_cert and upstream_key: give both (or neither)")
+        if (self.upstream_cert or self.upstream_key) and not self.upstream_ca:
+            raise ConfigError("upstream_cert: needs upstream_ca (mutual TLS is TLS)")
+        for name in ("max_calls", "stream_buffer_messages", "max_hops", "probe_interval_ms"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: must be at least 1, not {getattr(self, name)}")
+
+    @property
+    def hint_addr(self) -> str:
+        return self.advertise_addr or self.listen_addr
+
+
+def _check_addr(name: str, addr: str) -> None:
+    host, sep, port = addr.rpartition(":")
+    if not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+        raise ConfigError(f"{name}: {addr!r} is not host:port")

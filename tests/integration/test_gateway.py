@@ -1,0 +1,191 @@
+"""Gateways in front of a secure cluster, as real processes: clients and workers dial only
+gateways; calls reach the leader through a follower's redirect; a gateway's kill -9 is a
+reconnect to another gateway with the lease held, not a re-run; the nodes' answers (errors
+with their fields, authentication) reach the caller unchanged; the calls a gateway carries at
+once are bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from gnomon.client import (
+    AsyncClient,
+    AttemptOutcome,
+    Conflict,
+    JobSpec,
+    NotFound,
+    OnceSchedule,
+    RunState,
+    TaskContext,
+    TLSConfig,
+    Unauthenticated,
+    Worker,
+    task,
+)
+from gnomon.node.local.cluster import LocalCluster
+from gnomon.v1 import worker_pb2, worker_pb2_grpc
+from tests.support.gateway import GatewayProc
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+
+FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01: these jobs only run when triggered
+WAIT_S = 60.0  # deadlines for conditions, not expectations of speed
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
+    root = tmp_path_factory.mktemp("gateway")
+    # Short leases: a lease the gateway kill lost would expire (and re-run) within the test.
+    cluster = LocalCluster(root, 3, {"heartbeat_interval_ms": "500", "lease_ttl_ms": "4000"},
+                           secure=True, mutual_tls=False).start()
+    gateways: list[GatewayProc] = []
+    try:
+        leader = cluster.leader()
+        # Followers first: every gateway learns the leader from a refusal's hint.
+        order = [n.grpc_addr for n in cluster.nodes if n is not leader] + [leader.grpc_addr]
+        gateways = [GatewayProc(cluster, root / f"gw{i}.log", servers=order) for i in (1, 2)]
+        for gw in gateways:
+            gw.wait_serving()
+        yield {"cluster": cluster, "gateways": gateways}
+    finally:
+        for gw in gateways:
+            gw.stop()
+        cluster.stop()
+
+
+def _client(env: dict[str, Any], *addrs: str, token: str | None = None) -> AsyncClient:
+    cluster: LocalCluster = env["cluster"]
+    return AsyncClient(",".join(addrs), timeout_s=20,
+                       tls=TLSConfig(ca_file=cluster.client_tls()["ca_file"]),
+                       token=token if token is not None else cluster.admin_token())
+
+
+async def test_client_calls_through_a_gateway_answer_as_the_leader_does(env):
+    gw = env["gateways"][0]
+    async with _client(env, gw.addr) as client:
+        job = await client.create_job(JobSpec.single("via-gateway", OnceSchedule(FAR_FUTURE_MS)))
+        got = await client.get_job(job.job_id)
+        assert got.spec.name == "via-gateway" and got.version == job.version
+        # Errors keep their code, message and reason (the node's trailers pass through).
+        with pytest.raises(NotFound) as missing:
+            await client.get_job("j999999")
+        assert "j999999" in str(missing.value)
+        with pytest.raises(Conflict) as stale:
+            await client.update_job(job.job_id, got.spec, expected_version=job.version + 5)
+        assert stale.value.reason == "VERSION_CONFLICT"
+    assert "the leader is" in gw.log.read_text()
+
+
+async def test_a_bad_token_is_refused_through_the_gateway(env):
+    async with _client(env, env["gateways"][1].addr, token="not-a-token") as client:
+        with pytest.raises(Unauthenticated):
+            await client.list_jobs()
+
+
+class AckWorker(Worker):
+    """The SDK worker, with the loop time and valid tokens of every heartbeat ack."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.acks: list[tuple[float, frozenset[int]]] = []
+
+    def _on_heartbeat_ack(self, ack: Any) -> None:
+        self.acks.append((asyncio.get_running_loop().time(), frozenset(ack.valid_tokens)))
+        super()._on_heartbeat_ack(ack)
+
+
+async def test_a_worker_through_gateways_survives_a_gateway_kill_without_a_rerun(env):
+    """The worker holds a lease through gateway 1; gateway 1 is killed with -9; the worker
+    reconnects through gateway 2 listing the lease as held and keeps renewing it past a whole
+    TTL (a lost lease would have expired and been granted again), then finishes: one attempt,
+    one fencing token."""
+    first, second = env["gateways"]
+    started, release = asyncio.Event(), asyncio.Event()
+    tokens: list[int] = []
+
+    @task(name="main", queue="via-gw")
+    async def held(ctx: TaskContext) -> str:
+        tokens.append(ctx.fencing_token)
+        started.set()
+        await release.wait()
+        return "done"
+
+    loop = asyncio.get_running_loop()
+    async with _client(env, second.addr) as client:
+        job = await client.create_job(JobSpec.single("gw-kill", OnceSchedule(FAR_FUTURE_MS),
+                                                     queue="via-gw"))
+        async with _client(env, first.addr, second.addr) as worker_client:
+            worker = AckWorker(worker_client, tasks=[held], max_concurrency=1,
+                               worker_id="gw-w1")
+            async with worker:
+                run = await client.trigger_job(job.job_id)
+                await asyncio.wait_for(started.wait(), WAIT_S)
+                first.kill()
+                killed_at = loop.time()
+                ttl_s = 4.0  # the cluster's lease_ttl_ms
+                await _until(lambda: any(at > killed_at + ttl_s and tokens[0] in valid
+                                         for at, valid in worker.acks),
+                             what="the lease renewed through gateway 2 a TTL after the kill")
+                release.set()
+                final = await client.wait_run(run.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+    assert final.state is RunState.SUCCEEDED
+    (attempt,) = final.task("main").attempts
+    assert attempt.outcome is AttemptOutcome.SUCCEEDED and attempt.attempt == 1
+    assert tokens == [attempt.fencing_token]
+
+
+async def _until(predicate, *, what: str, timeout_s: float = WAIT_S) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.05)  # polling a condition; the worker's loop runs meanwhile
+
+
+def test_calls_in_flight_are_bounded(env, tmp_path):
+    cluster: LocalCluster = env["cluster"]
+    gw = GatewayProc(cluster, tmp_path / "gw.log", "--max-calls", "1").wait_serving()
+    metadata = (("authorization", f"Bearer {cluster.admin_token()}"),)
+
+    def hello(worker_id: str) -> Iterator[worker_pb2.WorkerMessage]:
+        yield worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=worker_id))
+        held_open.wait(WAIT_S)  # the stream stays open (no half-close) until the test ends
+
+    held_open = threading.Event()
+    try:
+        with gw.channel() as channel:
+            stub = worker_pb2_grpc.WorkerServiceStub(channel)
+            held = stub.Connect(hello("bound-1"), metadata=metadata)
+            assert next(held).WhichOneof("msg") == "welcome"  # one stream in flight
+            second = stub.Connect(hello("bound-2"), metadata=metadata)
+            with pytest.raises(grpc.RpcError) as err:
+                print("beyond the bound, answered:", next(second))  # what it was, if not refused
+            assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, gw.log.read_text()
+            assert "max_calls (1)" in err.value.details()
+            held_open.set()
+            held.cancel()
+    finally:
+        held_open.set()
+        gw.stop()
+
+
+async def test_the_gateway_follows_a_new_leader_after_a_kill(env):
+    """Last in the file: it kills the module cluster's leader."""
+    cluster: LocalCluster = env["cluster"]
+    gw = env["gateways"][1]
+    async with _client(env, gw.addr) as client:
+        await client.list_jobs()
+        old = cluster.leader()
+        cluster.kill(old.node_id)
+        # The SDK retries UNAVAILABLE with the same request id; the gateway finds the leader.
+        job = await client.create_job(JobSpec.single("after-failover", OnceSchedule(FAR_FUTURE_MS)))
+        assert (await client.get_job(job.job_id)).spec.name == "after-failover"
+    new = cluster.leader()
+    assert new is not old
+    assert f"the leader is {new.grpc_addr}" in gw.log.read_text()

@@ -1,0 +1,76 @@
+"""Gateway processes for the tests: `python -m gnomon.gateway` in front of a LocalCluster."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gnomon.node.local.cluster import LocalCluster, free_ports, wait_for
+from gnomon.node.security.certificates import ensure_gateway_files
+
+
+def gateway_certificate(cluster: LocalCluster) -> tuple[str, str]:
+    """The gateway's serving certificate from the cluster CA: (cert, key) paths."""
+    cluster.tls_files()
+    files = ensure_gateway_files(cluster.root / "tls", "gateway", ["127.0.0.1"])
+    return str(files.cert), str(files.key)
+
+
+class GatewayProc:
+    """One gateway process; `servers` in the order given (a follower first tests redirects)."""
+
+    def __init__(self, cluster: LocalCluster, log: Path, *extra: str,
+                 servers: list[str] | None = None) -> None:
+        self.cluster = cluster
+        self.addr = f"127.0.0.1:{free_ports(1)[0]}"
+        self.log = log
+        argv = [sys.executable, "-m", "gnomon.gateway", "--listen", self.addr,
+                "--servers", ",".join(servers or [n.grpc_addr for n in cluster.nodes]), *extra]
+        if cluster.secure:
+            cert, key = gateway_certificate(cluster)
+            argv += ["--tls-cert", cert, "--tls-key", key,
+                     "--upstream-ca", cluster.client_tls()["ca_file"]]
+        self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT)
+
+    def channel(self) -> grpc.Channel:
+        if not self.cluster.secure:
+            return grpc.insecure_channel(self.addr)
+        with open(self.cluster.client_tls()["ca_file"], "rb") as fh:
+            return grpc.secure_channel(self.addr, grpc.ssl_channel_credentials(fh.read()))
+
+    def wait_serving(self, timeout_s: float = 30) -> GatewayProc:
+        request = health_pb2.HealthCheckRequest(service="gnomon.v1.JobService")
+        with self.channel() as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+
+            def serving() -> bool:
+                assert self.proc.poll() is None, self.log.read_text()[-3000:]
+                try:
+                    answer = stub.Check(request, timeout=1)
+                except grpc.RpcError:
+                    return False
+                return answer.status == health_pb2.HealthCheckResponse.SERVING
+
+            wait_for(serving, timeout_s=timeout_s, what=f"gateway {self.addr} serving")
+        return self
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._fh.close()
+        return self.proc.returncode
