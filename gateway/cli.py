@@ -34,6 +34,14 @@ def parser() -> argparse.ArgumentParser:
                    help="calls and streams in flight at once (default %(default)s)")
     p.add_argument("--stream-buffer", type=int, default=64, metavar="MESSAGES",
                    help="a stream's messages read ahead of the node (default %(default)s)")
+    p.add_argument("--http-listen", default="", metavar="HOST:PORT",
+                   help="serve the nodes' HTTP API, dashboard and HTTP worker protocol here")
+    p.add_argument("--http-servers", default="", metavar="H:P,...",
+                   help="the nodes' HTTP addresses (with --http-listen)")
+    p.add_argument("--http-advertise", default="", metavar="HOST:PORT",
+                   help="the address browsers reach --http-listen at (default: it)")
+    p.add_argument("--http-max-body", type=int, default=4 << 20, metavar="BYTES",
+                   help="largest request body forwarded (default %(default)s)")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
@@ -46,6 +54,9 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         tls_cert=args.tls_cert, tls_key=args.tls_key, upstream_ca=args.upstream_ca,
         upstream_cert=args.upstream_cert, upstream_key=args.upstream_key,
         max_calls=args.max_calls, stream_buffer_messages=args.stream_buffer,
+        http_listen_addr=args.http_listen,
+        http_servers=tuple(s.strip() for s in args.http_servers.split(",") if s.strip()),
+        http_advertise=args.http_advertise, http_max_body_bytes=args.http_max_body,
         log_level=args.log_level)
 
 

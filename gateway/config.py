@@ -34,6 +34,12 @@ class GatewayConfig:
     max_hops: int = 3
     # How often the nodes' health is probed (the gateway's own health follows it).
     probe_interval_ms: int = 1000
+    # The HTTP port ("" = none) and the nodes' HTTP addresses it forwards to.
+    http_listen_addr: str = ""
+    http_servers: tuple[str, ...] = ()
+    # The address callers reach the HTTP port at (its web origin). Default: http_listen_addr.
+    http_advertise: str = ""
+    http_max_body_bytes: int = 4 << 20
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -50,13 +56,26 @@ class GatewayConfig:
             raise ConfigError("upstream_cert and upstream_key: give both (or neither)")
         if (self.upstream_cert or self.upstream_key) and not self.upstream_ca:
             raise ConfigError("upstream_cert: needs upstream_ca (mutual TLS is TLS)")
-        for name in ("max_calls", "stream_buffer_messages", "max_hops", "probe_interval_ms"):
+        if self.http_listen_addr:
+            _check_addr("http_listen_addr", self.http_listen_addr)
+            if not self.http_servers:
+                raise ConfigError("http_servers: the nodes' HTTP addresses, for http_listen_addr")
+        for addr in self.http_servers:
+            _check_addr("http_servers", addr)
+        if self.http_advertise:
+            _check_addr("http_advertise", self.http_advertise)
+        for name in ("max_calls", "stream_buffer_messages", "max_hops", "probe_interval_ms",
+                     "http_max_body_bytes"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be at least 1, not {getattr(self, name)}")
 
     @property
     def hint_addr(self) -> str:
         return self.advertise_addr or self.listen_addr
+
+    @property
+    def http_advertise_addr(self) -> str:
+        return self.http_advertise or self.http_listen_addr
 
 
 def _check_addr(name: str, addr: str) -> None:

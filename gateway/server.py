@@ -12,6 +12,7 @@ import grpc.aio
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gnomon.gateway.config import GatewayConfig
+from gnomon.gateway.http import HttpForwarder
 from gnomon.gateway.proxy import Proxy, rpc_handlers
 from gnomon.gateway.upstream import CHANNEL_OPTIONS, Upstream
 
@@ -38,6 +39,7 @@ class Gateway:
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self.http = HttpForwarder(cfg, self.proxy) if cfg.http_listen_addr else None
 
     async def start(self) -> None:
         # max_calls bounds the calls (proxy.py answers beyond it); HTTP/2's per-connection
@@ -55,6 +57,8 @@ class Gateway:
             raise SystemExit(f"listen_addr: cannot bind {addr}")
         await server.start()
         self._server = server
+        if self.http is not None:
+            await self.http.start()
         for name in LEADER_SERVICES:
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self._health.set("gnomon.v1.ClusterService", health_pb2.HealthCheckResponse.SERVING)
@@ -83,6 +87,8 @@ class Gateway:
 
     async def wait(self) -> None:
         await self.stopping.wait()
+        if self.http is not None:
+            await self.http.stop()
         if self._server is not None:
             # Streams get a moment to end; their workers reconnect elsewhere with `held`.
             await self._server.stop(grace=2)

@@ -7,8 +7,14 @@ once are bounded."""
 from __future__ import annotations
 
 import asyncio
+import http.client
+import json
+import os
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -28,12 +34,14 @@ from gnomon.client import (
     Worker,
     task,
 )
-from gnomon.node.local.cluster import LocalCluster
+from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
+from tests.support.cluster import _port_up
 from tests.support.gateway import GatewayProc
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
+REPO = Path(__file__).resolve().parents[2]
 FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01: these jobs only run when triggered
 WAIT_S = 60.0  # deadlines for conditions, not expectations of speed
 
@@ -43,13 +51,16 @@ def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("gateway")
     # Short leases: a lease the gateway kill lost would expire (and re-run) within the test.
     cluster = LocalCluster(root, 3, {"heartbeat_interval_ms": "500", "lease_ttl_ms": "4000"},
-                           secure=True, mutual_tls=False).start()
+                           secure=True, mutual_tls=False, http=True).start()
     gateways: list[GatewayProc] = []
     try:
         leader = cluster.leader()
+        wait_for(lambda: all(_port_up(n.http_addr) for n in cluster.nodes), timeout_s=30,
+                 what="every node's HTTP port")
         # Followers first: every gateway learns the leader from a refusal's hint.
-        order = [n.grpc_addr for n in cluster.nodes if n is not leader] + [leader.grpc_addr]
-        gateways = [GatewayProc(cluster, root / f"gw{i}.log", servers=order) for i in (1, 2)]
+        order = [n.node_id for n in cluster.nodes if n is not leader] + [leader.node_id]
+        gateways = [GatewayProc(cluster, root / f"gw{i}.log", servers=order, http=True)
+                    for i in (1, 2)]
         for gw in gateways:
             gw.wait_serving()
         yield {"cluster": cluster, "gateways": gateways}
@@ -173,6 +184,75 @@ def test_calls_in_flight_are_bounded(env, tmp_path):
     finally:
         held_open.set()
         gw.stop()
+
+
+def _https(env: dict[str, Any], gw: GatewayProc, method: str, path: str, body: Any = None, *,
+           token: str | None = "admin", raw: bytes | None = None) -> tuple[int, dict, bytes]:
+    cluster: LocalCluster = env["cluster"]
+    host, port = gw.http_addr.split(":")
+    ctx = ssl.create_default_context(cafile=cluster.client_tls()["ca_file"])
+    conn = http.client.HTTPSConnection(host, int(port), context=ctx, timeout=20)
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {cluster.admin_token() if token == 'admin' else token}"
+    try:
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        conn.request(method, path, body=data, headers=headers)
+        r = conn.getresponse()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+    finally:
+        conn.close()
+
+
+def test_the_http_api_and_dashboard_through_a_gateway(env):
+    gw = env["gateways"][1]  # gateway 1 was killed above
+    spec = {"name": "http-via-gw", "schedule": {"once": {"atMs": str(FAR_FUTURE_MS)}},
+            "tasks": [{"name": "main"}]}
+    # The gateway's first node is a follower: its 307 is followed, the caller sees a 201.
+    status, headers, body = _https(env, gw, "POST", "/v1/jobs", {"spec": spec})
+    assert status == 201, body
+    job = json.loads(body)["job"]
+    assert headers["location"] == f"/v1/jobs/{job['jobId']}"
+    status, _, body = _https(env, gw, "GET", f"/v1/jobs/{job['jobId']}")
+    assert status == 200 and json.loads(body)["job"]["spec"]["name"] == "http-via-gw"
+    # The node's answers as they are: 401 with its challenge, a problem naming the field.
+    status, headers, body = _https(env, gw, "GET", "/v1/jobs", token=None)
+    assert status == 401 and headers["www-authenticate"].startswith("Bearer"), body
+    status, _, body = _https(env, gw, "POST", "/v1/jobs", {"spec": {**spec, "name": "a b"}})
+    assert status == 400 and json.loads(body)["field"] == "spec.name", body
+    # A body over the gateway's bound is refused unread.
+    status, _, body = _https(env, gw, "POST", "/v1/jobs", raw=b" " * (5 << 20))
+    assert status == 413 and b"http_max_body_bytes" in body
+    status, headers, body = _https(env, gw, "GET", "/")
+    assert status == 200 and headers["content-type"].startswith("text/html")
+    assert "the HTTP leader is" in gw.log.read_text()
+
+
+def test_the_curl_worker_through_a_gateway(env, tmp_path):
+    """The HTTP worker protocol through the gateway's HTTP port (the curl worker's 307s are
+    followed by the gateway, not by curl)."""
+    gw = env["gateways"][1]
+    cluster: LocalCluster = env["cluster"]
+    spec = {"name": "curl-via-gw", "schedule": {"once": {"atMs": str(FAR_FUTURE_MS)}},
+            "tasks": [{"name": "main", "queue": "curl-gw", "payload": {"n": 7}}]}
+    _, _, body = _https(env, gw, "POST", "/v1/jobs", {"spec": spec})
+    job_id = json.loads(body)["job"]["jobId"]
+    _, _, body = _https(env, gw, "POST", f"/v1/jobs/{job_id}/trigger", {})
+    run_id = json.loads(body)["run"]["runId"]
+    log = tmp_path / "curl.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.run(
+            [str(REPO / "examples" / "curl-worker.sh"), "--queue", "curl-gw", "--max-tasks", "1",
+             "--", "sh", "-c", "cat"],
+            stdout=fh, stderr=subprocess.STDOUT, cwd=tmp_path, timeout=120,
+            env={"PATH": os.environ["PATH"], "GNOMON_URL": gw.url,
+                 "GNOMON_CA": cluster.client_tls()["ca_file"], "GNOMON_WORKER_ID": "curl-gw",
+                 "GNOMON_TOKEN_FILE": str(cluster.root / "tls" / "admin.token")})
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    status, _, body = _https(env, gw, "GET", f"/v1/runs/{run_id}")
+    run = json.loads(body)["run"]
+    assert run["state"] == "RUN_STATE_SUCCEEDED", run
+    assert run["tasks"][0]["result"] == {"n": 7}
 
 
 async def test_the_gateway_follows_a_new_leader_after_a_kill(env):

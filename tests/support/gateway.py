@@ -25,18 +25,29 @@ class GatewayProc:
     """One gateway process; `servers` in the order given (a follower first tests redirects)."""
 
     def __init__(self, cluster: LocalCluster, log: Path, *extra: str,
-                 servers: list[str] | None = None) -> None:
+                 servers: list[str] | None = None, http: bool = False) -> None:
+        """`servers`: node ids in the order the gateway is given them (default: n1..)."""
         self.cluster = cluster
-        self.addr = f"127.0.0.1:{free_ports(1)[0]}"
+        grpc_port, http_port = free_ports(2)
+        self.addr = f"127.0.0.1:{grpc_port}"
+        self.http_addr = f"127.0.0.1:{http_port}" if http else ""
         self.log = log
+        nodes = [cluster.node(i) for i in servers] if servers else cluster.nodes
         argv = [sys.executable, "-m", "gnomon.gateway", "--listen", self.addr,
-                "--servers", ",".join(servers or [n.grpc_addr for n in cluster.nodes]), *extra]
+                "--servers", ",".join(n.grpc_addr for n in nodes), *extra]
+        if http:
+            argv += ["--http-listen", self.http_addr,
+                     "--http-servers", ",".join(n.http_addr for n in nodes)]
         if cluster.secure:
             cert, key = gateway_certificate(cluster)
             argv += ["--tls-cert", cert, "--tls-key", key,
                      "--upstream-ca", cluster.client_tls()["ca_file"]]
         self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT)
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.cluster.secure else 'http'}://{self.http_addr}"
 
     def channel(self) -> grpc.Channel:
         if not self.cluster.secure:

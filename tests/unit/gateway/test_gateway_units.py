@@ -20,6 +20,10 @@ from gnomon.v1 import api_pb2, worker_pb2
     (["--servers", "n1:1", "--upstream-cert", "c", "--upstream-key", "k"], "needs upstream_ca"),
     (["--servers", "n1:1", "--max-calls", "0"], "max_calls: must be at least 1"),
     (["--servers", "n1:1", "--stream-buffer", "0"], "stream_buffer_messages: must be at least 1"),
+    (["--servers", "n1:1", "--http-listen", "127.0.0.1:1"], "http_servers: the nodes' HTTP"),
+    (["--servers", "n1:1", "--http-listen", "h:1", "--http-servers", "n1"],
+     "http_servers: 'n1' is not host:port"),
+    (["--servers", "n1:1", "--http-max-body", "0"], "http_max_body_bytes: must be at least 1"),
 ])
 def test_bad_settings_name_the_setting_and_the_rule(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
