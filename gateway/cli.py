@@ -42,6 +42,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the address browsers reach --http-listen at (default: it)")
     p.add_argument("--http-max-body", type=int, default=4 << 20, metavar="BYTES",
                    help="largest request body forwarded (default %(default)s)")
+    p.add_argument("--metrics-listen", default="", metavar="HOST:PORT",
+                   help="serve Prometheus /metrics here")
     p.add_argument("--log-level", default="INFO")
     p.add_argument("--version", action="store_true", help="print the version and exit")
     return p
@@ -57,7 +59,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         http_listen_addr=args.http_listen,
         http_servers=tuple(s.strip() for s in args.http_servers.split(",") if s.strip()),
         http_advertise=args.http_advertise, http_max_body_bytes=args.http_max_body,
-        log_level=args.log_level)
+        metrics_listen_addr=args.metrics_listen, log_level=args.log_level)
 
 
 def main(argv: list[str] | None = None) -> int:

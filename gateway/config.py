@@ -40,6 +40,8 @@ class GatewayConfig:
     # The address callers reach the HTTP port at (its web origin). Default: http_listen_addr.
     http_advertise: str = ""
     http_max_body_bytes: int = 4 << 20
+    # Prometheus /metrics ("" = none).
+    metrics_listen_addr: str = ""
     log_level: str = "INFO"
 
     def __post_init__(self) -> None:
@@ -64,6 +66,8 @@ class GatewayConfig:
             _check_addr("http_servers", addr)
         if self.http_advertise:
             _check_addr("http_advertise", self.http_advertise)
+        if self.metrics_listen_addr:
+            _check_addr("metrics_listen_addr", self.metrics_listen_addr)
         for name in ("max_calls", "stream_buffer_messages", "max_hops", "probe_interval_ms",
                      "http_max_body_bytes"):
             if getattr(self, name) < 1:

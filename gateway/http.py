@@ -110,16 +110,13 @@ class HttpForwarder:
         return out
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        if self.proxy.in_flight >= self.cfg.max_calls:
-            return _problem(429, "RESOURCE_EXHAUSTED",
-                            f"gateway: {self.proxy.in_flight} calls in flight, the most "
-                            f"max_calls ({self.cfg.max_calls}) allows; retry later",
+        if not self.proxy.admit():
+            return _problem(429, "RESOURCE_EXHAUSTED", self.proxy.refusal(),
                             **{"Retry-After": "1"})
-        self.proxy.in_flight += 1
         try:
             return await self._forward(request)
         finally:
-            self.proxy.in_flight -= 1
+            self.proxy.release()
 
     async def _forward(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -150,6 +147,7 @@ class HttpForwarder:
                     if named != self.leader:
                         log.info("gateway: the HTTP leader is %s", named)
                     self.leader = named
+                    self.proxy.metrics.redirects.labels("http").inc()
                     continue
             return await self._relay(request, upstream)
         return _problem(503, "UNAVAILABLE", "gateway: no node's HTTP port answered; try again",

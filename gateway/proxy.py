@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -31,6 +32,7 @@ import grpc
 import grpc.aio
 
 from gnomon.gateway.config import GatewayConfig
+from gnomon.gateway.metrics import GatewayMetrics
 from gnomon.gateway.upstream import LEADER_KEY, Upstream, leader_hint
 from gnomon.v1 import api_pb2, worker_pb2
 
@@ -67,31 +69,61 @@ def _redirect(err: grpc.aio.AioRpcError, addr: str) -> str:
 class Proxy:
     """The generic handler's methods (server.py registers them for every RPC)."""
 
-    def __init__(self, cfg: GatewayConfig, upstream: Upstream):
+    def __init__(self, cfg: GatewayConfig, upstream: Upstream,
+                 metrics: GatewayMetrics | None = None):
         self.cfg = cfg
         self.upstream = upstream
+        self.metrics = metrics or GatewayMetrics()
         self.in_flight = 0
-        self.streams = 0
+
+    def admit(self) -> bool:
+        """Count a call in (False: at max_calls, refused and counted as such)."""
+        if self.in_flight >= self.cfg.max_calls:
+            self.metrics.refused.labels("max_calls").inc()
+            return False
+        self.in_flight += 1
+        self.metrics.in_flight.set(self.in_flight)
+        return True
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self.metrics.in_flight.set(self.in_flight)
+
+    def refusal(self) -> str:
+        return (f"gateway: {self.in_flight} calls in flight, the most max_calls "
+                f"({self.cfg.max_calls}) allows; retry later")
 
     @contextlib.asynccontextmanager
-    async def _admitted(self, context: Any, stream: bool) -> AsyncIterator[None]:
-        if self.in_flight >= self.cfg.max_calls:
-            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                f"gateway: {self.in_flight} calls in flight, the most "
-                                f"max_calls ({self.cfg.max_calls}) allows; retry later",
+    async def _admitted(self, context: Any, path: str, stream: bool) -> AsyncIterator[None]:
+        if not self.admit():
+            self.metrics.calls.labels(path, "RESOURCE_EXHAUSTED").inc()
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, self.refusal(),
                                 trailing_metadata=(("retry-after-ms", "1000"),))
-        self.in_flight += 1
-        self.streams += stream
+        if stream:
+            self.metrics.streams.inc()
+        code = "OK"
         try:
             yield
+        except grpc.aio.AbortError:
+            code = _last_code(context)
+            raise
+        except (asyncio.CancelledError, GeneratorExit):  # the caller went away
+            code = "CANCELLED"
+            raise
         finally:
-            self.in_flight -= 1
-            self.streams -= stream
+            self.release()
+            if stream:
+                self.metrics.streams.dec()
+            self.metrics.calls.labels(path, code).inc()
 
     async def _fail(self, context: Any, err: grpc.aio.AioRpcError) -> None:
         await context.abort(err.code(), err.details() or "",
                             trailing_metadata=_trailers(err.trailing_metadata(),
                                                         self.cfg.hint_addr))
+
+    def _redirected(self, hint: str) -> None:
+        self.metrics.redirects.labels("grpc").inc()
+        self.upstream.learn(hint)
 
     def _method(self, addr: str, path: str, kind: str) -> Any:
         """The node's multi-callable for `path`, bytes in and out (no serializers)."""
@@ -104,7 +136,8 @@ class Proxy:
     # --- unary -----------------------------------------------------------------------------
 
     async def unary_unary(self, path: str, request: bytes, context: Any) -> bytes:
-        async with self._admitted(context, False):
+        started = time.monotonic()
+        async with self._admitted(context, path, False):
             metadata = forwarded(context.invocation_metadata())
             for _hop in range(self.cfg.max_hops + 1):
                 addr = self.upstream.target()
@@ -115,13 +148,14 @@ class Proxy:
                 except grpc.aio.AioRpcError as err:
                     hint = _redirect(err, addr)
                     if hint:
-                        self.upstream.learn(hint)
+                        self._redirected(hint)
                         continue
                     self._note(err, addr)
                     await self._fail(context, err)
                     raise AssertionError("abort returned") from None
                 context.set_trailing_metadata(_trailers(await call.trailing_metadata(),
                                                         self.cfg.hint_addr))
+                self.metrics.forward_seconds.observe(time.monotonic() - started)
                 return response
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 f"gateway: redirected {self.cfg.max_hops} times; try again",
@@ -129,7 +163,7 @@ class Proxy:
             raise AssertionError("abort returned")
 
     async def unary_stream(self, path: str, request: bytes, context: Any) -> AsyncIterator[bytes]:
-        async with self._admitted(context, True):
+        async with self._admitted(context, path, True):
             metadata = forwarded(context.invocation_metadata())
             for _hop in range(self.cfg.max_hops + 1):
                 addr = self.upstream.target()
@@ -140,7 +174,7 @@ class Proxy:
                 except grpc.aio.AioRpcError as err:
                     hint = _redirect(err, addr)
                     if hint:
-                        self.upstream.learn(hint)
+                        self._redirected(hint)
                         continue
                     self._note(err, addr)
                     await self._fail(context, err)
@@ -158,7 +192,7 @@ class Proxy:
 
     async def stream_stream(self, path: str, requests: AsyncIterator[bytes],
                             context: Any) -> AsyncIterator[bytes]:
-        async with self._admitted(context, True):
+        async with self._admitted(context, path, True):
             inbox: asyncio.Queue[Any] = asyncio.Queue(self.cfg.stream_buffer_messages)
             reader = asyncio.create_task(_read_into(requests, inbox))
             try:
@@ -188,7 +222,7 @@ class Proxy:
                 except grpc.aio.AioRpcError as err:
                     hint = _redirect(err, addr)
                     if hint and replay.replayable:
-                        self.upstream.learn(hint)
+                        self._redirected(hint)
                         continue
                     self._note(err, addr)
                     await self._fail(context, err)
@@ -222,6 +256,15 @@ class Proxy:
         if code != grpc.StatusCode.OK:
             await context.abort(code, await call.details() or "", trailing_metadata=trailers)
         context.set_trailing_metadata(trailers)
+
+
+def _last_code(context: Any) -> str:
+    """The status an aborted call ended with (grpc.aio keeps it on the context)."""
+    code = context.code() if hasattr(context, "code") else None
+    if isinstance(code, grpc.StatusCode):
+        return code.name
+    by_value = {c.value[0]: c.name for c in grpc.StatusCode}
+    return by_value.get(code, "UNKNOWN") if isinstance(code, int) else "UNKNOWN"
 
 
 class _Replay:

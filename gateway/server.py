@@ -13,6 +13,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from gnomon.gateway.config import GatewayConfig
 from gnomon.gateway.http import HttpForwarder
+from gnomon.gateway.metrics import GatewayMetrics
 from gnomon.gateway.proxy import Proxy, rpc_handlers
 from gnomon.gateway.upstream import CHANNEL_OPTIONS, Upstream
 
@@ -33,8 +34,9 @@ class Gateway:
 
     def __init__(self, cfg: GatewayConfig):
         self.cfg = cfg
+        self.metrics = GatewayMetrics()
         self.upstream = Upstream(cfg)
-        self.proxy = Proxy(cfg, self.upstream)
+        self.proxy = Proxy(cfg, self.upstream, self.metrics)
         self.stopping = asyncio.Event()
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
@@ -57,6 +59,8 @@ class Gateway:
             raise SystemExit(f"listen_addr: cannot bind {addr}")
         await server.start()
         self._server = server
+        if self.cfg.metrics_listen_addr:
+            self.metrics.serve(self.cfg.metrics_listen_addr)
         if self.http is not None:
             await self.http.start()
         for name in LEADER_SERVICES:
@@ -71,6 +75,7 @@ class Gateway:
         last: bool | None = None
         while not self.stopping.is_set():
             serving = self.upstream.serving
+            self.metrics.upstream_serving.set(1 if serving else 0)
             if serving != last:
                 status = (health_pb2.HealthCheckResponse.SERVING if serving
                           else health_pb2.HealthCheckResponse.NOT_SERVING)

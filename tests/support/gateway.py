@@ -28,13 +28,15 @@ class GatewayProc:
                  servers: list[str] | None = None, http: bool = False) -> None:
         """`servers`: node ids in the order the gateway is given them (default: n1..)."""
         self.cluster = cluster
-        grpc_port, http_port = free_ports(2)
+        grpc_port, http_port, metrics_port = free_ports(3)
         self.addr = f"127.0.0.1:{grpc_port}"
         self.http_addr = f"127.0.0.1:{http_port}" if http else ""
+        self.metrics_addr = f"127.0.0.1:{metrics_port}"
         self.log = log
         nodes = [cluster.node(i) for i in servers] if servers else cluster.nodes
         argv = [sys.executable, "-m", "gnomon.gateway", "--listen", self.addr,
-                "--servers", ",".join(n.grpc_addr for n in nodes), *extra]
+                "--servers", ",".join(n.grpc_addr for n in nodes),
+                "--metrics-listen", self.metrics_addr, *extra]
         if http:
             argv += ["--http-listen", self.http_addr,
                      "--http-servers", ",".join(n.http_addr for n in nodes)]
@@ -70,6 +72,21 @@ class GatewayProc:
 
             wait_for(serving, timeout_s=timeout_s, what=f"gateway {self.addr} serving")
         return self
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the gateway's /metrics (0 when absent)."""
+        from urllib.request import urlopen
+
+        from prometheus_client.parser import text_string_to_metric_families
+
+        with urlopen(f"http://{self.metrics_addr}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v
+                                               for k, v in labels.items()):
+                    return sample.value
+        return 0.0
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)

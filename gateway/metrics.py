@@ -1,0 +1,42 @@
+"""The gateway's Prometheus metrics, in a registry of its own (`--metrics-listen`).
+
+Labels are bounded: `method` is one of the gnomon.v1 methods the gateway registers, `code`
+one of gRPC's status names, `port` grpc or http.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+
+class GatewayMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.in_flight = Gauge("gnomon_gateway_calls_in_flight",
+                               "Calls and streams in flight (gRPC and HTTP), bounded by "
+                               "max_calls", registry=r)
+        self.streams = Gauge("gnomon_gateway_streams",
+                             "Streams held now (worker streams and server streams)",
+                             registry=r)
+        self.calls = Counter("gnomon_gateway_calls",
+                             "Calls forwarded, by method and the status the caller got",
+                             ["method", "code"], registry=r)
+        self.forward_seconds = Histogram(
+            "gnomon_gateway_forward_seconds",
+            "Unary calls: from the caller's request to the node's answer, redirects included",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            registry=r)
+        self.redirects = Counter("gnomon_gateway_redirects",
+                                 "Refusals with a leader hint followed to the named node",
+                                 ["port"], registry=r)
+        self.refused = Counter("gnomon_gateway_refused",
+                               "Calls refused at a bound, by bound", ["bound"], registry=r)
+        self.upstream_serving = Gauge("gnomon_gateway_upstream_serving",
+                                      "1 while some node reports a leader with a fresh proof",
+                                      registry=r)
+
+    def serve(self, addr: str) -> None:
+        """/metrics on `addr` (host:port), from a thread of prometheus-client's."""
+        host, port = addr.rsplit(":", 1)
+        start_http_server(int(port), host, registry=self.registry)
