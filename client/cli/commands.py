@@ -535,6 +535,11 @@ def _cmd_dev(ctx: CommandContext) -> int:
     a = ctx.args
     if set(a.grpc_ports) & set(a.raft_ports):
         raise UsageError("--grpc-ports and --raft-ports overlap")
+    gateway = a.grpc_ports[0] - 1  # the gateway's gRPC port, and its HTTP port 100 below
+    if {gateway, gateway - 100} & set(a.grpc_ports + a.raft_ports):
+        raise UsageError(f"--grpc-ports: the gateway takes ports {gateway} and {gateway - 100} "
+                         "(the first gRPC port - 1, and 100 below that); they overlap the "
+                         "nodes' ports")
     if a.headless_seconds is not None and a.headless_seconds <= 0:
         raise UsageError("--headless-seconds must be positive")
     return run_dev(

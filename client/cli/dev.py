@@ -48,6 +48,9 @@ DEV_GRPC_PORTS = (7701, 7702, 7703)
 DEV_RAFT_PORTS = (7801, 7802, 7803)
 # gnomon.node.local.dev.HTTP_PORT_OFFSET: each node's HTTP API and dashboard is at its gRPC port - 100.
 DEV_HTTP_PORT_OFFSET = -100
+# gnomon.node.local.dev.GATEWAY_PORT_OFFSET: the gateway's gRPC port is the first node's - 1
+# (7700); its HTTP port 100 below that (7600).
+DEV_GATEWAY_PORT_OFFSET = -1
 DEFAULT_SERVERS = ",".join(f"127.0.0.1:{p}" for p in DEV_GRPC_PORTS)
 DEV_DATA_DIR = ".gnomon"  # `gnomon dev --data-dir`'s default, beside which the CLI finds keys
 DEMO_QUEUE = "demo"
@@ -185,7 +188,8 @@ def dev_cluster_security(data_dir: Path, servers: str) -> tuple[str, str] | None
         return None
     if not isinstance(state, dict) or state.get("secure") is not True:
         return None
-    if servers != DEFAULT_SERVERS and servers != ",".join(state.get("grpc") or ()):
+    if servers not in (DEFAULT_SERVERS, ",".join(state.get("grpc") or ()),
+                       state.get("gateway")):
         return None
     ca, token = (data_dir / str(state.get(k, "")) for k in ("ca_file", "token_file"))
     return (str(ca), str(token)) if ca.is_file() and token.is_file() else None
@@ -227,7 +231,7 @@ class _DevSession:
 
     async def run(self) -> int:
         http_ports = tuple(p + DEV_HTTP_PORT_OFFSET for p in self.grpc_ports)
-        busy = busy_ports(self.grpc_ports + self.raft_ports + http_ports)
+        busy = busy_ports(self.grpc_ports + self.raft_ports + http_ports + self.gateway_ports)
         if busy:
             print(
                 f"gnomon: unavailable: port(s) {', '.join(map(str, busy))} on 127.0.0.1 already "
@@ -390,6 +394,19 @@ class _DevSession:
             shutdown_grace_s=2.0,
         )
 
+    @property
+    def gateway_ports(self) -> tuple[int, int]:
+        """The gateway's gRPC and HTTP ports."""
+        grpc_port = self.grpc_ports[0] + DEV_GATEWAY_PORT_OFFSET
+        return grpc_port, grpc_port + DEV_HTTP_PORT_OFFSET
+
+    def _gateway_line(self) -> str:
+        grpc_port, http_port = self.gateway_ports
+        scheme = "https" if self.secure else "http"
+        return (f"Gateway: 127.0.0.1:{grpc_port} (gRPC) and {scheme}://127.0.0.1:{http_port}/ "
+                f"(HTTP, dashboard): one address for clients and workers, e.g. "
+                f"`gnomon --server 127.0.0.1:{grpc_port} job list`")
+
     def _print_next_steps(self) -> None:
         logs = " ".join(f"{self._shown(self.data_dir)}/n{i}.log" for i in (1, 2, 3))
         lines = [
@@ -397,6 +414,7 @@ class _DevSession:
             "gnomon dev is running: 3 nodes"
             + (", a demo worker (queue demo) and example jobs" if self.examples else ""),
             *self._security_lines(),
+            self._gateway_line(),
             "Try:",
             *(
                 [f"  export GNOMON_SERVERS={self.servers}"]

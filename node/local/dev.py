@@ -2,8 +2,10 @@
 its data under one directory (``.gnomon/`` by default), for ``gnomon dev`` and ``make run``.
 
 Prints each node's addresses (the HTTP API and dashboard of each node at its gRPC port - 100:
-http://127.0.0.1:7601/ by default) and log file, waits for a leader, prints ``ready``, then blocks
-until SIGINT/SIGTERM (or until ``--parent-pid`` exits) and stops the nodes. Restarting on the
+http://127.0.0.1:7601/ by default) and log file, waits for a leader, starts one gateway in
+front of the nodes (gRPC at the first gRPC port - 1, HTTP 100 below: 7700 and 7600) and prints
+it, prints ``ready``, then blocks until SIGINT/SIGTERM (or until ``--parent-pid`` exits) and
+stops the gateway and the nodes. Restarting on the
 same directory resumes the cluster with its jobs and runs. Exit codes: 0 stopped cleanly,
 1 a node failed to start (a port in use among other causes: its log says so), 2 bad arguments.
 
@@ -17,6 +19,8 @@ import argparse
 import json
 import os
 import signal
+import socket
+import subprocess
 import sys
 import threading
 import time
@@ -26,9 +30,11 @@ from pathlib import Path
 import grpc
 
 from gnomon.node.local.cluster import LocalCluster, NodeProc
+from gnomon.node.security.certificates import ensure_gateway_files
 from gnomon.v1 import api_pb2
 
-__all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "HTTP_PORT_OFFSET", "DevCluster", "main"]
+__all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "GATEWAY_PORT_OFFSET", "HTTP_PORT_OFFSET",
+           "DevCluster", "main"]
 
 # The client CLI's default servers (gnomon.client.cli.dev) name the same gRPC ports.
 DEFAULT_GRPC_PORTS = (7701, 7702, 7703)
@@ -38,6 +44,9 @@ DEFAULT_METRICS_PORTS = (7901, 7902, 7903)
 # A node's HTTP API and dashboard (node/api/http) listen on its gRPC port + this (7601...);
 # client/cli/dev.py prints the dashboard URL by the same rule.
 HTTP_PORT_OFFSET = -100
+# The gateway's gRPC port is the first node's gRPC port + this (7700); its HTTP port is that
+# + HTTP_PORT_OFFSET (7600). client/cli/dev.py checks and prints them by the same rule.
+GATEWAY_PORT_OFFSET = -1
 HOST = "127.0.0.1"
 _READY_TIMEOUT_S = 60.0
 _LOG_TAIL_CHARS = 2000
@@ -51,6 +60,31 @@ class DevCluster(LocalCluster):
     grpc_ports: tuple[int, ...] = DEFAULT_GRPC_PORTS
     raft_ports: tuple[int, ...] = DEFAULT_RAFT_PORTS
     metrics_ports: tuple[int, ...] = ()
+
+    @property
+    def gateway_addr(self) -> str:
+        return f"{HOST}:{self.grpc_ports[0] + GATEWAY_PORT_OFFSET}"
+
+    @property
+    def gateway_http_addr(self) -> str:
+        return f"{HOST}:{self.grpc_ports[0] + GATEWAY_PORT_OFFSET + HTTP_PORT_OFFSET}"
+
+    def start_gateway(self) -> subprocess.Popen:
+        """`python -m gnomon.gateway` in front of the nodes, its log ROOT/gateway.log; with
+        TLS, a serving certificate of the dev CA that names no node."""
+        argv = [sys.executable, "-m", "gnomon.gateway", "--listen", self.gateway_addr,
+                "--servers", self.servers, "--http-listen", self.gateway_http_addr,
+                "--http-servers", ",".join(n.http_addr for n in self.nodes)]
+        if self.secure:
+            files = ensure_gateway_files(self.root / "tls", "gateway", [HOST])
+            argv += ["--tls-cert", str(files.cert), "--tls-key", str(files.key),
+                     "--upstream-ca", str(files.ca)]
+        fd = os.open(self.root / "gateway.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            return subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        finally:
+            os.close(fd)
 
     def _place_nodes(self) -> None:
         self.size = len(self.grpc_ports)
@@ -125,7 +159,8 @@ def write_dev_state(root: Path, cluster: DevCluster, *, secure: bool) -> None:
     """``ROOT/dev.json``: how this cluster is reached (its gRPC addresses, whether it speaks
     TLS with tokens, where the CA and admin token are). The ``gnomon`` CLI run beside it reads
     this file, not whatever ``ROOT/tls`` an earlier cluster left (client/cli/dev.py)."""
-    state = {"grpc": [n.grpc_addr for n in cluster.nodes], "secure": secure}
+    state = {"grpc": [n.grpc_addr for n in cluster.nodes], "secure": secure,
+             "gateway": cluster.gateway_addr}
     if secure:
         state |= {"ca_file": "tls/ca.crt", "token_file": "tls/admin.token"}
     tmp = root / "dev.json.tmp"
@@ -151,6 +186,28 @@ def _tail(path: Path) -> str:
         return "(no log)"
 
 
+def _wait_listening(addr: str, proc: subprocess.Popen, stop: threading.Event) -> None:
+    """Until `addr` accepts connections, `proc` exits, `stop` is set, or 30 s."""
+    host, port = addr.rsplit(":", 1)
+    deadline = time.monotonic() + 30
+    while proc.poll() is None and not stop.is_set() and time.monotonic() < deadline:
+        try:
+            socket.create_connection((host, int(port)), timeout=1).close()
+            return
+        except OSError:
+            stop.wait(0.05)
+
+
+def _stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     root = Path(args.root).resolve()
@@ -163,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                          metrics_ports=metrics_ports, secure=not args.insecure,
                          mutual_tls=False)
     resumed = any(n.data_dir.exists() for n in cluster.nodes)
+    gateway: subprocess.Popen | None = None
     write_dev_state(root, cluster, secure=not args.insecure)
     cluster.start()
     try:
@@ -203,12 +261,21 @@ def main(argv: list[str] | None = None) -> int:
             if leader is None:
                 stop.wait(0.2)
         if leader is not None:
+            gateway = cluster.start_gateway()
+            _wait_listening(cluster.gateway_http_addr, gateway, stop)
+            scheme = "https" if cluster.secure else "http"
+            print(f"  gateway  grpc {cluster.gateway_addr}  log {_shown(root / 'gateway.log')}"
+                  f"  dashboard {scheme}://{cluster.gateway_http_addr}/", flush=True)
             print(f"  leader {leader.node_id} ({leader.grpc_addr})\nready", flush=True)
         reported: set[str] = set()
         while not stop.wait(0.5):
             if args.parent_pid and os.getppid() != args.parent_pid:
                 print("gnomon dev: parent process gone; stopping", file=sys.stderr, flush=True)
                 break
+            if gateway is not None and gateway.poll() is not None and "gateway" not in reported:
+                reported.add("gateway")
+                print(f"gnomon dev: the gateway exited (code {gateway.returncode}); see "
+                      f"{_shown(root / 'gateway.log')}", file=sys.stderr, flush=True)
             for n in cluster.nodes:
                 if not n.alive() and n.node_id not in reported:
                     assert n.proc is not None  # cluster.start() started every node
@@ -221,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
                     )
         return 0
     finally:
+        if gateway is not None:
+            _stop_process(gateway)
         cluster.stop()
         print("gnomon dev cluster: stopped", flush=True)
 

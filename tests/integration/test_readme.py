@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text()
 BIN = Path(sys.executable).parent
-DEV_PORTS = (7701, 7702, 7703, 7801, 7802, 7803, 7601, 7602, 7603)
+DEV_PORTS = (7701, 7702, 7703, 7801, 7802, 7803, 7601, 7602, 7603, 7700, 7600)  # + gateway
 # The README promises a cluster that stays up; the first-hour bug was a stop at 60 s.
 STAYS_UP_S = 150.0
 
@@ -260,6 +260,9 @@ def test_the_readme_on_the_secure_default_cluster(fresh):
         printed = run_python_snippets(fresh)
         assert "{'main': b'{\"rows\":42}'}" in printed, printed
         open_dashboard(url.group(1), "hello-every-5s")
+        # The same dashboard through the gateway the dev cluster runs in front of the nodes.
+        assert "Gateway: 127.0.0.1:7700 (gRPC) and https://127.0.0.1:7600/" in started, started
+        open_dashboard(url.group(1).replace(":7601/", ":7600/"), "hello-every-5s")
         # examples/README.md on the same cluster, from a folder where `examples/` is the
         # repository's (its commands name examples/*.yaml and `--module examples.tasks`).
         here = fresh / "examples-run"

@@ -89,6 +89,14 @@ def test_usage_errors_exit_2_on_one_line(capsys, argv):
     assert len(err.splitlines()) == 1 and "error:" in err and "Traceback" not in err
 
 
+def test_dev_ports_that_overlap_the_gateways_are_refused_naming_them(capsys):
+    # The gateway takes the first gRPC port - 1 (17700) and 100 below that (17600).
+    assert main(["dev", "--grpc-ports", "17701,17702,17703",
+                 "--raft-ports", "17700,17801,17802"]) == 2
+    err = capsys.readouterr().err
+    assert "--grpc-ports: the gateway takes ports 17700 and 17600" in err, err
+
+
 def test_json_and_server_flags_before_or_after_the_subcommand(fake, monkeypatch):
     monkeypatch.delenv("GNOMON_SERVERS", raising=False)
     fake.jobs["j1"] = Job("j1", JobSpec.single("a", CronSchedule("@daily")))
