@@ -37,6 +37,7 @@ class Options:
     peers: bool = True
     out: Path = Path(__file__).resolve().parent / "results"
     rounds: int = 0  # 0: the scenario's default (2 full, 1 quick)
+    via_gateway: bool = False  # workers: streams through two gateways, not to the leader
 
     def n_rounds(self) -> int:
         return self.rounds or (1 if self.quick else 2)
@@ -67,13 +68,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Options.out, help="results folder")
     parser.add_argument("--rounds", type=int, default=0,
                         help="alternating gnomon/peer rounds (default 2, 1 with --quick)")
+    parser.add_argument("--via-gateway", action="store_true",
+                        help="workers: the streams go through two gnomon-gateway processes "
+                             "instead of straight to the leader")
     args = parser.parse_args(argv)
     if args.name == "list":
         for name, what in SCENARIOS.items():
             print(f"{name:12} {what}")
         return 0
     opts = Options(quick=args.quick, install=args.install, peers=not args.no_peers,
-                   out=args.out, rounds=args.rounds)
+                   out=args.out, rounds=args.rounds, via_gateway=args.via_gateway)
     if args.install:
         from gnomon.bench import peers
 

@@ -235,8 +235,11 @@ class WorkerFleet:
     def __init__(self, servers: Sequence[str], run_dir: Path, *, processes: int = 2,
                  streams: int = 4, credits: int = 200, record: str = "lateness",
                  max_s: float = 300.0, heartbeat_s: float = 0.0, channels: int = 0,
-                 name: str = "w", connect_rate: float = 500.0, drain_s: float = 3.0):
+                 name: str = "w", connect_rate: float = 500.0, drain_s: float = 3.0,
+                 spread: bool = False):
+        """`spread`: process i dials servers[i % n] first (gateways share the streams)."""
         self.servers, self.run_dir = list(servers), run_dir
+        self.spread = spread
         self.processes, self.streams, self.credits = processes, streams, credits
         self.record, self.max_s, self.heartbeat_s = record, max_s, heartbeat_s
         self.channels = channels or streams
@@ -250,8 +253,10 @@ class WorkerFleet:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.stop_file.unlink(missing_ok=True)
         for p in range(self.processes):
+            first = p % len(self.servers) if self.spread else 0
+            servers = self.servers[first:] + self.servers[:first]
             args = [sys.executable, "-m", "gnomon.bench.rawworker",
-                    "--servers", ",".join(self.servers), "--streams", str(self.streams),
+                    "--servers", ",".join(servers), "--streams", str(self.streams),
                     "--channels", str(self.channels), "--credits", str(self.credits),
                     "--record", self.record, "--max-s", str(self.max_s),
                     "--heartbeat-s", str(self.heartbeat_s), "--id", f"{self.name}{p}",

@@ -28,17 +28,29 @@ from gnomon.bench.meters import CpuMeter, rss_bytes
 from gnomon.bench.peers import not_installed
 from gnomon.bench.report import Report, log, now_ms, plot
 from gnomon.bench.stats import rate_in_window, rate_series
+from gnomon.node.local.gateway import GatewayProc
 
 CONNECT_TIMEOUT_S = 60.0
 
 
 def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measure_s: float,
-           prof_s: float = 0.0, connect_timeout_s: float = CONNECT_TIMEOUT_S) -> dict[str, Any]:
-    """A fresh cluster and `procs` x `per_proc` idle streams on its leader."""
+           prof_s: float = 0.0, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+           via_gateway: bool = False) -> dict[str, Any]:
+    """A fresh cluster and `procs` x `per_proc` idle streams on its leader (through two
+    gateways with `via_gateway`)."""
     with running_cluster() as (cluster, leader):
         since = log_offsets(cluster)
-        out = _streams(cluster, leader, root, name, procs, per_proc, hb_s, measure_s, prof_s,
-                       connect_timeout_s)
+        gateways = []
+        try:
+            if via_gateway:
+                gateways = [GatewayProc(cluster, root / f"{name}-gw{i}.log") for i in (1, 2)]
+                for gw in gateways:
+                    gw.wait_serving()
+            out = _streams(cluster, leader, root, name, procs, per_proc, hb_s, measure_s,
+                           prof_s, connect_timeout_s, gateways)
+        finally:
+            for gw in gateways:
+                gw.stop()
         out["leader_sessions"] = len(node_log_lines(cluster, r"leading \(session", since))
         out["terms"] = max([int(m.group(1)) for _, m in node_log_lines(
             cluster, r"leading \(session \d+, term (\d+)\)", since)] or [0])
@@ -46,13 +58,15 @@ def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measur
 
 
 def _streams(cluster, leader, root: Path, name: str, procs: int, per_proc: int, hb_s: float,
-             measure_s: float, prof_s: float, connect_timeout_s: float) -> dict[str, Any]:
+             measure_s: float, prof_s: float, connect_timeout_s: float,
+             gateways: list[GatewayProc]) -> dict[str, Any]:
     streams = procs * per_proc
     rss0 = rss_bytes(leader.proc.pid)
-    fleet = WorkerFleet([leader.grpc_addr], root / name, processes=procs, streams=per_proc,
+    servers = [gw.addr for gw in gateways] or [leader.grpc_addr]
+    fleet = WorkerFleet(servers, root / name, processes=procs, streams=per_proc,
                         credits=0, record="none", heartbeat_s=hb_s,
                         channels=max(1, per_proc // 10), name=name, connect_rate=400,
-                        max_s=measure_s + prof_s + 300).start()
+                        max_s=measure_s + prof_s + 300, spread=True).start()
     try:
         t0 = time.monotonic()
         peak = 0
@@ -64,8 +78,9 @@ def _streams(cluster, leader, root: Path, name: str, procs: int, per_proc: int, 
         connect_s = time.monotonic() - t0
         log(f"{name}: {peak} of {streams} streams open after {connect_s:.1f}s")
         time.sleep(4.0)  # every stream past its first (randomly phased) heartbeat
+        gateway_pids = {"gateways": lambda: [gw.proc.pid for gw in gateways]} if gateways else {}
         meter = CpuMeter({**node_groups(cluster, leader.node_id),
-                          "raw workers": fleet.pids}).start()
+                          "raw workers": fleet.pids, **gateway_pids}).start()
         w0 = now_ms()
         time.sleep(measure_s)
         w1 = now_ms()
@@ -119,26 +134,33 @@ def run(opts: Options) -> Report:
     if streams and not quick:
         procs, per_proc = max(1, -(-streams // 2500)), min(streams, 2500)
     measure = 4.0 if quick else 20.0
-    report = Report("workers", quick, "idle worker streams: heartbeats, leader CPU and memory")
+    via = opts.via_gateway
+    report = Report("workers-via-gateway" if via else "workers", quick,
+                    "idle worker streams: heartbeats, leader CPU and memory"
+                    + (", through two gateways" if via else ""))
     report.setup.append(
         f"{procs * per_proc:,} streams from {procs} raw-protocol worker processes (10 streams "
-        "per HTTP/2 connection), all on the leader; no credits (idle workers); heartbeat "
-        "interval 2 s (server default) then 0.25 s; node defaults otherwise.")
+        "per HTTP/2 connection), "
+        + ("through two gnomon-gateway processes (each process dials one first) to the "
+           "leader; " if via else "all on the leader; ")
+        + "no credits (idle workers); heartbeat interval 2 s (server default) then 0.25 s; "
+        "node defaults otherwise.")
     with tempfile.TemporaryDirectory(prefix="gnomon-bench-wk-") as tmp:
         root = Path(tmp)
         log(f"workers: {procs * per_proc:,} streams, heartbeats at the server's interval")
-        p1 = _phase(root, "hb2s", procs, per_proc, 0.0, measure, prof_s=0 if quick else 10)
+        p1 = _phase(root, "hb2s", procs, per_proc, 0.0, measure, prof_s=0 if quick else 10,
+                    via_gateway=via)
         log(f"workers: {p1['hb_acks_per_s']} acks/s, peak {p1['connected_peak']} streams, "
             f"{p1['leader_sessions']} leader sessions")
         held = p1
         if p1["connected_peak"] < p1["streams"] or p1["leader_sessions"] > 1:
             procs, per_proc = max(1, procs // 2), per_proc
             log(f"workers: {procs * per_proc:,} streams (half), server's interval")
-            held = _phase(root, "hb2s-half", procs, per_proc, 0.0, measure)
+            held = _phase(root, "hb2s-half", procs, per_proc, 0.0, measure, via_gateway=via)
             log(f"workers: {held['hb_acks_per_s']} acks/s, peak {held['connected_peak']}, "
                 f"{held['leader_sessions']} leader sessions")
         log(f"workers: {procs * per_proc:,} streams, heartbeats every 0.25 s")
-        p2 = _phase(root, "hb250ms", procs, per_proc, 0.25, measure)
+        p2 = _phase(root, "hb250ms", procs, per_proc, 0.25, measure, via_gateway=via)
         log(f"workers: {p2['hb_acks_per_s']} acks/s")
         etcd_status = not_installed("etcd") if opts.peers else "skipped (--no-peers)"
         etcd = None
@@ -182,6 +204,9 @@ def run(opts: Options) -> Report:
     report.add("leader CPU % of a core at 0.25 s interval", lead(p2)["core_pct"])
     report.add("raw worker processes CPU % of a core (0.25 s interval)",
                p2["cpu"]["raw workers"]["core_pct"])
+    if via:
+        report.add("gateways CPU % of a core, 2 s / 0.25 s interval (both gateways)",
+                   f"{p1['cpu']['gateways']['core_pct']} / {p2['cpu']['gateways']['core_pct']}")
     if etcd:
         report.setup.append(f"etcd: 3 members; {etcd['setup']}.")
     if p1.get("profile"):

@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc
 
 from gnomon.node.local.cluster import LocalCluster, NodeProc
-from gnomon.node.security.certificates import ensure_gateway_files
+from gnomon.node.local.gateway import gateway_argv
 from gnomon.v1 import api_pb2
 
 __all__ = ["DEFAULT_GRPC_PORTS", "DEFAULT_RAFT_PORTS", "GATEWAY_PORT_OFFSET", "HTTP_PORT_OFFSET",
@@ -70,15 +70,8 @@ class DevCluster(LocalCluster):
         return f"{HOST}:{self.grpc_ports[0] + GATEWAY_PORT_OFFSET + HTTP_PORT_OFFSET}"
 
     def start_gateway(self) -> subprocess.Popen:
-        """`python -m gnomon.gateway` in front of the nodes, its log ROOT/gateway.log; with
-        TLS, a serving certificate of the dev CA that names no node."""
-        argv = [sys.executable, "-m", "gnomon.gateway", "--listen", self.gateway_addr,
-                "--servers", self.servers, "--http-listen", self.gateway_http_addr,
-                "--http-servers", ",".join(n.http_addr for n in self.nodes)]
-        if self.secure:
-            files = ensure_gateway_files(self.root / "tls", "gateway", [HOST])
-            argv += ["--tls-cert", str(files.cert), "--tls-key", str(files.key),
-                     "--upstream-ca", str(files.ca)]
+        """`python -m gnomon.gateway` in front of the nodes, its log ROOT/gateway.log."""
+        argv = gateway_argv(self, self.gateway_addr, http_listen=self.gateway_http_addr)
         fd = os.open(self.root / "gateway.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             return subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT,

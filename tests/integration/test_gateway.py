@@ -35,9 +35,10 @@ from gnomon.client import (
     task,
 )
 from gnomon.node.local.cluster import LocalCluster, wait_for
+from gnomon.node.local.gateway import GatewayProc
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
 from tests.support.cluster import _port_up
-from tests.support.gateway import GatewayProc
+from tests.support.gateway import gateway_metric
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -179,8 +180,8 @@ def test_calls_in_flight_are_bounded(env, tmp_path):
                 print("beyond the bound, answered:", next(second))  # what it was, if not refused
             assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, gw.log.read_text()
             assert "max_calls (1)" in err.value.details()
-            assert gw.metric("gnomon_gateway_refused_total", bound="max_calls") == 1
-            assert gw.metric("gnomon_gateway_streams") == 1
+            assert gateway_metric(gw, "gnomon_gateway_refused_total", bound="max_calls") == 1
+            assert gateway_metric(gw, "gnomon_gateway_streams") == 1
             held_open.set()
             held.cancel()
     finally:
@@ -259,15 +260,15 @@ def test_the_curl_worker_through_a_gateway(env, tmp_path):
 
 def test_a_gateway_counts_what_it_forwarded(env):
     gw = env["gateways"][1]  # it carried the worker after the kill, and the HTTP tests
-    assert gw.metric("gnomon_gateway_upstream_serving") == 1
-    assert gw.metric("gnomon_gateway_calls_total", method="/gnomon.v1.JobService/CreateJob",
+    assert gateway_metric(gw, "gnomon_gateway_upstream_serving") == 1
+    assert gateway_metric(gw, "gnomon_gateway_calls_total", method="/gnomon.v1.JobService/CreateJob",
                      code="OK") >= 1
-    assert gw.metric("gnomon_gateway_calls_total", method="/gnomon.v1.WorkerService/Connect",
+    assert gateway_metric(gw, "gnomon_gateway_calls_total", method="/gnomon.v1.WorkerService/Connect",
                      code="OK") >= 1  # the worker's stream, closed when it stopped
-    assert gw.metric("gnomon_gateway_redirects_total", port="http") >= 1
-    assert gw.metric("gnomon_gateway_forward_seconds_count") >= 1
-    assert gw.metric("gnomon_gateway_calls_in_flight") == 0
-    assert gw.metric("gnomon_gateway_streams") == 0
+    assert gateway_metric(gw, "gnomon_gateway_redirects_total", port="http") >= 1
+    assert gateway_metric(gw, "gnomon_gateway_forward_seconds_count") >= 1
+    assert gateway_metric(gw, "gnomon_gateway_calls_in_flight") == 0
+    assert gateway_metric(gw, "gnomon_gateway_streams") == 0
 
 
 async def test_the_gateway_follows_a_new_leader_after_a_kill(env):
