@@ -9,7 +9,6 @@ import contextlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from pathlib import Path
 import grpc
 
 from gnomon.bench.report import log
-from gnomon.node.local.cluster import LocalCluster, NodeProc, free_ports, wait_for
+from gnomon.node.local.cluster import LocalCluster, NodeProc, free_ports, stop_process, wait_for
 from gnomon.v1 import api_pb2
 
 # Node settings every scenario uses unless it says otherwise (documented in the JSON).
@@ -159,14 +158,8 @@ def wait_port(port: int, timeout_s: float = 20.0) -> None:
 
 
 def terminate(proc: subprocess.Popen | None, timeout_s: float = 10.0) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    if proc is not None:
+        stop_process(proc, timeout_s)
 
 
 def log_offsets(cluster: LocalCluster) -> dict[str, int]:

@@ -121,9 +121,23 @@ class Proxy:
                             trailing_metadata=_trailers(err.trailing_metadata(),
                                                         self.cfg.hint_addr))
 
-    def _redirected(self, hint: str) -> None:
-        self.metrics.redirects.labels("grpc").inc()
-        self.upstream.learn(hint)
+    async def _follow_or_fail(self, err: grpc.aio.AioRpcError, addr: str, context: Any,
+                              replayable: bool = True) -> None:
+        """Returns when `err` is a refusal to follow (the leader it names is learnt: send
+        again); otherwise the caller gets `err` (abort raises)."""
+        hint = _redirect(err, addr)
+        if hint and replayable:
+            self.metrics.redirects.labels("grpc").inc()
+            self.upstream.learn(hint)
+            return
+        self._note(err, addr)
+        await self._fail(context, err)
+        raise AssertionError("abort returned")
+
+    async def _too_many_hops(self, context: Any) -> None:
+        await context.abort(grpc.StatusCode.UNAVAILABLE,
+                            f"gateway: redirected {self.cfg.max_hops} times; try again",
+                            trailing_metadata=((LEADER_KEY, self.cfg.hint_addr),))
 
     def _method(self, addr: str, path: str, kind: str) -> Any:
         """The node's multi-callable for `path`, bytes in and out (no serializers)."""
@@ -146,20 +160,13 @@ class Proxy:
                 try:
                     response = await call
                 except grpc.aio.AioRpcError as err:
-                    hint = _redirect(err, addr)
-                    if hint:
-                        self._redirected(hint)
-                        continue
-                    self._note(err, addr)
-                    await self._fail(context, err)
-                    raise AssertionError("abort returned") from None
+                    await self._follow_or_fail(err, addr, context)
+                    continue
                 context.set_trailing_metadata(_trailers(await call.trailing_metadata(),
                                                         self.cfg.hint_addr))
                 self.metrics.forward_seconds.observe(time.monotonic() - started)
                 return response
-            await context.abort(grpc.StatusCode.UNAVAILABLE,
-                                f"gateway: redirected {self.cfg.max_hops} times; try again",
-                                trailing_metadata=((LEADER_KEY, self.cfg.hint_addr),))
+            await self._too_many_hops(context)
             raise AssertionError("abort returned")
 
     async def unary_stream(self, path: str, request: bytes, context: Any) -> AsyncIterator[bytes]:
@@ -172,13 +179,8 @@ class Proxy:
                 try:
                     first = await call.read()
                 except grpc.aio.AioRpcError as err:
-                    hint = _redirect(err, addr)
-                    if hint:
-                        self._redirected(hint)
-                        continue
-                    self._note(err, addr)
-                    await self._fail(context, err)
-                    return
+                    await self._follow_or_fail(err, addr, context)
+                    continue
                 try:
                     message = first
                     while message is not grpc.aio.EOF:
@@ -187,6 +189,7 @@ class Proxy:
                 except grpc.aio.AioRpcError as err:
                     await self._fail(context, err)
                 return
+            await self._too_many_hops(context)
 
     # --- bidirectional ---------------------------------------------------------------------
 
@@ -220,13 +223,8 @@ class Proxy:
                                 code, await call.initial_metadata(),
                                 await call.trailing_metadata(), await call.details())
                 except grpc.aio.AioRpcError as err:
-                    hint = _redirect(err, addr)
-                    if hint and replay.replayable:
-                        self._redirected(hint)
-                        continue
-                    self._note(err, addr)
-                    await self._fail(context, err)
-                    return
+                    await self._follow_or_fail(err, addr, context, replay.replayable)
+                    continue
                 if first is grpc.aio.EOF:
                     await self._ended(call, context)
                     return
@@ -245,9 +243,7 @@ class Proxy:
             finally:
                 await _stop(writer)
                 call.cancel()
-        await context.abort(grpc.StatusCode.UNAVAILABLE,
-                            f"gateway: redirected {self.cfg.max_hops} times; try again",
-                            trailing_metadata=((LEADER_KEY, self.cfg.hint_addr),))
+        await self._too_many_hops(context)
 
     async def _ended(self, call: Any, context: Any) -> None:
         """The node ended the stream: the caller gets its status and trailers."""

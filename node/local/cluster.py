@@ -22,6 +22,18 @@ from gnomon.v1 import api_pb2, api_pb2_grpc, worker_pb2_grpc
 
 T = TypeVar("T")
 
+def stop_process(proc: subprocess.Popen, timeout_s: float = 20.0) -> int:
+    """SIGTERM, then SIGKILL after `timeout_s`; the exit code."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 def free_ports(n: int) -> list[int]:
     socks, ports = [], []
     for _ in range(n):

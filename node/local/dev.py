@@ -29,7 +29,7 @@ from pathlib import Path
 
 import grpc
 
-from gnomon.node.local.cluster import LocalCluster, NodeProc
+from gnomon.node.local.cluster import LocalCluster, NodeProc, stop_process
 from gnomon.node.local.gateway import gateway_argv
 from gnomon.v1 import api_pb2
 
@@ -191,16 +191,6 @@ def _wait_listening(addr: str, proc: subprocess.Popen, stop: threading.Event) ->
             stop.wait(0.05)
 
 
-def _stop_process(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     root = Path(args.root).resolve()
@@ -282,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         if gateway is not None:
-            _stop_process(gateway)
+            stop_process(gateway, timeout_s=10)
         cluster.stop()
         print("gnomon dev cluster: stopped", flush=True)
 

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from gnomon.node.local.cluster import LocalCluster, NodeProc, free_ports, wait_for
+from gnomon.node.local.cluster import LocalCluster, NodeProc, free_ports, stop_process, wait_for
 from gnomon.node.security.certificates import ensure_gateway_files
 
 
@@ -86,12 +86,6 @@ class GatewayProc:
         self.proc.wait(10)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc)
         self._fh.close()
-        return self.proc.returncode
+        return code

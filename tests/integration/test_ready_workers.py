@@ -10,7 +10,6 @@ import hmac
 import http.server
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -32,7 +31,7 @@ from gnomon.client import (
     TaskState,
     TLSConfig,
 )
-from gnomon.node.local.cluster import LocalCluster, wait_for
+from gnomon.node.local.cluster import LocalCluster, stop_process, wait_for
 from tests.support.cluster import _port_up
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -78,15 +77,9 @@ class WorkerProc:
         )
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc)
         self._fh.close()
-        return self.proc.returncode
+        return code
 
 
 def _security_flags(cluster: LocalCluster) -> list[str]:
