@@ -5,8 +5,10 @@ Rules (as for gRPC, proxy.py):
 - The request goes as it came (method, path, query, body, the caller's Authorization), so the
   node authenticates, validates and answers; its status, headers and body come back as they
   are. One HTTP implementation, the node's; the gateway parses nothing.
-- A node's 307 to the leader is followed here (at most `max_hops`), with the body sent
-  again: a node redirects before it acts. The caller never sees a node's address.
+- A node's 307 to the leader is followed here (at most `max_hops` and once per node), with
+  the body sent again: a node redirects before it acts. The caller never sees a node's
+  address. A 307 naming an address the gateway was not given (`http_servers`) sends the
+  request to the next node given instead.
 - A node that cannot be connected to is passed over (nothing was sent to it).
 - An `Origin` that is this gateway's own (its dashboard page) is sent as the node's own
   origin: the page came from the cluster, through its front door. Any other origin goes as
@@ -143,11 +145,15 @@ class HttpForwarder:
             if upstream.status == 307 and "Location" in upstream.headers:
                 named = urlsplit(upstream.headers["Location"]).netloc
                 upstream.release()
-                if named and named != target:
-                    if named != self.leader:
-                        log.info("gateway: the HTTP leader is %s", named)
-                    self.leader = named
+                if named != target:
                     self.proxy.metrics.redirects.labels("http").inc()
+                    # A leader address the gateway was not given may be one only callers
+                    # outside can reach (compose publishes 127.0.0.1:760N): ask the others
+                    # in turn instead; one of them leads.
+                    known = named if named in self.cfg.http_servers else ""
+                    if known and known != self.leader:
+                        log.info("gateway: the HTTP leader is %s", known)
+                    self.leader = known
                     continue
             return await self._relay(request, upstream)
         return _problem(503, "UNAVAILABLE", "gateway: no node's HTTP port answered; try again",

@@ -699,3 +699,29 @@ def test_grafana_dashboard_is_valid_json_with_panels():
     dash = json.loads((DEPLOY / "grafana/dashboards/gnomon.json").read_text())
     assert dash["uid"] == "gnomon" and len(dash["panels"]) >= 20
     assert all(p["targets"] and p["targets"][0]["expr"] for p in dash["panels"])
+
+
+def test_the_gateways_are_secure_and_front_every_node():
+    from gnomon.gateway.cli import config_from, parser
+
+    deployment = _kind("Deployment", "gnomon-gateway")
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["command"][0] == "gnomon-gateway"
+    cfg = config_from(parser().parse_args(container["command"][1:]))  # its own validation
+    assert cfg.tls_cert and cfg.tls_key and cfg.upstream_ca, "TLS on both sides"
+    replicas = _kind("StatefulSet")["spec"]["replicas"]
+    pods = [f"gnomon-{i}.gnomon-headless" for i in range(replicas)]
+    assert cfg.servers == tuple(f"{p}:7700" for p in pods)
+    assert cfg.http_servers == tuple(f"{p}:7600" for p in pods)
+    # Its files come from the README's Secret, and its certificate names its Service.
+    mounts = _secret_mounts(pod, container)
+    for path in (cfg.tls_cert, cfg.tls_key, cfg.upstream_ca):
+        secret = mounts[str(Path(path).parent)]
+        assert Path(path).name in _readme_secrets()[secret], path
+    certs = [c for c in _readme_commands("Kubernetes")
+             if c.startswith("python -m gnomon.node.certs") and "--gateway" in c]
+    assert certs and "gateway=gnomon-gateway" in certs[0]
+    service = _kind("Service", "gnomon-gateway")
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert {p["port"] for p in service["spec"]["ports"]} == {7600, 7700, 7900}
