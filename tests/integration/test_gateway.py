@@ -271,6 +271,23 @@ def test_a_gateway_counts_what_it_forwarded(env):
     assert gateway_metric(gw, "gnomon_gateway_streams") == 0
 
 
+async def test_a_revoked_token_is_refused_through_every_gateway_at_once(env):
+    """The nodes check the caller's token on every forwarded call: the first call after the
+    revocation committed is refused, over either gateway's gRPC and HTTP ports."""
+    gw = env["gateways"][1]
+    async with _client(env, gw.addr) as admin:
+        new = await admin.create_token("gw-reader", "tenant-reader", ["default"])
+        async with _client(env, gw.addr, token=new.secret) as reader:
+            await reader.list_jobs()
+            status, _, _ = _https(env, gw, "GET", "/v1/jobs", token=new.secret)
+            assert status == 200
+            await admin.revoke_token(new.token.token_id)
+            with pytest.raises(Unauthenticated, match="revoked"):
+                await reader.list_jobs()
+        status, _, body = _https(env, gw, "GET", "/v1/jobs", token=new.secret)
+        assert status == 401 and b"revoked" in body, body
+
+
 async def test_the_gateway_follows_a_new_leader_after_a_kill(env):
     """Last in the file: it kills the module cluster's leader."""
     cluster: LocalCluster = env["cluster"]
