@@ -40,7 +40,7 @@ from gnomon.node.raft.proposer import Proposer
 from gnomon.node.raft.startup import refuse_to_start
 from gnomon.node.replica import Replica
 from gnomon.node.security import grpc_tls
-from gnomon.node.security.auth import Authenticator, read_admin_token
+from gnomon.node.security.auth import Authenticator, Principal, read_admin_token
 from gnomon.node.security.reload import ServingCertificate
 from gnomon.node.spec.validate import InputLimits
 from gnomon.node.storage.history import HistoryError, HistoryStore
@@ -231,7 +231,8 @@ class Node:
         self.serving = (ServingCertificate(cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
                         if cfg.tls_cert else None)
         # One worker servicer for both ports: its lease calls are counted per node.
-        self.worker_servicer = WorkerServicer(cast(NodeApi, self), self.dispatcher, self.leases)
+        self.worker_servicer = WorkerServicer(cast(NodeApi, self), self.dispatcher, self.leases,
+                                              revalidate=self._revalidate)
         self.http = None
         if cfg.http_addr:  # before gRPC: a node that answers gRPC serves HTTP too
             from gnomon.node.api.http.server import HttpServer  # aiohttp only where it is served
@@ -340,6 +341,10 @@ class Node:
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await self._health.set("gnomon.v1.ClusterService", health_pb2.HealthCheckResponse.SERVING)
         return server
+
+    def _revalidate(self, principal: Principal) -> None:
+        with self.replica.lock:
+            self.authenticator.revalidate(principal)
 
     def _authenticator(self) -> Authenticator:
         cfg = self.config

@@ -151,6 +151,17 @@ class Authenticator:
             raise unauthenticated(MISSING)
         return self._principal(token)
 
+    def revalidate(self, principal: Principal) -> None:
+        """UNAUTHENTICATED when `principal`'s token was revoked, has expired or is gone since
+        it authenticated (a long-lived worker stream asks at every heartbeat). The bootstrap
+        admin and the anonymous principal have no replicated token to lose."""
+        if not (self.enabled and principal.token_id):
+            return
+        token = self._tokens().tokens.get(principal.token_id)  # type: ignore[attr-defined]
+        if token is None:
+            raise unauthenticated("authorization: unknown token")
+        self._principal(token)
+
     def _principal(self, token) -> Principal:
         if token.revoked_ms:
             raise unauthenticated(f"authorization: token {token.token_id} was revoked")

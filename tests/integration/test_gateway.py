@@ -288,6 +288,43 @@ async def test_a_revoked_token_is_refused_through_every_gateway_at_once(env):
         assert status == 401 and b"revoked" in body, body
 
 
+async def test_a_worker_stream_whose_token_is_revoked_ends_at_its_next_heartbeat(env):
+    gw = env["gateways"][1]
+    async with _client(env, gw.addr) as admin:
+        new = await admin.create_token("gw-worker", "worker", ["default"])
+        stop = threading.Event()
+        metadata = (("authorization", f"Bearer {new.secret}"),)
+
+        def messages() -> Iterator[worker_pb2.WorkerMessage]:
+            yield worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id="revoked-w"))
+            while not stop.wait(0.2):  # a heartbeat every 0.2 s
+                yield worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat())
+
+        def run_stream() -> tuple[int, grpc.RpcError | None]:
+            acks = 0
+            with gw.channel() as channel:
+                stream = worker_pb2_grpc.WorkerServiceStub(channel).Connect(
+                    messages(), metadata=metadata, timeout=WAIT_S)
+                try:
+                    for msg in stream:
+                        acks += msg.WhichOneof("msg") == "heartbeat_ack"
+                        if acks == 2:
+                            revoke_now.set()
+                except grpc.RpcError as err:
+                    return acks, err
+                finally:
+                    stop.set()
+            return acks, None
+
+        revoke_now = threading.Event()
+        ended = asyncio.get_running_loop().run_in_executor(None, run_stream)
+        assert await asyncio.get_running_loop().run_in_executor(None, revoke_now.wait, WAIT_S)
+        await admin.revoke_token(new.token.token_id)
+        acks, err = await ended
+    assert err is not None and err.code() == grpc.StatusCode.UNAUTHENTICATED, err
+    assert "was revoked" in err.details()
+
+
 async def test_the_gateway_follows_a_new_leader_after_a_kill(env):
     """Last in the file: it kills the module cluster's leader."""
     cluster: LocalCluster = env["cluster"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -39,6 +40,7 @@ from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leader.leases import LeaseTable
 from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
+from gnomon.node.security.auth import ANONYMOUS, AuthError, Principal
 from gnomon.node.spec.validate import ValidationError, validate_worker_id
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
 
@@ -113,6 +115,8 @@ class _Stream:
     written: int = 0
     # A status was sent (refused or dropped): the handler adds none of its own.
     aborted: bool = False
+    # Who opened it: its token is checked again at every heartbeat.
+    principal: Principal = ANONYMOUS
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -126,10 +130,14 @@ class _Report:
 
 
 class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
-    def __init__(self, node: NodeApi, dispatcher: Dispatcher, leases: LeaseTable):
+    def __init__(self, node: NodeApi, dispatcher: Dispatcher, leases: LeaseTable,
+                 revalidate: Callable[[Principal], None] = lambda principal: None):
+        """`revalidate(principal)` raises AuthError once the stream's token was revoked or
+        expired: asked at every heartbeat, so such a stream ends at its next one."""
         self.node = node
         self.dispatcher = dispatcher
         self.leases = leases
+        self.revalidate = revalidate
         self.polls = LeasePolls(node, dispatcher, leases)
 
     # -- without a stream (worker_poll.py) --------------------------------------------------
@@ -166,11 +174,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             await refuse_stream(request_iterator, context, "hello: the first message",
                                 self._drain_s)
         hello = first.hello
+        principal = current_principal()
         try:
             validate_worker_id(hello.worker_id)
             held = _tokens(hello.held, cfg.worker_max_heartbeat_leases, "hello.held")
             session = session_for(hello.worker_id, tuple(hello.queues), hello.accepts_batches,
-                                  current_principal(), cfg)
+                                  principal, cfg)
         except ValidationError as exc:
             await refuse_stream(request_iterator, context, str(exc), self._drain_s)
         # The scoped id, never the Hello's: a Hello ends (or resumes) only its own leases.
@@ -180,7 +189,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             node_id=cfg.node_id, heartbeat_interval_ms=cfg.heartbeat_interval_ms,
             lease_ttl_ms=cfg.lease_ttl_ms, resumed_tokens=valid)))
         stream = _Stream(session, context, request_iterator,
-                         asyncio.Semaphore(cfg.worker_max_pending_reports))
+                         asyncio.Semaphore(cfg.worker_max_pending_reports), principal=principal)
         reader = asyncio.create_task(self._read(stream))
         watchdog = asyncio.create_task(self._watch(stream))
         outbox = session.outbox
@@ -221,6 +230,11 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                                          "heartbeat.leases")
                     except ValidationError as exc:
                         await self._refuse(stream, str(exc))
+                        return
+                    try:
+                        self.revalidate(stream.principal)
+                    except AuthError as exc:
+                        await self._end_unauthenticated(stream, str(exc))
                         return
                     await self._heartbeat(session, tokens)
                 elif kind in ("complete", "fail", "reports"):
@@ -268,6 +282,20 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         self.dispatcher.detach(stream.session)
         try:
             await refuse_stream(stream.requests, stream.context, detail, self._drain_s)
+        except Exception:  # noqa: BLE001 - abort() raises by design (AbortError)
+            pass
+
+    async def _end_unauthenticated(self, stream: _Stream, detail: str) -> None:
+        """The stream's token was revoked or expired: nothing more is granted, renewed or
+        read; the stream ends with UNAUTHENTICATED (the worker self-fences its leases)."""
+        log.warning("worker %s: %s; stream ended", stream.session.worker_id, detail,
+                    extra=logs.fields(worker=stream.session.worker_id))
+        stream.aborted = True
+        self.dispatcher.detach(stream.session)
+        stream.session.outbox.clear()
+        stream.session.end()
+        try:
+            await stream.context.abort(grpc.StatusCode.UNAUTHENTICATED, detail)
         except Exception:  # noqa: BLE001 - abort() raises by design (AbortError)
             pass
 

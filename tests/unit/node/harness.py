@@ -522,7 +522,8 @@ class WorkerConn:
     stream ended with an exception."""
 
     def __init__(self, h, worker_id: str = "w1", *, principal=None, held=(),
-                 context: Context | None = None, clean: bool = False) -> None:
+                 context: Context | None = None, clean: bool = False,
+                 revalidate=None) -> None:
         from gnomon.node.api.grpc.access import set_principal
         from gnomon.node.api.grpc.worker import WorkerServicer
         from gnomon.node.security.auth import ANONYMOUS
@@ -532,7 +533,8 @@ class WorkerConn:
         self.stream.send(hello=worker_pb2.Hello(
             worker_id=worker_id, queues=["default"],
             held=[worker_pb2.LeaseRef(fencing_token=t) for t in held]))
-        svc = WorkerServicer(h, h.dispatcher, h.leases)
+        svc = WorkerServicer(h, h.dispatcher, h.leases,
+                             **({"revalidate": revalidate} if revalidate else {}))
         set_principal(principal or ANONYMOUS)
         self.task = asyncio.create_task(svc.Connect(self.stream, self.context))
 

@@ -16,7 +16,7 @@ from gnomon.node.api.grpc.worker import WorkerServicer
 from gnomon.node.core.model import TaskState
 from gnomon.node.leader.dispatch import WorkerSession
 from gnomon.node.leader.outbox import Outbox
-from gnomon.node.security.auth import ANONYMOUS
+from gnomon.node.security.auth import ANONYMOUS, AuthError, Principal
 from gnomon.v1 import worker_pb2
 
 from .harness import Context, Stream, WorkerConn, turns, until
@@ -238,3 +238,29 @@ async def test_a_refusal_waits_for_the_worker_to_stop_writing(make):
     await asyncio.gather(task, return_exceptions=True)
     assert context.aborted.code == S.INVALID_ARGUMENT
     assert context.aborted.details == "hello: the first message"
+
+
+async def test_a_stream_whose_token_was_revoked_ends_at_its_next_heartbeat(make):
+    h = await make()
+    await h.lead()
+    revoked: list[str] = []
+
+    def revalidate(principal):
+        if principal.token_id in revoked:
+            raise AuthError("UNAUTHENTICATED", f"authorization: token {principal.token_id} "
+                            "was revoked")
+
+    worker = Principal("w", "worker", ("default",), "t7")
+    conn = Conn(h, principal=worker, revalidate=revalidate)
+    await conn.wait("welcome")
+    conn.stream.send(heartbeat=worker_pb2.Heartbeat())
+    await conn.wait("heartbeat_ack")
+    assert list(h.dispatcher.sessions) == ["t7:w1"]
+    revoked.append("t7")
+    conn.stream.send(heartbeat=worker_pb2.Heartbeat())
+    await until(lambda: conn.context.aborted, "the stream's end")
+    assert conn.context.aborted.code == S.UNAUTHENTICATED
+    assert conn.context.aborted.details == "authorization: token t7 was revoked"
+    assert len(conn.of("heartbeat_ack")) == 1  # nothing renewed after the revocation
+    assert not h.dispatcher.sessions  # nothing more is granted to it
+    await conn.end()
