@@ -42,7 +42,11 @@ def module_cluster(root, overrides: dict[str, str] | None = None, *, request=Non
                            metrics=metrics, secure=secure).start()
     failed_before = request.session.testsfailed if request is not None else 0
     try:
-        cluster.leader()
+        leader = cluster.leader()
+        # A follower that has not yet heard from the leader answers "no leader" (a test that
+        # starts on a follower's dashboard would see that page).
+        wait_for(lambda: all(_knows_leader(cluster, n, leader.node_id) for n in cluster.nodes),
+                 timeout_s=30, what=f"every node to know {leader.node_id} as leader")
         if http:  # tests use followers' HTTP and gRPC ports at once
             wait_for(lambda: all(_port_up(a) for n in cluster.nodes
                                  for a in (n.http_addr, n.grpc_addr)), timeout_s=30,
@@ -52,6 +56,13 @@ def module_cluster(root, overrides: dict[str, str] | None = None, *, request=Non
         cluster.stop()
         if request is not None and request.session.testsfailed > failed_before:
             print(cluster.logs())
+
+
+def _knows_leader(cluster: LocalCluster, node, leader_id: str) -> bool:
+    try:
+        return cluster.status(node, include_digest=False).leader_node_id == leader_id
+    except grpc.RpcError:
+        return False
 
 
 def _port_up(addr: str) -> bool:
