@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from gnomon.node.local.cluster import LocalCluster, wait_for
-from gnomon.v1 import api_pb2, types_pb2
+from gnomon.v1 import api_pb2, types_pb2, worker_pb2
 from tests.support.jobs import every_second_job, once_job
 
 pytestmark = pytest.mark.integration
@@ -110,6 +110,20 @@ def test_retried_request_id_has_one_effect(cluster):
     names = [j.spec.name for j in jobs.ListJobs(api_pb2.ListJobsRequest(limit=1000),
                                                  timeout=5).jobs]
     assert names.count("retried") == 1
+
+
+def test_a_worker_stream_on_a_follower_is_redirected_every_time(cluster):
+    """The refusal comes after the Hello is read: a status that met the Hello's write still in
+    flight reached the worker (or a gateway forwarding it) as INTERNAL, without the hint."""
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader)
+    for i in range(30):
+        hello = worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=f"redirected-{i}"))
+        stream = follower.workers().Connect(iter([hello]), timeout=5)
+        with pytest.raises(grpc.RpcError) as err:
+            next(stream)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE, (i, err.value.details())
+        assert dict(err.value.trailing_metadata() or ()).get("gnomon-leader") == leader.grpc_addr
 
 
 def test_follower_redirects_writes_to_the_leader(cluster):

@@ -165,11 +165,14 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return self.node.config.stream_refusal_drain_ms / 1000
 
     async def Connect(self, request_iterator, context):  # noqa: N802
+        cfg = self.node.config
+        # The Hello is read before any refusal: a status that meets the client's write of it
+        # still in flight reaches the client (or a gateway forwarding it) as INTERNAL, and
+        # the redirect to the leader is lost.
+        first = await anext(request_iterator.__aiter__(), None)
         if not self.node.leadership.fresh():
             # Welcome renews held leases: only a leader that can prove it leads may do that.
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
-        cfg = self.node.config
-        first = await anext(request_iterator.__aiter__(), None)
         if first is None or first.WhichOneof("msg") != "hello":
             await refuse_stream(request_iterator, context, "hello: the first message",
                                 self._drain_s)
