@@ -32,8 +32,14 @@ def cluster(tmp_path, request):
         yield c
 
 
+# A deadline, not a speed: a change that hands the leadership over takes elections, and on a
+# machine shared with other test processes an election can take seconds (CI: the default 10 s
+# ran out removing the leader, after terms 1 to 9 while the new nodes joined).
+DEADLINE = ("--timeout", "60")
+
+
 def _members(c: LocalCluster) -> list[str]:
-    code, out, err = cli("-s", c.servers, "--json", "cluster", "status")
+    code, out, err = cli("-s", c.servers, *DEADLINE, "--json", "cluster", "status")
     assert code == 0, err
     return sorted(n["node_id"] for n in json.loads(out)["nodes"])
 
@@ -41,14 +47,15 @@ def _members(c: LocalCluster) -> list[str]:
 def _add(c: LocalCluster, node_id: str) -> dict:
     node = c.new_node(node_id)
     c.start_node(node_id, join=True)
-    code, out, err = cli("-s", c.servers, "--json", "cluster", "add-node", node_id,
+    code, out, err = cli("-s", c.servers, *DEADLINE, "--json", "cluster", "add-node", node_id,
                          "--raft", node.raft_addr, "--grpc", node.grpc_addr)
     assert code == 0, err
     return json.loads(out)
 
 
 def _remove(c: LocalCluster, node_id: str) -> dict:
-    code, out, err = cli("-s", c.servers, "--json", "cluster", "remove-node", node_id)
+    code, out, err = cli("-s", c.servers, *DEADLINE, "--json", "cluster", "remove-node",
+                         node_id)
     assert code == 0, err
     c.forget(node_id)
     return json.loads(out)
