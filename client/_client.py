@@ -694,6 +694,8 @@ class AsyncClient(AccessCalls):
         runs_retained_per_job: int | None = None,
         max_dead_letters: int | None = None,
         max_attempt_records: int | None = None,
+        max_tokens_per_tenant: int | None = None,
+        max_queue_circuits_per_tenant: int | None = None,
         expected_version: int = 0,
         request_id: str | None = None,
         timeout_s: float | None = None,
@@ -708,6 +710,8 @@ class AsyncClient(AccessCalls):
             runs_retained_per_job=runs_retained_per_job,
             max_dead_letters=max_dead_letters,
             max_attempt_records=max_attempt_records,
+            max_tokens_per_tenant=max_tokens_per_tenant,
+            max_queue_circuits_per_tenant=max_queue_circuits_per_tenant,
         )
         req = api_pb2.SetLimitsRequest(
             request_id=request_id or _new_request_id(),

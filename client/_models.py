@@ -447,6 +447,12 @@ class ClusterLimits:
     ``ClusterStatus.dead_letters_evicted``."""
     max_attempt_records: int | None = None
     """Finished attempts kept per task (``TaskInstance.attempts``)."""
+    max_tokens_per_tenant: int | None = None
+    """Tokens per tenant (>= 1; cluster-wide tokens count as one tenant), revoked and expired
+    ones included: a new token at the bound replaces the tenant's oldest dead one, else
+    ResourceExhausted."""
+    max_queue_circuits_per_tenant: int | None = None
+    """Queue circuit breakers per tenant (>= 1)."""
 
     dedupe_max_age = DurationField("None if not given")
 

@@ -236,6 +236,8 @@ class Config:
     runs_retained_per_job: int = 20
     max_dead_letters: int = 100_000
     max_attempt_records: int = 10
+    max_tokens_per_tenant: int = 1_000
+    max_queue_circuits_per_tenant: int = 1_000
     # Per-node history store of runs evicted from memory.
     history_max_runs_per_job: int = 10_000
     history_map_bytes: int = 8 << 30

@@ -583,6 +583,8 @@ LIMIT_HELP: dict[str, str] = {
     "runs_retained_per_job": "terminal runs kept in memory per job (older: history store)",
     "max_dead_letters": "dead-letter queue entries; beyond, the oldest leave (counted)",
     "max_attempt_records": "finished attempts kept per task",
+    "max_tokens_per_tenant": "tokens per tenant, revoked and expired included",
+    "max_queue_circuits_per_tenant": "queue circuit breakers per tenant",
 }
 
 

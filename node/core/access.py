@@ -88,6 +88,12 @@ class AccessState:
         if token.cert_subject:
             self.by_subject[token.cert_subject] = token.token_id
 
+    def forget(self, token_id: str) -> None:
+        token = self.tokens.pop(token_id)
+        self.by_hash.pop(token.secret_sha256, None)
+        if token.cert_subject:
+            self.by_subject.pop(token.cert_subject, None)
+
 
 @dataclass(frozen=True, slots=True)
 class CreateToken:
@@ -186,12 +192,40 @@ def _create_token(ctx: Any, cmd: CreateToken) -> TokenReply | Rejected:
         return Rejected(Code.ALREADY_EXISTS,
                         f"cert_subject: {cmd.cert_subject!r} already stands for token "
                         f"{access.by_subject[cmd.cert_subject]}")
+    dead = _dead_to_forget(ctx, cmd.tenants)
+    if isinstance(dead, Rejected):
+        return dead
+    for token_id in dead:
+        access.forget(token_id)
     access.token_seq += 1
     token_id = f"t{access.token_seq}"
     access.add(Token(token_id, cmd.name, cmd.role, tuple(sorted(cmd.tenants)),
                      cmd.secret_sha256, ctx.now, cmd.expires_ms, 0, cmd.created_by,
                      cmd.cert_subject))
     return TokenReply(token_id)
+
+
+def _dead_to_forget(ctx: Any, tenants: tuple[str, ...]) -> list[str] | Rejected:
+    """Room for one more token in each of `tenants` ("" stands for cluster-wide tokens)
+    under `max_tokens_per_tenant`: the ids of the oldest revoked or expired tokens to forget
+    for it, or RESOURCE_EXHAUSTED when a tenant is at the bound with live tokens only."""
+    bound, now = ctx.limits.max_tokens_per_tenant, ctx.now
+    forget: list[str] = []
+    for tenant in sorted(tenants) or [""]:
+        mine = [t for t in ctx.state.access.tokens.values()
+                if tenant in (t.tenants or ("",)) and t.token_id not in forget]
+        excess = len(mine) - bound + 1
+        if excess <= 0:
+            continue
+        dead = [t.token_id for t in mine
+                if t.revoked_ms or (t.expires_ms and t.expires_ms <= now)]
+        if len(dead) < excess:
+            return Rejected(Code.RESOURCE_EXHAUSTED,
+                            f"tenants: tenant {tenant or '(cluster-wide)'!r} has {len(mine)} "
+                            f"tokens, the most max_tokens_per_tenant ({bound}) allows, none of "
+                            "them revoked or expired; revoke one first")
+        forget += dead[:excess]
+    return forget
 
 
 def _revoke_token(ctx: Any, cmd: RevokeToken) -> TokenReply | Rejected:

@@ -51,9 +51,18 @@ def _set_queue_circuit(ctx: Ctx, cmd: SetQueueCircuit) -> Reply:
         return rejected
     if old is not None and old.breaker == cmd.breaker:
         return Done()  # the same rule again keeps the state
+    if old is None and _circuits_of(table, cmd.tenant) >= ctx.limits.max_queue_circuits_per_tenant:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"queue: tenant {cmd.tenant!r} has "
+                        f"{ctx.limits.max_queue_circuits_per_tenant} queue circuit breakers, the "
+                        "most max_queue_circuits_per_tenant allows; remove one first")
     circuit = _reset(old.circuit) if old is not None else CLOSED_CIRCUIT
     table[key] = QueueCircuit(cmd.tenant, cmd.queue, cmd.breaker, circuit)
     return Done()
+
+
+def _circuits_of(table: dict[str, QueueCircuit], tenant: str) -> int:
+    return sum(1 for qc in table.values() if qc.tenant == tenant)
 
 
 def _reset_circuit(ctx: Ctx, cmd: ResetCircuit) -> Reply:

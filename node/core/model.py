@@ -396,6 +396,11 @@ class Limits:
     max_dead_letters: int = 100_000
     # Finished attempts kept per task instance (the newest).
     max_attempt_records: int = 10
+    # Tokens per tenant (cluster-wide tokens count under ""), revoked and expired ones
+    # included: a new token beyond it first forgets that tenant's oldest dead token, if any.
+    max_tokens_per_tenant: int = 1_000
+    # Queue circuit breakers (SetQueueCircuit) per tenant.
+    max_queue_circuits_per_tenant: int = 1_000
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,8 @@ LIMIT_MINIMUMS = {
     "runs_retained_per_job": 0,
     "max_dead_letters": 1,
     "max_attempt_records": 0,
+    "max_tokens_per_tenant": 1,
+    "max_queue_circuits_per_tenant": 1,
 }
 
 

@@ -72,9 +72,12 @@ LIMIT_CHOICES: dict[str, list[int]] = {
     "runs_retained_per_job": [0, 1, 2, 4],
     "max_dead_letters": [1, 2, 3, 10],
     "max_attempt_records": [0, 1, 2, 5],
+    "max_tokens_per_tenant": [1, 2, 1_000],
+    "max_queue_circuits_per_tenant": [1, 2, 1_000],
 }
 # Smallest valid value per field (raft.proto / ClusterLimits); anything below is rejected.
-LIMIT_MINIMUMS = {name: 1 if name == "max_dead_letters" else 0 for name in LIMIT_CHOICES}
+AT_LEAST_ONE = ("max_dead_letters", "max_tokens_per_tenant", "max_queue_circuits_per_tenant")
+LIMIT_MINIMUMS = {name: 1 if name in AT_LEAST_ONE else 0 for name in LIMIT_CHOICES}
 assert set(LIMIT_CHOICES) == {f.name for f in fields(Limits)}
 
 index = st.integers(min_value=0, max_value=10_000)

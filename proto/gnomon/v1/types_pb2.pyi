@@ -425,18 +425,22 @@ class Run(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., scheduled_for_ms: _Optional[int] = ..., state: _Optional[_Union[RunState, str]] = ..., trigger: _Optional[_Union[RunTrigger, str]] = ..., created_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[TaskInstance, _Mapping]]] = ..., job_version: _Optional[int] = ..., reason: _Optional[str] = ..., cancel_requested: _Optional[bool] = ..., fire_delay_ms: _Optional[int] = ..., params: _Optional[bytes] = ...) -> None: ...
 
 class ClusterLimits(_message.Message):
-    __slots__ = ("dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters", "max_attempt_records")
+    __slots__ = ("dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters", "max_attempt_records", "max_tokens_per_tenant", "max_queue_circuits_per_tenant")
     DEDUPE_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     DEDUPE_MAX_AGE_MS_FIELD_NUMBER: _ClassVar[int]
     RUNS_RETAINED_PER_JOB_FIELD_NUMBER: _ClassVar[int]
     MAX_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPT_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_TOKENS_PER_TENANT_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUE_CIRCUITS_PER_TENANT_FIELD_NUMBER: _ClassVar[int]
     dedupe_capacity: int
     dedupe_max_age_ms: int
     runs_retained_per_job: int
     max_dead_letters: int
     max_attempt_records: int
-    def __init__(self, dedupe_capacity: _Optional[int] = ..., dedupe_max_age_ms: _Optional[int] = ..., runs_retained_per_job: _Optional[int] = ..., max_dead_letters: _Optional[int] = ..., max_attempt_records: _Optional[int] = ...) -> None: ...
+    max_tokens_per_tenant: int
+    max_queue_circuits_per_tenant: int
+    def __init__(self, dedupe_capacity: _Optional[int] = ..., dedupe_max_age_ms: _Optional[int] = ..., runs_retained_per_job: _Optional[int] = ..., max_dead_letters: _Optional[int] = ..., max_attempt_records: _Optional[int] = ..., max_tokens_per_tenant: _Optional[int] = ..., max_queue_circuits_per_tenant: _Optional[int] = ...) -> None: ...
 
 class DeadLetter(_message.Message):
     __slots__ = ("run_id", "task_name", "job_id", "tenant", "attempts", "last_error", "dead_ms")

@@ -656,7 +656,8 @@ def test_cluster_status_pins_a_node(fake):
 
 LIMITS = ClusterLimits(
     dedupe_capacity=100_000, dedupe_max_age_ms=86_400_000, runs_retained_per_job=20,
-    max_dead_letters=100_000, max_attempt_records=10,
+    max_dead_letters=100_000, max_attempt_records=10, max_tokens_per_tenant=1_000,
+    max_queue_circuits_per_tenant=1_000,
 )
 
 
@@ -687,7 +688,8 @@ def test_cluster_limits_table_and_json(fake):
     assert rows == {
         "dedupe_capacity": "100000", "dedupe_max_age_ms": "86400000",
         "runs_retained_per_job": "20", "max_dead_letters": "100000",
-        "max_attempt_records": "10",
+        "max_attempt_records": "10", "max_tokens_per_tenant": "1000",
+        "max_queue_circuits_per_tenant": "1000",
     }
     assert "limits version  3" in out and "(1d00h)" in out
     code, out, _ = run(fake, "cluster", "limits", "--json")

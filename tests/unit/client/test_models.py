@@ -116,8 +116,8 @@ def test_attempt_records():
 
 
 def test_cluster_limits_items_are_in_declaration_order():
-    limits = ClusterLimits(max_attempt_records=5)
-    assert limits.items()[-1] == ("max_attempt_records", 5)
+    limits = ClusterLimits(max_queue_circuits_per_tenant=5)
+    assert limits.items()[-1] == ("max_queue_circuits_per_tenant", 5)
     assert [name for name, _ in limits.items()][0] == "dedupe_capacity"
     assert all(value is None for _, value in limits.items()[:-1])
 

@@ -144,3 +144,49 @@ def test_payload_bytes_quota_counts_creates_updates_and_deletes():
     assert state_codec.decode_tables(tables).access.payload_bytes == {"acme": 9}
     _apply(st, c.DeleteJob("d", first.job_id))
     assert "acme" not in st.access.payload_bytes
+
+
+def _bounded(bound: int):
+    import dataclasses
+
+    from gnomon.node.core.model import Limits
+
+    st = new_state()
+    st.limits = dataclasses.replace(Limits(), max_tokens_per_tenant=bound)
+    return st
+
+
+def test_a_tenant_at_its_token_bound_is_refused_and_nothing_changes():
+    st = _bounded(2)
+    _apply(st, _create(secret="a"), _create(secret="b"), _create(tenants=("globex",), secret="g"))
+    before = (dict(st.access.tokens), dict(st.access.by_hash), st.access.token_seq)
+    (reply,) = _apply(st, _create(secret="c"))
+    assert reply.code == Code.RESOURCE_EXHAUSTED
+    assert "'acme' has 2 tokens, the most max_tokens_per_tenant (2)" in reply.detail
+    assert (dict(st.access.tokens), dict(st.access.by_hash), st.access.token_seq) == before
+    # Another tenant's room is its own.
+    (reply,) = _apply(st, _create(tenants=("globex",), secret="g2"))
+    assert reply == TokenReply("t4")
+
+
+def test_at_the_bound_the_oldest_dead_token_of_the_tenant_is_forgotten():
+    st = _bounded(2)
+    _apply(st, _create(secret="a"), _create(secret="b", expires_ms=T0 + 10))
+    _apply(st, RevokeToken("rev", "t1"))
+    (reply,) = _apply(st, _create(secret="c"), now=T0 + 5)  # t1 revoked: forgotten
+    assert reply == TokenReply("t3") and sorted(st.access.tokens) == ["t2", "t3"]
+    assert _hash("a") not in st.access.by_hash
+    (reply,) = _apply(st, _create(secret="d"), now=T0 + 20)  # t2 expired: forgotten
+    assert reply == TokenReply("t4") and sorted(st.access.tokens) == ["t3", "t4"]
+
+
+def test_a_multi_tenant_token_needs_room_in_every_tenant_and_cluster_tokens_count_apart():
+    st = _bounded(1)
+    _apply(st, _create(tenants=("globex",), secret="g"))
+    (reply,) = _apply(st, _create(tenants=("acme", "globex"), secret="both"))
+    assert reply.code == Code.RESOURCE_EXHAUSTED and "'globex'" in reply.detail
+    assert sorted(st.access.tokens) == ["t1"]
+    (reply,) = _apply(st, _create(role="admin", tenants=(), secret="root"))
+    assert reply == TokenReply("t2")
+    (reply,) = _apply(st, _create(role="admin", tenants=(), secret="root2"))
+    assert reply.code == Code.RESOURCE_EXHAUSTED and "(cluster-wide)" in reply.detail

@@ -115,3 +115,21 @@ def test_bad_rules_are_refused_naming_the_field(h):
     h.rejects(SetQueueCircuit("", "acme", "q", dataclasses.replace(BREAKER, cooldown_ms=5)),
               Code.INVALID_ARGUMENT, "breaker.cooldown_ms")
     h.rejects(SetQueueCircuit("", "acme", "q", None), Code.NOT_FOUND, "has no circuit breaker")
+
+
+def test_a_tenant_at_its_queue_circuit_bound_is_refused_and_may_still_change_its_own(h):
+    from gnomon.node.core.model import Limits
+
+    h.state.limits = dataclasses.replace(Limits(), max_queue_circuits_per_tenant=2)
+    _set(h, queue="q1")
+    _set(h, queue="q2")
+    _set(h, tenant="globex", queue="q1")  # another tenant's count is its own
+    before = dict(h.state.queue_circuits)
+    h.rejects(SetQueueCircuit("", "acme", "q3", BREAKER), Code.RESOURCE_EXHAUSTED,
+              "queue: tenant 'acme' has 2 queue circuit breakers, the most "
+              "max_queue_circuits_per_tenant allows; remove one first")
+    assert h.state.queue_circuits == before
+    _set(h, dataclasses.replace(BREAKER, window_runs=5), queue="q1")  # a change is allowed
+    reply, _ = h.one(SetQueueCircuit("", "acme", "q2", None))  # so is a removal...
+    assert isinstance(reply, Done)
+    _set(h, queue="q3")  # ...which makes room
