@@ -439,3 +439,34 @@ def test_replay_all_replays_only_the_callers_tenants_dead_letters(cluster, world
     assert {t.run_id for t in reply.replayed} == {dead["acme"]}
     left = admin.call(admin.jobs, "ListDeadLetters", api_pb2.ListDeadLettersRequest())
     assert dead["globex"] in {d.run_id for d in left.dead_letters}
+
+
+def test_tokens_of_a_tenant_are_bounded_and_a_refusal_names_the_limit(cluster, world):
+    admin = world["admin"]
+
+    def set_bound(n: int, rid: str) -> None:
+        admin.call(admin.cluster, "SetLimits", api_pb2.SetLimitsRequest(
+            request_id=rid, limits=types_pb2.ClusterLimits(max_tokens_per_tenant=n)))
+
+    def create(rid: str):
+        return admin.call(admin.access, "CreateToken", api_pb2.CreateTokenRequest(
+            request_id=rid, name=rid, role="worker", tenants=["initech"]))
+
+    set_bound(2, "bound-2")
+    try:
+        first, _second = create("initech-1"), create("initech-2")
+        before = _snapshot(world)
+        with pytest.raises(grpc.RpcError) as err:
+            create("initech-3")
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "max_tokens_per_tenant (2)" in err.value.details()
+        assert _snapshot(world) == before
+        admin.call(admin.access, "RevokeToken", api_pb2.RevokeTokenRequest(
+            request_id="initech-revoke", token_id=first.token.token_id))
+        third = create("initech-4")  # the revoked one makes room, and is forgotten
+        listed = admin.call(admin.access, "ListTokens", api_pb2.ListTokensRequest(
+            include_inactive=True)).tokens
+        ids = {t.token_id for t in listed if list(t.tenants) == ["initech"]}
+        assert third.token.token_id in ids and first.token.token_id not in ids and len(ids) == 2
+    finally:
+        set_bound(1_000, "bound-back")
