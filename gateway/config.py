@@ -30,6 +30,13 @@ class GatewayConfig:
     max_calls: int = 20_000
     # Client messages of one stream read ahead of the node's answer (per-stream budget).
     stream_buffer_messages: int = 64
+    # Worker streams: "relay" (every worker over one multiplexed stream to the leader,
+    # relay.py) or "stream" (each its own stream to the leader).
+    worker_upstream: str = "relay"
+    # Frames in one relay message at most, and messages queued for one relayed worker and not
+    # yet read by it (beyond: its call ends RESOURCE_EXHAUSTED).
+    relay_batch_frames: int = 1_024
+    relay_worker_buffer_messages: int = 2_048
     # A call redirected this many times by leader hints is answered with the last hint.
     max_hops: int = 3
     # How often the nodes' health is probed (the gateway's own health follows it).
@@ -68,8 +75,11 @@ class GatewayConfig:
             _check_addr("http_advertise", self.http_advertise)
         if self.metrics_listen_addr:
             _check_addr("metrics_listen_addr", self.metrics_listen_addr)
+        if self.worker_upstream not in ("relay", "stream"):
+            raise ConfigError(f"worker_upstream: 'relay' or 'stream', not {self.worker_upstream!r}")
         for name in ("max_calls", "stream_buffer_messages", "max_hops", "probe_interval_ms",
-                     "http_max_body_bytes"):
+                     "http_max_body_bytes", "relay_batch_frames",
+                     "relay_worker_buffer_messages"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be at least 1, not {getattr(self, name)}")
 

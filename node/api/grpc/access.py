@@ -66,6 +66,9 @@ _PRINCIPAL: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(
 # The RPC being served ("JobService.CreateJob"), set with the principal.
 _METHOD: contextvars.ContextVar[str] = contextvars.ContextVar("gnomon_method", default="")
 OPEN_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
+# The gateway's relay carries other callers' streams, each authenticated with its own
+# metadata when it opens (authenticate_relayed); the relay itself acts for no one.
+PER_STREAM_SERVICES = ("/gnomon.v1.GatewayService/",)
 SECRET_BYTES = 32
 
 
@@ -345,7 +348,7 @@ class AccessGuard(grpc.aio.ServerInterceptor):
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or method.startswith(OPEN_SERVICES):
+        if handler is None or method.startswith(OPEN_SERVICES + PER_STREAM_SERVICES):
             return handler
         try:
             with self._node.replica.lock:
@@ -356,6 +359,15 @@ class AccessGuard(grpc.aio.ServerInterceptor):
         except AuthError as exc:
             return _refusing(handler, exc)
         return _wrapped(handler, method, principal, self)
+
+    def authenticate_relayed(self, metadata, method: str) -> Principal:
+        """The principal of a stream a gateway relays, from the stream's own metadata (no
+        client certificate: the gateway terminated TLS), checked against `method`'s rule.
+        Raises AuthError."""
+        with self._node.replica.lock:
+            principal = self._authenticator.authenticate(metadata)
+        _check(method, principal, None, self._lookup)
+        return principal
 
     async def principal_of(self, principal: Principal | None, context) -> Principal:
         """`principal`, or the one the call's verified client certificate stands for."""

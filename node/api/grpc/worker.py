@@ -165,6 +165,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return self.node.config.stream_refusal_drain_ms / 1000
 
     async def Connect(self, request_iterator, context):  # noqa: N802
+        await self.serve(request_iterator, context, current_principal())
+
+    async def serve(self, request_iterator, context, principal: Principal) -> None:
+        """One worker stream, a worker's own or one a gateway relays (relay.py): WorkerMessages
+        from `request_iterator`, answers through `context.write`, the end through
+        `context.abort`; run as `principal`."""
         cfg = self.node.config
         # The Hello is read before any refusal: a status that meets the client's write of it
         # still in flight reaches the client (or a gateway forwarding it) as INTERNAL, and
@@ -177,7 +183,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             await refuse_stream(request_iterator, context, "hello: the first message",
                                 self._drain_s)
         hello = first.hello
-        principal = current_principal()
         try:
             validate_worker_id(hello.worker_id)
             held = _tokens(hello.held, cfg.worker_max_heartbeat_leases, "hello.held")
