@@ -34,7 +34,7 @@ def parser() -> argparse.ArgumentParser:
                    help="calls and streams in flight at once (default %(default)s)")
     p.add_argument("--stream-buffer", type=int, default=64, metavar="MESSAGES",
                    help="a stream's messages read ahead of the node (default %(default)s)")
-    p.add_argument("--worker-upstream", choices=("relay", "stream"), default="relay",
+    p.add_argument("--worker-upstream", choices=("relay", "stream"), default="stream",
                    help="worker streams over one multiplexed relay to the leader, or each "
                         "its own stream (default %(default)s)")
     p.add_argument("--http-listen", default="", metavar="HOST:PORT",

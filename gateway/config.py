@@ -32,7 +32,7 @@ class GatewayConfig:
     stream_buffer_messages: int = 64
     # Worker streams: "relay" (every worker over one multiplexed stream to the leader,
     # relay.py) or "stream" (each its own stream to the leader).
-    worker_upstream: str = "relay"
+    worker_upstream: str = "stream"
     # Frames in one relay message at most, and messages queued for one relayed worker and not
     # yet read by it (beyond: its call ends RESOURCE_EXHAUSTED).
     relay_batch_frames: int = 1_024
