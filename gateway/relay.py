@@ -8,6 +8,10 @@ the heartbeats, credits and reports of many workers in one message, so the leade
 per-message cost of gRPC per batch, not per worker.
 
 Rules:
+- The relay call carries the gateway's own token (`relay_token_file`, a `gateway` or admin
+  token): the leader authenticates it before it reads a frame. Each worker stream still
+  carries its worker's metadata, and the leader authenticates it as a direct Connect: the
+  gateway's token gives no worker any right.
 - A stream opens only on a relay that the leader accepted (its first, empty RelayDown).
 - When the relay ends (leader change, the leader unreachable, the gateway stopping), every
   worker's call ends with UNAVAILABLE and `gnomon-leader` = this gateway: the workers come
@@ -16,7 +20,7 @@ Rules:
   to the relay (then its call is not read: HTTP/2 flow control pushes back on it alone), and
   at most `relay_worker_buffer_messages` messages queued down and not yet read by it (beyond,
   its call ends RESOURCE_EXHAUSTED: it does not read). One RelayUp carries at most
-  `relay_batch_frames` frames.
+  `relay_batch_frames` frames and about MAX_BATCH_BYTES (a larger frame goes alone).
 
 Loop thread only.
 """
@@ -44,6 +48,9 @@ RELAY = "/gnomon.v1.GatewayService/Relay"
 # How long a worker that connects while no relay is up waits for one before UNAVAILABLE.
 READY_WAIT_S = 5.0
 RETRY_MIN_S, RETRY_MAX_S = 0.05, 1.0
+# Bytes of frames in one RelayUp, about: the nodes take messages of at most 16 MiB.
+MAX_BATCH_BYTES = 4 << 20
+_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
 
 @dataclass(eq=False)
@@ -70,10 +77,13 @@ class _Link:
 class Relay:
     """The gateway's relay to the leader, and the workers' Connect calls on it."""
 
-    def __init__(self, cfg: GatewayConfig, upstream: Upstream, metrics: GatewayMetrics):
+    def __init__(self, cfg: GatewayConfig, upstream: Upstream, metrics: GatewayMetrics,
+                 token: str):
+        """`token`: the relay call's bearer token (config relay_token_file)."""
         self.cfg = cfg
         self.upstream = upstream
         self.metrics = metrics
+        self._metadata = (("authorization", f"Bearer {token}"),)
         self.link: _Link | None = None
         self._ready = asyncio.Event()
         self._ids = itertools.count(1)
@@ -100,7 +110,7 @@ class Relay:
         method = self.upstream.channel(addr).stream_stream(
             RELAY, request_serializer=relay_pb2.RelayUp.SerializeToString,
             response_deserializer=relay_pb2.RelayDown.FromString)
-        call = method()
+        call = method(metadata=self._metadata)
         try:
             first = await call.read()
         except grpc.aio.AioRpcError as err:
@@ -109,6 +119,10 @@ class Relay:
             if err.code() == grpc.StatusCode.UNAVAILABLE and hint and hint != addr:
                 self.upstream.learn(hint)
                 return True
+            if err.code() in _REFUSED:  # the node is up; our token is not good enough
+                log.warning("gateway: relay to %s refused: %s %s (relay_token_file)", addr,
+                            err.code().name, err.details())
+                return False
             log.debug("gateway: relay to %s refused: %s", addr, err.code().name)
             self.upstream.unreachable(addr)
             return False
@@ -143,8 +157,10 @@ class Relay:
         limit = self.cfg.relay_batch_frames
         while True:
             items = [await link.up.get()]
-            while len(items) < limit and not link.up.empty():
+            size = items[0][0].ByteSize()
+            while len(items) < limit and not link.up.empty() and size < MAX_BATCH_BYTES:
                 items.append(link.up.get_nowait())
+                size += items[-1][0].ByteSize()
             await link.call.write(relay_pb2.RelayUp(frames=[f for f, _ in items]))
             self.metrics.relay_batches.labels("up").inc()
             self.metrics.relay_batch_frames.labels("up").observe(len(items))
@@ -201,6 +217,7 @@ class Relay:
             await context.abort(grpc.StatusCode.UNAVAILABLE,
                                 "gateway: no leader to relay to yet; retry",
                                 trailing_metadata=((LEADER_KEY, self.cfg.hint_addr),))
+            return
         worker = _Worker(next(self._ids), asyncio.Semaphore(self.cfg.stream_buffer_messages),
                          asyncio.Queue(), link)
         link.workers[worker.stream_id] = worker
@@ -224,9 +241,12 @@ class Relay:
                     stream_id=worker.stream_id, close=relay_pb2.RelayClose(cancelled=True)), None))
 
     async def _link(self) -> _Link | None:
-        if self.link is None:
+        """The relay, once up (at most READY_WAIT_S from now); None if it is not."""
+        deadline = asyncio.get_running_loop().time() + READY_WAIT_S
+        while self.link is None:
+            remaining = deadline - asyncio.get_running_loop().time()
             try:
-                await asyncio.wait_for(self._ready.wait(), READY_WAIT_S)
+                await asyncio.wait_for(self._ready.wait(), max(remaining, 0))
             except TimeoutError:
                 return None
         return self.link

@@ -37,7 +37,7 @@ class Gateway:
         self.cfg = cfg
         self.metrics = GatewayMetrics()
         self.upstream = Upstream(cfg)
-        self.relay = (Relay(cfg, self.upstream, self.metrics)
+        self.relay = (Relay(cfg, self.upstream, self.metrics, cfg.relay_token())
                       if cfg.worker_upstream == "relay" else None)
         self.proxy = Proxy(cfg, self.upstream, self.metrics, self.relay)
         self.stopping = asyncio.Event()

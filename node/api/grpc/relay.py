@@ -7,13 +7,18 @@ its answers and its end go to the relay's down queue, which one writer sends as 
 RelayDown for whatever the streams queued meanwhile). The gateway's many heartbeats, credits
 and reports arrive in few messages; the leader's per-message cost of gRPC is per batch.
 
+The Relay call itself needs a `gateway` (or admin) token: the access guard (RULES) refuses
+any other caller before a frame is read, so an unauthenticated caller can neither hold one
+of the `max_relays` places nor make this node parse frames.
+
 Bounds (config): `max_relays` relays at once (RESOURCE_EXHAUSTED beyond);
 `relay_max_streams` streams open on one relay (an Open beyond is ended RESOURCE_EXHAUSTED);
 `relay_max_frames` frames in one RelayUp (more ends the relay INVALID_ARGUMENT);
 `relay_stream_buffer_messages` messages of one stream not yet taken by its servicer (beyond,
 that stream ends RESOURCE_EXHAUSTED and the others go on: one flooding worker slows no other);
 `relay_down_max_frames` frames queued towards the gateway (a full queue makes the streams'
-writes wait: the gateway's flow control reaches them).
+writes wait: the gateway's flow control reaches them); a RelayDown carries at most
+`relay_max_frames` frames and about MAX_BATCH_BYTES.
 
 The relay ends with UNAVAILABLE and `gnomon-leader` when this node stops leading, after
 every stream on it was ended so (their workers reconnect, with `held`).
@@ -25,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -35,7 +40,7 @@ from gnomon.node.api.grpc.base import NodeApi
 from gnomon.node.api.grpc.decode import explain, refuse_stream
 from gnomon.node.api.grpc.errors import NotLeader, abort
 from gnomon.node.api.grpc.worker import WorkerServicer
-from gnomon.node.ops import logs
+from gnomon.node.security.admission import RETRY_AFTER_KEY
 from gnomon.node.security.auth import AuthError, Principal
 from gnomon.v1 import relay_pb2, relay_pb2_grpc, worker_pb2
 
@@ -44,6 +49,8 @@ log = logging.getLogger(__name__)
 # The worker stream's method: a relayed stream passes its access rule.
 CONNECT = "/gnomon.v1.WorkerService/Connect"
 _CLOSED = object()  # the worker finished sending, went away, or its stream ended here
+# Bytes of frames in one RelayDown, about: a gateway takes messages of at most 16 MiB.
+MAX_BATCH_BYTES = 4 << 20
 
 Authenticate = Callable[[tuple[tuple[str, str], ...], str], Principal]
 
@@ -70,7 +77,7 @@ class _RelayedCall:
                                                   message=msg.SerializeToString()))
 
     async def abort(self, code: grpc.StatusCode, details: str = "",
-                    trailing_metadata: Any = ()) -> None:
+                    trailing_metadata: Any = ()) -> NoReturn:
         await self.end(code, details, trailing_metadata)
         raise grpc.aio.AbortError(details)
 
@@ -104,8 +111,7 @@ class _RelayedCall:
                 msg = worker_pb2.WorkerMessage.FromString(item)
             except DecodeError:
                 await refuse_stream(self.requests(), self, explain(
-                    worker_pb2.WorkerMessage.DESCRIPTOR, item), drain_s)
-                return  # pragma: no cover - refuse_stream raises
+                    worker_pb2.WorkerMessage.DESCRIPTOR, item), drain_s)  # type: ignore[arg-type]
             yield msg
 
 
@@ -129,8 +135,10 @@ class _Relay:
         """Send the down queue in batches: whatever is queued when a write can go out."""
         while True:
             frames = [await self.down.get()]
-            while len(frames) < max_frames and not self.down.empty():
+            size = frames[0].ByteSize()
+            while len(frames) < max_frames and not self.down.empty() and size < MAX_BATCH_BYTES:
                 frames.append(self.down.get_nowait())
+                size += frames[-1].ByteSize()
             await context.write(relay_pb2.RelayDown(frames=frames))
 
 
@@ -150,6 +158,7 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
         self._lost = asyncio.Event()
 
     async def Relay(self, request_iterator, context):  # noqa: N802
+        """One gateway's relay (the access guard admitted its gateway or admin token)."""
         cfg = self.node.config
         if not self.node.leadership.fresh():
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
@@ -157,25 +166,31 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
                                 f"relay: {len(self.relays)} relays open, the most max_relays "
                                 f"({cfg.max_relays}) allows",
-                                trailing_metadata=(("retry-after-ms", "1000"),))
-        await context.write(relay_pb2.RelayDown())  # accepted: the gateway opens streams
+                                trailing_metadata=((RETRY_AFTER_KEY, "1000"),))
         relay = _Relay(self.node, cfg.relay_down_max_frames)
-        self.relays.add(relay)
-        lost = self._lost
-        writer = asyncio.create_task(relay.write_loop(context, cfg.relay_max_frames))
-        reader = asyncio.create_task(self._read(relay, request_iterator, context))
+        self.relays.add(relay)  # before any await: two relays never both take the last place
         try:
-            await asyncio.wait({writer, reader, asyncio.create_task(lost.wait())},
-                               return_when=asyncio.FIRST_COMPLETED)
-            if reader.done() and reader.exception() is not None:
-                raise reader.exception()  # type: ignore[misc]
+            await context.write(relay_pb2.RelayDown())  # accepted: the gateway opens streams
+            await self._serve_relay(relay, request_iterator, context)
         finally:
-            reader.cancel()
-            self._end_all(relay)
-            writer.cancel()
             self.relays.discard(relay)
         if not self.node.leadership.ready:
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
+
+    async def _serve_relay(self, relay: _Relay, requests: Any, context: Any) -> None:
+        """Until the gateway stops sending, the relay breaks, or this node stops leading."""
+        lost = asyncio.ensure_future(self._lost.wait())
+        writer = asyncio.create_task(relay.write_loop(context, self.node.config.relay_max_frames))
+        reader = asyncio.create_task(self._read(relay, requests, context))
+        try:
+            await asyncio.wait({writer, reader, lost}, return_when=asyncio.FIRST_COMPLETED)
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                raise reader.exception()  # type: ignore[misc]
+        finally:
+            for task in (reader, lost):
+                task.cancel()
+            self._end_all(relay)
+            writer.cancel()
 
     async def _read(self, relay: _Relay, requests: Any, context: Any) -> None:
         limit = self.node.config.relay_max_frames
@@ -244,8 +259,7 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
         detail = (f"worker stream: {call.limit} messages relayed and not yet taken "
                   "(relay_stream_buffer_messages); the worker sends faster than the leader "
                   "takes its messages")
-        log.warning("relayed worker stream %d ended: %s", call.stream_id, detail,
-                    extra=logs.fields(stream=call.stream_id))
+        log.warning("relayed worker stream %d ended: %s", call.stream_id, detail)
         call.take(_CLOSED)
         await call.end(grpc.StatusCode.RESOURCE_EXHAUSTED, detail)
 

@@ -38,6 +38,7 @@ from gnomon.node.core import commands as c
 from gnomon.node.core.model import State
 from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leader.leases import LeaseTable
+from gnomon.node.leader.outbox import Outbox
 from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
 from gnomon.node.security.auth import ANONYMOUS, AuthError, Principal
@@ -62,7 +63,7 @@ def _tokens(refs, limit: int, field: str) -> list[int]:
     return list(dict.fromkeys(ref.fencing_token for ref in refs))
 
 
-def _drain(first: worker_pb2.ServerMessage | None, outbox: asyncio.Queue) -> list:
+def _drain(first: worker_pb2.ServerMessage | None, outbox: Outbox) -> list:
     """`first` and whatever else is queued now, in order, with each run of consecutive
     Assigns and ReportAcks merged into one ServerBatch (at most MAX_BATCH_MESSAGES and
     about MAX_BATCH_BYTES); a None (end of session) ends the list."""

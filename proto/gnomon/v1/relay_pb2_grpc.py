@@ -26,7 +26,8 @@ if _version_not_supported:
 
 
 class GatewayServiceStub:
-    """Missing associated documentation comment in .proto file."""
+    """The leader's side of gateways (gnomon-gateway --worker-upstream relay).
+    """
 
     def __init__(self, channel):
         """Constructor.
@@ -42,10 +43,14 @@ class GatewayServiceStub:
 
 
 class GatewayServiceServicer:
-    """Missing associated documentation comment in .proto file."""
+    """The leader's side of gateways (gnomon-gateway --worker-upstream relay).
+    """
 
     def Relay(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """One gateway's worker streams, multiplexed. Needs a gateway or admin token; the first
+        RelayDown (empty) says the relay is accepted. Bounds: the node's max_relays (beyond:
+        RESOURCE_EXHAUSTED), relay_max_frames per message and relay_max_streams per relay.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -67,7 +72,8 @@ def add_GatewayServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class GatewayService:
-    """Missing associated documentation comment in .proto file."""
+    """The leader's side of gateways (gnomon-gateway --worker-upstream relay).
+    """
 
     @staticmethod
     def Relay(request_iterator,
