@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from gnomon.v1 import api_pb2
 
-Role = Literal["admin", "tenant-admin", "tenant-writer", "tenant-reader", "worker"]
+Role = Literal["admin", "tenant-admin", "tenant-writer", "tenant-reader", "worker", "gateway"]
 ACCESS_SERVICE = "access"
 
 
@@ -126,8 +126,9 @@ class AccessCalls:
                            expires_ms: int = 0, cert_subject: str = "",
                            request_id: str | None = None,
                            timeout_s: float | None = None) -> NewToken:
-        """A new bearer token. Admins create any; a tenant-admin tenant-writer,
-        tenant-reader and worker tokens of its own tenants. With ``cert_subject``, a client
+        """A new bearer token. Admins create any (a gateway token, for a gateway's relay,
+        names no tenant); a tenant-admin tenant-writer, tenant-reader and worker tokens of
+        its own tenants. With ``cert_subject``, a client
         certificate of that common name stands for the token under mutual TLS."""
         req = api_pb2.CreateTokenRequest(request_id=request_id or uuid.uuid4().hex, name=name,
                                          role=role, tenants=list(tenants), expires_ms=expires_ms,

@@ -34,6 +34,12 @@ def parser() -> argparse.ArgumentParser:
                    help="calls and streams in flight at once (default %(default)s)")
     p.add_argument("--stream-buffer", type=int, default=64, metavar="MESSAGES",
                    help="a stream's messages read ahead of the node (default %(default)s)")
+    p.add_argument("--worker-upstream", choices=("relay", "stream"), default="stream",
+                   help="worker streams over one multiplexed relay to the leader, or each "
+                        "its own stream (default %(default)s)")
+    p.add_argument("--relay-token-file", default="", metavar="FILE",
+                   help="the relay's gateway token (gnomon token create NAME --role gateway); "
+                        "required with --worker-upstream relay")
     p.add_argument("--http-listen", default="", metavar="HOST:PORT",
                    help="serve the nodes' HTTP API, dashboard and HTTP worker protocol here")
     p.add_argument("--http-servers", default="", metavar="H:P,...",
@@ -56,6 +62,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         tls_cert=args.tls_cert, tls_key=args.tls_key, upstream_ca=args.upstream_ca,
         upstream_cert=args.upstream_cert, upstream_key=args.upstream_key,
         max_calls=args.max_calls, stream_buffer_messages=args.stream_buffer,
+        worker_upstream=args.worker_upstream, relay_token_file=args.relay_token_file,
         http_listen_addr=args.http_listen,
         http_servers=tuple(s.strip() for s in args.http_servers.split(",") if s.strip()),
         http_advertise=args.http_advertise, http_max_body_bytes=args.http_max_body,
@@ -71,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         cfg = config_from(args)
+        if cfg.worker_upstream == "relay":
+            cfg.relay_token()  # read at start: a bad file stops the gateway here
     except ConfigError as exc:
         print(f"gnomon-gateway: {exc}", file=sys.stderr)
         return 2

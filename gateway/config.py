@@ -30,6 +30,16 @@ class GatewayConfig:
     max_calls: int = 20_000
     # Client messages of one stream read ahead of the node's answer (per-stream budget).
     stream_buffer_messages: int = 64
+    # Worker streams: "relay" (every worker over one multiplexed stream to the leader,
+    # relay.py) or "stream" (each its own stream to the leader).
+    worker_upstream: str = "stream"
+    # The relay's own bearer token (a `gateway` or admin token), read from this file at start;
+    # required with worker_upstream "relay" (gateway/DESIGN.md, "The relay").
+    relay_token_file: str = ""
+    # Frames in one relay message at most, and messages queued for one relayed worker and not
+    # yet read by it (beyond: its call ends RESOURCE_EXHAUSTED).
+    relay_batch_frames: int = 1_024
+    relay_worker_buffer_messages: int = 2_048
     # A call redirected this many times by leader hints is answered with the last hint.
     max_hops: int = 3
     # How often the nodes' health is probed (the gateway's own health follows it).
@@ -68,10 +78,29 @@ class GatewayConfig:
             _check_addr("http_advertise", self.http_advertise)
         if self.metrics_listen_addr:
             _check_addr("metrics_listen_addr", self.metrics_listen_addr)
+        if self.worker_upstream not in ("relay", "stream"):
+            raise ConfigError(f"worker_upstream: 'relay' or 'stream', not {self.worker_upstream!r}")
+        if self.worker_upstream == "relay" and not self.relay_token_file:
+            raise ConfigError("relay_token_file: required with worker_upstream 'relay' (a file "
+                              "holding a gateway token: gnomon token create NAME --role gateway)")
         for name in ("max_calls", "stream_buffer_messages", "max_hops", "probe_interval_ms",
-                     "http_max_body_bytes"):
+                     "http_max_body_bytes", "relay_batch_frames",
+                     "relay_worker_buffer_messages"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be at least 1, not {getattr(self, name)}")
+
+    def relay_token(self) -> str:
+        """The relay's bearer token: relay_token_file's content, stripped. Raises ConfigError."""
+        try:
+            with open(self.relay_token_file, encoding="utf-8") as fh:
+                token = fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"relay_token_file: {self.relay_token_file!r} cannot be read "
+                              f"({exc.strerror})") from None
+        if not token or any(ch.isspace() for ch in token):
+            raise ConfigError(f"relay_token_file: {self.relay_token_file!r} must hold one "
+                              "token (one word)")
+        return token
 
     @property
     def hint_addr(self) -> str:

@@ -36,6 +36,19 @@ class GatewayMetrics:
                                       "1 while some node reports a leader with a fresh proof",
                                       registry=r)
 
+        self.relay_connected = Gauge("gnomon_gateway_relay_connected",
+                                     "1 while the relay to the leader is up", registry=r)
+        self.relayed_streams = Gauge("gnomon_gateway_relayed_streams",
+                                     "Worker streams relayed now", registry=r)
+        self.relay_batches = Counter("gnomon_gateway_relay_batches",
+                                     "Relay messages, by direction (up: to the leader)",
+                                     ["direction"], registry=r)
+        # frames / batches is the coalescing ratio: worker messages per relay message.
+        self.relay_batch_frames = Histogram(
+            "gnomon_gateway_relay_batch_frames", "Frames in one relay message, by direction",
+            ["direction"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
+            registry=r)
+
     def serve(self, addr: str) -> None:
         """/metrics on `addr` (host:port), from a thread of prometheus-client's."""
         host, port = addr.rsplit(":", 1)

@@ -33,6 +33,7 @@ import grpc.aio
 
 from gnomon.gateway.config import GatewayConfig
 from gnomon.gateway.metrics import GatewayMetrics
+from gnomon.gateway.relay import Relay
 from gnomon.gateway.upstream import LEADER_KEY, Upstream, leader_hint
 from gnomon.v1 import api_pb2, worker_pb2
 
@@ -41,6 +42,7 @@ log = logging.getLogger("gnomon.gateway")
 # Metadata that belongs to one hop (HTTP/2 pseudo-headers, gRPC's own, the transport's).
 _HOP_KEYS = ("user-agent", "content-type", "te", "host", "grpc-", ":")
 _END = object()  # the caller finished sending
+CONNECT = "/gnomon.v1.WorkerService/Connect"
 
 
 def forwarded(metadata: Any) -> tuple[tuple[str, str | bytes], ...]:
@@ -70,10 +72,13 @@ class Proxy:
     """The generic handler's methods (server.py registers them for every RPC)."""
 
     def __init__(self, cfg: GatewayConfig, upstream: Upstream,
-                 metrics: GatewayMetrics | None = None):
+                 metrics: GatewayMetrics | None = None, relay: Relay | None = None):
+        """`relay`: worker streams go over it (relay.py); without, each is a stream of its
+        own to the leader, forwarded as any other."""
         self.cfg = cfg
         self.upstream = upstream
         self.metrics = metrics or GatewayMetrics()
+        self.relay = relay
         self.in_flight = 0
 
     def admit(self) -> bool:
@@ -196,6 +201,11 @@ class Proxy:
     async def stream_stream(self, path: str, requests: AsyncIterator[bytes],
                             context: Any) -> AsyncIterator[bytes]:
         async with self._admitted(context, path, True):
+            if path == CONNECT and self.relay is not None:  # the multiplexed upstream
+                metadata = forwarded(context.invocation_metadata())
+                async for message in self.relay.connect(requests, context, metadata):
+                    yield message
+                return
             inbox: asyncio.Queue[Any] = asyncio.Queue(self.cfg.stream_buffer_messages)
             reader = asyncio.create_task(_read_into(requests, inbox))
             try:

@@ -15,6 +15,7 @@ from gnomon.gateway.config import GatewayConfig
 from gnomon.gateway.http import HttpForwarder
 from gnomon.gateway.metrics import GatewayMetrics
 from gnomon.gateway.proxy import Proxy, rpc_handlers
+from gnomon.gateway.relay import Relay
 from gnomon.gateway.upstream import CHANNEL_OPTIONS, Upstream
 
 log = logging.getLogger("gnomon.gateway")
@@ -36,7 +37,9 @@ class Gateway:
         self.cfg = cfg
         self.metrics = GatewayMetrics()
         self.upstream = Upstream(cfg)
-        self.proxy = Proxy(cfg, self.upstream, self.metrics)
+        self.relay = (Relay(cfg, self.upstream, self.metrics, cfg.relay_token())
+                      if cfg.worker_upstream == "relay" else None)
+        self.proxy = Proxy(cfg, self.upstream, self.metrics, self.relay)
         self.stopping = asyncio.Event()
         self._health = health.aio.HealthServicer()
         self._server: grpc.aio.Server | None = None
@@ -68,6 +71,8 @@ class Gateway:
         await self._health.set("gnomon.v1.ClusterService", health_pb2.HealthCheckResponse.SERVING)
         self._tasks = [asyncio.create_task(self.upstream.probe(self.stopping)),
                        asyncio.create_task(self._follow_health())]
+        if self.relay is not None:
+            self._tasks.append(asyncio.create_task(self.relay.run(self.stopping)))
         log.info("gateway: serving %s (%s) in front of %s", addr, "TLS" if creds else "plaintext",
                  ",".join(self.cfg.servers))
 

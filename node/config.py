@@ -198,6 +198,15 @@ class Config:
     # (more: RESOURCE_EXHAUSTED, Retry-After).
     worker_poll_max_wait_ms: int = 30_000
     worker_max_polls: int = 1_000
+    # Gateways' relays (GatewayService.Relay, node/api/grpc/relay.py): relays open at once,
+    # worker streams on one relay, frames in one relay message, messages of one relayed
+    # stream not yet taken by its servicer (beyond: that stream ends RESOURCE_EXHAUSTED), and
+    # frames queued towards one gateway (a full queue makes its streams' writes wait).
+    max_relays: int = 64
+    relay_max_streams: int = 50_000
+    relay_max_frames: int = 4_096
+    relay_stream_buffer_messages: int = 2_048
+    relay_down_max_frames: int = 16_384
     # A request stream refused with INVALID_ARGUMENT is read on (and discarded) up to the
     # client's half-close, for at most this long, before the status goes out: a status that
     # meets a write still in flight reaches an asyncio client as INTERNAL.
@@ -318,7 +327,9 @@ class Config:
             check_origin(origin)
         for name in ("worker_outbox_max_messages", "worker_outbox_max_bytes",
                      "worker_max_pending_reports", "worker_stall_timeout_ms",
-                     "worker_max_heartbeat_leases", "worker_max_polls"):
+                     "worker_max_heartbeat_leases", "worker_max_polls", "max_relays",
+                     "relay_max_streams", "relay_max_frames", "relay_stream_buffer_messages",
+                     "relay_down_max_frames"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.worker_poll_max_wait_ms < 0:

@@ -20,6 +20,7 @@ from gnomon.node.api.grpc.cluster import ClusterServicer
 from gnomon.node.api.grpc.decode import DecodeGuard
 from gnomon.node.api.grpc.jobs import JobServicer
 from gnomon.node.api.grpc.operations import OperationsServicer
+from gnomon.node.api.grpc.relay import RelayServicer
 from gnomon.node.api.grpc.worker import WorkerServicer
 from gnomon.node.clock import mono_ms
 from gnomon.node.config import Config
@@ -47,7 +48,7 @@ from gnomon.node.storage.history import HistoryError, HistoryStore
 from gnomon.node.storage.history_copy import Backfill
 from gnomon.node.storage.history_sink import HistorySink
 from gnomon.node.tasks import Supervisor, run_steps
-from gnomon.v1 import api_pb2, api_pb2_grpc, worker_pb2, worker_pb2_grpc
+from gnomon.v1 import api_pb2, api_pb2_grpc, relay_pb2_grpc, worker_pb2, worker_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,7 @@ class Node:
         self.replica = Replica(history, crash=crash_process)
         self.raft: RaftNode | None = None
         self.proposer: Proposer | None = None
+        self.relay_servicer: RelayServicer | None = None  # made in run()
         self.supervisor = Supervisor(crash_process)
         self._stopping = asyncio.Event()
         self._entries = observe.EntryCounter()
@@ -172,6 +174,8 @@ class Node:
                         _limits_diff(mine, limits))
 
     async def _stop_leading(self) -> None:
+        if self.relay_servicer is not None:
+            self.relay_servicer.leader_lost()
         await self.job_backfill.stop()
         await self.trigger.stop()
         await self.dispatcher.stop()
@@ -233,6 +237,8 @@ class Node:
         # One worker servicer for both ports: its lease calls are counted per node.
         self.worker_servicer = WorkerServicer(cast(NodeApi, self), self.dispatcher, self.leases,
                                               revalidate=self._revalidate)
+        self.relay_servicer = RelayServicer(cast(NodeApi, self), self.worker_servicer,
+                                            self.access_guard.authenticate_relayed)
         self.http = None
         if cfg.http_addr:  # before gRPC: a node that answers gRPC serves HTTP too
             from gnomon.node.api.http.server import HttpServer  # aiohttp only where it is served
@@ -319,6 +325,7 @@ class Node:
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(api), server)
         api_pb2_grpc.add_OperationsServiceServicer_to_server(OperationsServicer(api), server)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(self.worker_servicer, server)
+        relay_pb2_grpc.add_GatewayServiceServicer_to_server(self.relay_servicer, server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         # Server reflection: grpcurl and Postman list and call the services without .proto files.

@@ -16,7 +16,7 @@ from .values import UsageError, parse_duration_ms
 __all__ = ["ACCESS_COMMANDS", "add_access_groups"]
 
 Leaf = Callable[..., argparse.ArgumentParser]
-ROLES = ("admin", "tenant-admin", "tenant-writer", "tenant-reader", "worker")
+ROLES = ("admin", "tenant-admin", "tenant-writer", "tenant-reader", "worker", "gateway")
 
 
 def add_access_groups(groups: Any, leaf: Leaf) -> None:
@@ -27,7 +27,7 @@ def add_access_groups(groups: Any, leaf: Leaf) -> None:
     p.add_argument("name", metavar="NAME", help="what the token is for (e.g. ci-deploy)")
     p.add_argument("--role", required=True, choices=ROLES)
     p.add_argument("--tenant", action="append", default=[], dest="tenants", metavar="TENANT",
-                   help="a tenant it acts for (repeat; none for admin)")
+                   help="a tenant it acts for (repeat; none for admin and gateway)")
     p.add_argument("--expires-in", metavar="DURATION",
                    help="expire after DURATION (e.g. 30d, 12h; default: never)")
     p.add_argument("--cert-subject", default="", metavar="CN",

@@ -16,14 +16,20 @@ from typing import Any
 from gnomon.node.core.errors import Code, Rejected
 from gnomon.node.core.results import Done
 
-__all__ = ["ADMIN", "AccessState", "CreateToken", "HANDLER_PAIRS", "ROLES", "RecordAudit",
+__all__ = ["ADMIN", "AccessState", "CLUSTER_ROLES", "CreateToken", "GATEWAY", "HANDLER_PAIRS",
+           "ROLES", "RecordAudit",
            "RevokeToken",
            "SetTenant", "TENANT_ROLES", "Tenant", "TenantReply", "Token", "TokenReply", "WORKER"]
 
 ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER = (
     "admin", "tenant-admin", "tenant-writer", "tenant-reader", "worker")
-ROLES = (ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER)
+# A gateway's token: it may open GatewayService.Relay and nothing else; the worker streams it
+# relays act with their own workers' tokens (node/api/grpc/relay.py).
+GATEWAY = "gateway"
+ROLES = (ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER, GATEWAY)
 TENANT_ROLES = (TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER)
+# Roles that act cluster-wide: their tokens name no tenant.
+CLUSTER_ROLES = (ADMIN, GATEWAY)
 MAX_NAME_CHARS = 128
 MAX_TENANTS_PER_TOKEN = 100
 MAX_TENANT_WEIGHT = 1000
@@ -161,9 +167,9 @@ def check_token_fields(name: str, role: str, tenants: tuple[str, ...],
         return _invalid(f"name: 1 to {MAX_NAME_CHARS} characters required")
     if role not in ROLES:
         return _invalid(f"role: {role!r} is not one of {', '.join(ROLES)}")
-    if role == ADMIN and tenants:
-        return _invalid("tenants: an admin token is not scoped to tenants (leave it empty)")
-    if role != ADMIN and not tenants:
+    if role in CLUSTER_ROLES and tenants:
+        return _invalid(f"tenants: a {role} token is not scoped to tenants (leave it empty)")
+    if role not in CLUSTER_ROLES and not tenants:
         return _invalid(f"tenants: a {role} token needs at least one tenant")
     if len(tenants) > MAX_TENANTS_PER_TOKEN:
         return _invalid(f"tenants: at most {MAX_TENANTS_PER_TOKEN}")

@@ -112,6 +112,9 @@ class NodeProc:
     def workers(self) -> worker_pb2_grpc.WorkerServiceStub:
         return worker_pb2_grpc.WorkerServiceStub(self._channel())
 
+    def access(self) -> api_pb2_grpc.AccessServiceStub:
+        return api_pb2_grpc.AccessServiceStub(self._channel())
+
     def _channel(self) -> grpc.Channel:
         if self.channel is None:
             if self.credentials is not None:
@@ -184,6 +187,24 @@ class LocalCluster:
             with os.fdopen(fd, "w") as fh:
                 fh.write(secrets.token_urlsafe(32) + "\n")
         return path.read_text().strip()
+
+    def gateway_token_file(self) -> Path:
+        """A file (0600) holding a `gateway` token for gateways' relays, made once with the
+        admin token on the leader. Without `secure` the nodes authenticate nobody: any word
+        does, and the file holds one."""
+        path = self.root / "tls" / "gateway.token"
+        if path.exists():
+            return path
+        secret = secrets.token_urlsafe(32)
+        if self.secure:
+            request = api_pb2.CreateTokenRequest(request_id=secrets.token_hex(8),
+                                                 name="local-gateway", role="gateway")
+            secret = self.leader().access().CreateToken(request, timeout=20).secret
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secret + "\n")
+        return path
 
     def client_tls(self) -> dict[str, str]:
         """TLSConfig fields for a client of a secure cluster: the CA and a client certificate

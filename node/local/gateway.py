@@ -17,12 +17,16 @@ from gnomon.node.security.certificates import ensure_gateway_files
 
 
 def gateway_argv(cluster: LocalCluster, listen: str, *, nodes: list[NodeProc] | None = None,
-                 http_listen: str = "", metrics_listen: str = "") -> list[str]:
+                 http_listen: str = "", metrics_listen: str = "", relay: bool = False) -> list[str]:
     """The command line of a gateway at `listen` in front of `nodes` (default: every node, in
-    order); with TLS and the dev CA's serving certificate when the cluster is secure."""
+    order); with TLS and the dev CA's serving certificate when the cluster is secure; with
+    `relay`, its workers over one relay to the leader, with the cluster's gateway token."""
     nodes = nodes or cluster.nodes
     argv = [sys.executable, "-m", "gnomon.gateway", "--listen", listen,
             "--servers", ",".join(n.grpc_addr for n in nodes)]
+    if relay:
+        argv += ["--worker-upstream", "relay",
+                 "--relay-token-file", str(cluster.gateway_token_file())]
     if http_listen:
         argv += ["--http-listen", http_listen,
                  "--http-servers", ",".join(n.http_addr for n in nodes)]
@@ -41,8 +45,10 @@ class GatewayProc:
     """One gateway process; `servers` in the order given (a follower first tests redirects)."""
 
     def __init__(self, cluster: LocalCluster, log: Path, *extra: str,
-                 servers: list[str] | None = None, http: bool = False) -> None:
-        """`servers`: node ids in the order the gateway is given them (default: n1..)."""
+                 servers: list[str] | None = None, http: bool = False,
+                 relay: bool = False) -> None:
+        """`servers`: node ids in the order the gateway is given them (default: n1..);
+        `relay`: worker streams over the relay (gateway_argv)."""
         self.cluster = cluster
         grpc_port, http_port, metrics_port = free_ports(3)
         self.addr = f"127.0.0.1:{grpc_port}"
@@ -51,7 +57,7 @@ class GatewayProc:
         self.log = log
         nodes = [cluster.node(i) for i in servers] if servers else None
         argv = [*gateway_argv(cluster, self.addr, nodes=nodes, http_listen=self.http_addr,
-                              metrics_listen=self.metrics_addr), *extra]
+                              metrics_listen=self.metrics_addr, relay=relay), *extra]
         self._fh = open(log, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(argv, stdout=self._fh, stderr=subprocess.STDOUT)
 

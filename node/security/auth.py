@@ -21,19 +21,27 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gnomon.node.core.access import ADMIN, TENANT_ADMIN, TENANT_READER, TENANT_WRITER, WORKER
+from gnomon.node.core.access import (
+    ADMIN,
+    GATEWAY,
+    TENANT_ADMIN,
+    TENANT_READER,
+    TENANT_WRITER,
+    WORKER,
+)
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TENANT = "default"
 MIN_SECRET_CHARS = 32
-# Role -> the roles whose permissions it includes (worker is a role apart).
+# Role -> the roles whose permissions it includes (worker and gateway are roles apart).
 _INCLUDES = {
-    ADMIN: {ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER},
+    ADMIN: {ADMIN, TENANT_ADMIN, TENANT_WRITER, TENANT_READER, WORKER, GATEWAY},
     TENANT_ADMIN: {TENANT_ADMIN, TENANT_WRITER, TENANT_READER},
     TENANT_WRITER: {TENANT_WRITER, TENANT_READER},
     TENANT_READER: {TENANT_READER},
     WORKER: {WORKER},
+    GATEWAY: {GATEWAY},
 }
 
 

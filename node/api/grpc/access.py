@@ -27,6 +27,7 @@ from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import ServiceError, check
 from gnomon.node.core.access import (
     ADMIN,
+    GATEWAY,
     TENANT_ADMIN,
     TENANT_READER,
     TENANT_WRITER,
@@ -274,6 +275,9 @@ RULES: dict[str, Rule] = {
     "/gnomon.v1.WorkerService/RenewLeases": Rule(WORKER, _any),
     "/gnomon.v1.WorkerService/CompleteLease": Rule(WORKER, _any),
     "/gnomon.v1.WorkerService/FailLease": Rule(WORKER, _any),
+    # A gateway's relay (relay.py): the call needs a gateway (or admin) token before a frame
+    # is read; each stream it carries is authenticated with its own worker's metadata.
+    "/gnomon.v1.GatewayService/Relay": Rule(GATEWAY, _any),
 }
 # Administrative calls: recorded in the audit log when they succeed.
 AUDITED = frozenset({
@@ -287,13 +291,14 @@ MAX_AUDIT_DETAIL_CHARS = 2000
 RUN_CREATING = frozenset({JOBS + "TriggerJob", JOBS + "ReplayDeadLetters", JOBS + "BackfillJob"})
 QUEUED_RETRY_MS = 1000
 MAX_AUDIT_LIST = 1000
-# Any role may ask who it is and read cluster status; workers are no tenant-reader otherwise.
+# Any role but gateway may ask who it is and read cluster status; workers are no
+# tenant-reader otherwise. A gateway's token opens its relay and nothing else.
 _ANY_ROLE = {ACCESS + "WhoAmI", CLUSTER + "GetStatus"}
 _ADMIN_ONLY = Rule(ADMIN)
 
 
 def _check(method: str, principal: Principal, request, lookup: Lookup) -> None:
-    if method in _ANY_ROLE:
+    if method in _ANY_ROLE and principal.role != GATEWAY:
         return
     RULES.get(method, _ADMIN_ONLY).check(principal, request, lookup)
 
@@ -356,6 +361,15 @@ class AccessGuard(grpc.aio.ServerInterceptor):
         except AuthError as exc:
             return _refusing(handler, exc)
         return _wrapped(handler, method, principal, self)
+
+    def authenticate_relayed(self, metadata, method: str) -> Principal:
+        """The principal of a stream a gateway relays, from the stream's own metadata (no
+        client certificate: the gateway terminated TLS), checked against `method`'s rule.
+        Raises AuthError."""
+        with self._node.replica.lock:
+            principal = self._authenticator.authenticate(metadata)
+        _check(method, principal, None, self._lookup)
+        return principal
 
     async def principal_of(self, principal: Principal | None, context) -> Principal:
         """`principal`, or the one the call's verified client certificate stands for."""
@@ -563,7 +577,8 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
                 expired = token.expires_ms and token.expires_ms <= st.clock_ms
                 if (token.revoked_ms or expired) and not request.include_inactive:
                     continue
-                if p.is_admin or (token.role != ADMIN and set(token.tenants) <= set(p.tenants)):
+                if p.is_admin or (token.role in _GRANTABLE_BY_TENANT_ADMIN
+                                  and set(token.tenants) <= set(p.tenants)):
                     codec.token_to_proto(token, out.tokens.add())
 
         self.read(listed)

@@ -20,7 +20,7 @@ import asyncio
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -256,9 +256,16 @@ async def drain(requests: AsyncIterator, timeout_s: float) -> None:
         pass
 
 
-async def refuse_stream(requests: AsyncIterator, context: grpc.aio.ServicerContext,
+class Aborting(Protocol):
+    """What refuse_stream needs of a call: a grpc.aio context, or a relayed stream."""
+
+    async def abort(self, code: grpc.StatusCode, details: str = "",
+                    trailing_metadata: Any = ()) -> NoReturn: ...
+
+
+async def refuse_stream(requests: AsyncIterator, context: Aborting,
                         detail: str, drain_s: float,
-                        code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> None:
+                        code: grpc.StatusCode = grpc.StatusCode.INVALID_ARGUMENT) -> NoReturn:
     """End a request stream with `code` once the client stopped writing (see `drain`).
     Raises what `context.abort` raises."""
     await drain(requests, drain_s)

@@ -38,6 +38,7 @@ from gnomon.node.core import commands as c
 from gnomon.node.core.model import State
 from gnomon.node.leader.dispatch import Dispatcher, WorkerSession
 from gnomon.node.leader.leases import LeaseTable
+from gnomon.node.leader.outbox import Outbox
 from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
 from gnomon.node.security.auth import ANONYMOUS, AuthError, Principal
@@ -62,7 +63,7 @@ def _tokens(refs, limit: int, field: str) -> list[int]:
     return list(dict.fromkeys(ref.fencing_token for ref in refs))
 
 
-def _drain(first: worker_pb2.ServerMessage | None, outbox: asyncio.Queue) -> list:
+def _drain(first: worker_pb2.ServerMessage | None, outbox: Outbox) -> list:
     """`first` and whatever else is queued now, in order, with each run of consecutive
     Assigns and ReportAcks merged into one ServerBatch (at most MAX_BATCH_MESSAGES and
     about MAX_BATCH_BYTES); a None (end of session) ends the list."""
@@ -165,6 +166,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
         return self.node.config.stream_refusal_drain_ms / 1000
 
     async def Connect(self, request_iterator, context):  # noqa: N802
+        await self.serve(request_iterator, context, current_principal())
+
+    async def serve(self, request_iterator, context, principal: Principal) -> None:
+        """One worker stream, a worker's own or one a gateway relays (relay.py): WorkerMessages
+        from `request_iterator`, answers through `context.write`, the end through
+        `context.abort`; run as `principal`."""
         cfg = self.node.config
         # The Hello is read before any refusal: a status that meets the client's write of it
         # still in flight reaches the client (or a gateway forwarding it) as INTERNAL, and
@@ -177,7 +184,6 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             await refuse_stream(request_iterator, context, "hello: the first message",
                                 self._drain_s)
         hello = first.hello
-        principal = current_principal()
         try:
             validate_worker_id(hello.worker_id)
             held = _tokens(hello.held, cfg.worker_max_heartbeat_leases, "hello.held")

@@ -48,6 +48,7 @@ def test_create_and_revoke():
 @pytest.mark.parametrize(("command", "code", "named"), [
     (_create(role="root"), Code.INVALID_ARGUMENT, "role"),
     (_create(role="admin"), Code.INVALID_ARGUMENT, "tenants"),
+    (_create(role="gateway"), Code.INVALID_ARGUMENT, "tenants: a gateway token is not scoped"),
     (_create(tenants=()), Code.INVALID_ARGUMENT, "tenants"),
     (_create(tenants=("a", "a")), Code.INVALID_ARGUMENT, "tenants"),
     (_create(name=""), Code.INVALID_ARGUMENT, "name"),
@@ -61,6 +62,12 @@ def test_bad_commands_change_nothing(command, code, named):
     (reply,) = _apply(st, command)
     assert isinstance(reply, Rejected) and reply.code == code and named in reply.detail
     assert not st.access.tokens and not st.access.by_hash and st.access.token_seq == 0
+
+
+def test_a_gateway_token_names_no_tenant():
+    st = new_state()
+    (reply,) = _apply(st, _create(name="gw", role="gateway", tenants=()))
+    assert reply == TokenReply("t1") and st.access.tokens["t1"].tenants == ()
 
 
 def test_a_secret_is_used_once():

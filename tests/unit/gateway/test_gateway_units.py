@@ -24,6 +24,8 @@ from gnomon.v1 import api_pb2, worker_pb2
     (["--servers", "n1:1", "--http-listen", "h:1", "--http-servers", "n1"],
      "http_servers: 'n1' is not host:port"),
     (["--servers", "n1:1", "--http-max-body", "0"], "http_max_body_bytes: must be at least 1"),
+    (["--servers", "n1:1", "--worker-upstream", "relay"],
+     "relay_token_file: required with worker_upstream 'relay'"),
 ])
 def test_bad_settings_name_the_setting_and_the_rule(argv, message):
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
@@ -35,6 +37,22 @@ def test_defaults_and_the_hint_address():
     assert cfg.servers == ("a:1", "b:2") and cfg.hint_addr == cfg.listen_addr
     assert GatewayConfig("g:1", ("a:1",), advertise_addr="gw.example:443").hint_addr == \
         "gw.example:443"
+
+
+def test_worker_streams_are_not_relayed_by_default_and_the_relay_token_is_read_stripped(
+        tmp_path):
+    assert config_from(parser().parse_args(["--servers", "a:1"])).worker_upstream == "stream"
+    token = tmp_path / "gw.token"
+    token.write_text("  s3cret\n")
+    cfg = config_from(parser().parse_args(["--servers", "a:1", "--worker-upstream", "relay",
+                                           "--relay-token-file", str(token)]))
+    assert cfg.relay_token() == "s3cret"
+    token.write_text("\n")
+    with pytest.raises(ConfigError, match="relay_token_file: .* must hold one token"):
+        cfg.relay_token()
+    with pytest.raises(ConfigError, match="relay_token_file: .* cannot be read"):
+        GatewayConfig("g:1", ("a:1",), worker_upstream="relay",
+                      relay_token_file=str(tmp_path / "none")).relay_token()
 
 
 def test_a_node_sees_the_callers_metadata_but_not_the_hops():

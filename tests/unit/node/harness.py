@@ -339,6 +339,7 @@ class Harness:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.crashes: list[str] = []
         self.fatal: list[str] = []
+        self.relay_servicer = None  # no gateway relays here (Node._stop_leading ends them)
         self.history = HistorySink(HistoryStore(str(data_dir / "history"), map_size=64 << 20))
         self.replica = Replica(self.history, crash=self.crashes.append)
         self.supervisor = Supervisor(self.fatal.append)
