@@ -222,6 +222,22 @@ def test_a_relayed_stream_with_a_bad_worker_token_ends_while_another_goes_on(env
              timeout_s=WAIT_S, what="no stream relayed")
 
 
+def test_a_relay_whose_gateway_token_is_revoked_ends_at_its_next_message(env):
+    cluster: LocalCluster = env["cluster"]
+    leader = cluster.leader()
+    created = leader.access().CreateToken(api_pb2.CreateTokenRequest(
+        request_id=secrets.token_hex(8), name="relay-revoked", role="gateway"), timeout=20)
+    with _node_channel(cluster, leader) as channel:
+        relay = _relay(channel, _bearer(created.secret))
+        assert list(next(relay.responses).frames) == []
+        leader.access().RevokeToken(api_pb2.RevokeTokenRequest(
+            request_id=secrets.token_hex(8), token_id=created.token.token_id), timeout=20)
+        relay.send(relay_pb2.RelayUp())
+        err = relay.error()
+    assert err.code() == grpc.StatusCode.UNAUTHENTICATED, err.details()
+    assert "relay:" in err.details() and "revoked" in err.details()
+
+
 def test_a_relay_message_over_relay_max_frames_ends_the_relay(env):
     cluster: LocalCluster = env["cluster"]
     with _node_channel(cluster, cluster.leader()) as channel:

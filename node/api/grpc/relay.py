@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 import grpc
 from google.protobuf.message import DecodeError
 
-from gnomon.node.api.grpc.access import set_principal
+from gnomon.node.api.grpc.access import current_principal, set_principal
 from gnomon.node.api.grpc.base import NodeApi
 from gnomon.node.api.grpc.decode import explain, refuse_stream
 from gnomon.node.api.grpc.errors import NotLeader, abort
@@ -171,17 +171,19 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
         self.relays.add(relay)  # before any await: two relays never both take the last place
         try:
             await context.write(relay_pb2.RelayDown())  # accepted: the gateway opens streams
-            await self._serve_relay(relay, request_iterator, context)
+            await self._serve_relay(relay, request_iterator, context, current_principal())
         finally:
             self.relays.discard(relay)
         if not self.node.leadership.ready:
             await abort(context, NotLeader(self.node.leader_grpc_addr()))
 
-    async def _serve_relay(self, relay: _Relay, requests: Any, context: Any) -> None:
-        """Until the gateway stops sending, the relay breaks, or this node stops leading."""
+    async def _serve_relay(self, relay: _Relay, requests: Any, context: Any,
+                           gateway: Principal) -> None:
+        """Until the gateway stops sending, the relay breaks, its token is revoked or
+        expires, or this node stops leading."""
         lost = asyncio.ensure_future(self._lost.wait())
         writer = asyncio.create_task(relay.write_loop(context, self.node.config.relay_max_frames))
-        reader = asyncio.create_task(self._read(relay, requests, context))
+        reader = asyncio.create_task(self._read(relay, requests, context, gateway))
         try:
             await asyncio.wait({writer, reader, lost}, return_when=asyncio.FIRST_COMPLETED)
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
@@ -192,9 +194,15 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
             self._end_all(relay)
             writer.cancel()
 
-    async def _read(self, relay: _Relay, requests: Any, context: Any) -> None:
+    async def _read(self, relay: _Relay, requests: Any, context: Any,
+                    gateway: Principal) -> None:
         limit = self.node.config.relay_max_frames
         async for up in requests:
+            try:  # at every message, as a worker stream at every heartbeat
+                self.workers.revalidate(gateway)
+            except AuthError as exc:
+                await refuse_stream(requests, context, f"relay: {exc}", relay.drain_s,
+                                    grpc.StatusCode.UNAUTHENTICATED)
             if len(up.frames) > limit:
                 await refuse_stream(requests, context, f"frames: {len(up.frames)} frames in "
                                     f"one message; at most {limit} (relay_max_frames)",
