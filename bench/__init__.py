@@ -38,6 +38,7 @@ class Options:
     out: Path = Path(__file__).resolve().parent / "results"
     rounds: int = 0  # 0: the scenario's default (2 full, 1 quick)
     via_gateway: bool = False  # workers: streams through two gateways, not to the leader
+    relay: bool = False  # with via_gateway: the gateways relay (--worker-upstream relay)
 
     def n_rounds(self) -> int:
         return self.rounds or (1 if self.quick else 2)
@@ -71,13 +72,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--via-gateway", action="store_true",
                         help="workers: the streams go through two gnomon-gateway processes "
                              "instead of straight to the leader")
+    parser.add_argument("--relay", action="store_true",
+                        help="with --via-gateway: the gateways multiplex their workers over one "
+                             "relay each (--worker-upstream relay)")
     args = parser.parse_args(argv)
+    if args.relay and not args.via_gateway:
+        parser.error("--relay: goes with --via-gateway")
     if args.name == "list":
         for name, what in SCENARIOS.items():
             print(f"{name:12} {what}")
         return 0
     opts = Options(quick=args.quick, install=args.install, peers=not args.no_peers,
-                   out=args.out, rounds=args.rounds, via_gateway=args.via_gateway)
+                   out=args.out, rounds=args.rounds, via_gateway=args.via_gateway,
+                   relay=args.relay)
     if args.install:
         from gnomon.bench import peers
 

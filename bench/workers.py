@@ -35,15 +35,16 @@ CONNECT_TIMEOUT_S = 60.0
 
 def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measure_s: float,
            prof_s: float = 0.0, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-           via_gateway: bool = False) -> dict[str, Any]:
+           via_gateway: bool = False, relay: bool = False) -> dict[str, Any]:
     """A fresh cluster and `procs` x `per_proc` idle streams on its leader (through two
-    gateways with `via_gateway`)."""
+    gateways with `via_gateway`, relaying with `relay`)."""
     with running_cluster() as (cluster, leader):
         since = log_offsets(cluster)
         gateways = []
         try:
             if via_gateway:
-                gateways = [GatewayProc(cluster, root / f"{name}-gw{i}.log") for i in (1, 2)]
+                gateways = [GatewayProc(cluster, root / f"{name}-gw{i}.log", relay=relay)
+                            for i in (1, 2)]
                 for gw in gateways:
                     gw.wait_serving()
             out = _streams(cluster, leader, root, name, procs, per_proc, hb_s, measure_s,
@@ -135,32 +136,37 @@ def run(opts: Options) -> Report:
         procs, per_proc = max(1, -(-streams // 2500)), min(streams, 2500)
     measure = 4.0 if quick else 20.0
     via = opts.via_gateway
-    report = Report("workers-via-gateway" if via else "workers", quick,
+    mode = "relay" if opts.relay else "gateway"
+    report = Report(f"workers-via-{mode}" if via else "workers", quick,
                     "idle worker streams: heartbeats, leader CPU and memory"
-                    + (", through two gateways" if via else ""))
+                    + (f", through two gateways ({'relay' if opts.relay else 'a stream each'})"
+                       if via else ""))
     report.setup.append(
         f"{procs * per_proc:,} streams from {procs} raw-protocol worker processes (10 streams "
         "per HTTP/2 connection), "
         + ("through two gnomon-gateway processes (each process dials one first) to the "
-           "leader; " if via else "all on the leader; ")
+           "leader" + (", each over one relay; " if opts.relay else "; ")
+           if via else "all on the leader; ")
         + "no credits (idle workers); heartbeat interval 2 s (server default) then 0.25 s; "
         "node defaults otherwise.")
     with tempfile.TemporaryDirectory(prefix="gnomon-bench-wk-") as tmp:
         root = Path(tmp)
         log(f"workers: {procs * per_proc:,} streams, heartbeats at the server's interval")
         p1 = _phase(root, "hb2s", procs, per_proc, 0.0, measure, prof_s=0 if quick else 10,
-                    via_gateway=via)
+                    via_gateway=via, relay=opts.relay)
         log(f"workers: {p1['hb_acks_per_s']} acks/s, peak {p1['connected_peak']} streams, "
             f"{p1['leader_sessions']} leader sessions")
         held = p1
         if p1["connected_peak"] < p1["streams"] or p1["leader_sessions"] > 1:
             procs, per_proc = max(1, procs // 2), per_proc
             log(f"workers: {procs * per_proc:,} streams (half), server's interval")
-            held = _phase(root, "hb2s-half", procs, per_proc, 0.0, measure, via_gateway=via)
+            held = _phase(root, "hb2s-half", procs, per_proc, 0.0, measure, via_gateway=via,
+                          relay=opts.relay)
             log(f"workers: {held['hb_acks_per_s']} acks/s, peak {held['connected_peak']}, "
                 f"{held['leader_sessions']} leader sessions")
         log(f"workers: {procs * per_proc:,} streams, heartbeats every 0.25 s")
-        p2 = _phase(root, "hb250ms", procs, per_proc, 0.25, measure, via_gateway=via)
+        p2 = _phase(root, "hb250ms", procs, per_proc, 0.25, measure, via_gateway=via,
+                    relay=opts.relay)
         log(f"workers: {p2['hb_acks_per_s']} acks/s")
         etcd_status = not_installed("etcd") if opts.peers else "skipped (--no-peers)"
         etcd = None
