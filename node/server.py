@@ -22,7 +22,7 @@ from gnomon.node.api.grpc.jobs import JobServicer
 from gnomon.node.api.grpc.operations import OperationsServicer
 from gnomon.node.api.grpc.relay import RelayServicer
 from gnomon.node.api.grpc.worker import WorkerServicer
-from gnomon.node.clock import mono_ms
+from gnomon.node.clock import SYSTEM_CLOCK, Clock, mono_ms
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Batch, SetLimits
 from gnomon.node.core.model import Limits
@@ -72,6 +72,8 @@ class Node:
     def __init__(self, config: Config):
         self.config = config
         self.rng = random.Random()
+        # The one clock every leader loop reads "now" from (node/DESIGN.md).
+        self.clock: Clock = SYSTEM_CLOCK
         self.input_limits = InputLimits(
             max_payload_bytes=config.max_payload_bytes,
             max_tasks_per_job=config.max_tasks_per_job,
@@ -191,6 +193,7 @@ class Node:
             lambda: cast(RaftNode, self.raft), lambda: cast(Proposer, self.proposer),
             proof_interval_ms=cfg.proof_interval_ms,
             on_start=self._start_leading, on_stop=self._stop_leading, supervisor=self.supervisor,
+            clock=self.clock,
         )
         self.replica.add_listener(self._observe_applied)
         self.replica.add_listener(self._on_applied)
@@ -209,17 +212,19 @@ class Node:
             LeaseTiming(heartbeat_interval_ms=cfg.heartbeat_interval_ms,
                         ack_slack_ms=3 * cfg.proof_interval_ms,
                         checkpoint_interval_ms=cfg.lease_checkpoint_interval_ms),
-            rng=self.rng, supervisor=self.supervisor)
+            rng=self.rng, supervisor=self.supervisor, clock=self.clock)
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=cfg.lease_ttl_ms,
                                      max_credits=cfg.max_worker_credits,
                                      supervisor=self.supervisor,
                                      queue_caps=cfg.queue_caps,
-                                     priority_aging_ms=cfg.priority_aging_ms)
+                                     priority_aging_ms=cfg.priority_aging_ms,
+                                     clock=self.clock)
         self.trigger = TriggerLoop(
             self.replica, self.proposer,
             TriggerLimits.from_config(cfg),
-            supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher)
+            supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher,
+            clock=self.clock)
         metrics.FIRES_PARKED.set_function(self.trigger.parked)
         self.job_backfill = JobBackfillLoop(
             self.replica, self.proposer,

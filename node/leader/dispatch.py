@@ -20,7 +20,7 @@ from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from gnomon.node.clock import wall_ms
+from gnomon.node.clock import SYSTEM_CLOCK, Clock
 from gnomon.node.core.commands import GrantLeases, LeaseGrant
 from gnomon.node.core.errors import Rejected
 from gnomon.node.core.model import DEFAULT_MAX_ATTEMPTS, TaskState
@@ -128,8 +128,10 @@ class FairShare:
 class Dispatcher:
     def __init__(self, replica: Replica, proposer: Proposer, leases: LeaseTable, *,
                  lease_ttl_ms: int, max_credits: int, supervisor: Supervisor,
-                 queue_caps: Mapping[str, int] | None = None, priority_aging_ms: int = 0):
+                 queue_caps: Mapping[str, int] | None = None, priority_aging_ms: int = 0,
+                 clock: Clock = SYSTEM_CLOCK):
         self._aging_ms = priority_aging_ms
+        self._clock = clock
         self._supervisor = supervisor
         # queue -> most tasks leased at once (config queue_max_concurrency).
         self._queue_caps = dict(queue_caps or {})
@@ -305,14 +307,14 @@ class Dispatcher:
         while True:
             delay = 0.5
             if self._waiting:
-                delay = min(delay, max(0.0, (self._waiting[0][0] - wall_ms()) / 1000))
+                delay = min(delay, max(0.0, (self._waiting[0][0] - self._clock.wall_ms()) / 1000))
             try:
                 async with asyncio.timeout(delay):  # not wait_for: see trigger.py
                     await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()
-            self._release_waiting(wall_ms())
+            self._release_waiting(self._clock.wall_ms())
             grants = self._match()
             metrics.READY_TASKS.set(sum(len(h) for h in self._ready.values()))
             if grants:

@@ -23,7 +23,7 @@ import logging
 import random
 from dataclasses import dataclass
 
-from gnomon.node.clock import mono_ms, wall_ms
+from gnomon.node.clock import SYSTEM_CLOCK, Clock
 from gnomon.node.core.commands import (
     CheckpointLeases,
     ExpiredLease,
@@ -91,8 +91,9 @@ def _log_expired(expired: list[ExpiredLease]) -> None:
 
 class LeaseTable:
     def __init__(self, replica: Replica, proposer: Proposer, timing: LeaseTiming, *,
-                 rng: random.Random, supervisor: Supervisor):
+                 rng: random.Random, supervisor: Supervisor, clock: Clock = SYSTEM_CLOCK):
         self._replica = replica
+        self._clock = clock
         self._proposer = proposer
         self._timing = timing
         self._rng = rng
@@ -112,9 +113,9 @@ class LeaseTable:
     def start(self) -> None:
         """Re-arm every lease of the replicated state (new leader session)."""
         self._clear()
-        now_mono, slack = mono_ms(), self._timing.ack_slack_ms
+        now_mono, slack = self._clock.mono_ms(), self._timing.ack_slack_ms
         with self._replica.lock:
-            now_wall = max(wall_ms(), self._replica.state.clock_ms)
+            now_wall = max(self._clock.wall_ms(), self._replica.state.clock_ms)
             for run in self._replica.state.runs.values():
                 for inst in run.tasks.values():
                     if inst.state != TaskState.LEASED:
@@ -180,7 +181,7 @@ class LeaseTable:
     def leased(self, keys: list[tuple[str, str, int]]) -> None:
         if not self._tasks:
             return
-        now = mono_ms()
+        now = self._clock.mono_ms()
         with self._replica.lock:
             runs = self._replica.state.runs
             for run_id, task_name, token in keys:
@@ -197,7 +198,7 @@ class LeaseTable:
 
     def renew(self, worker_id: str, tokens: list[int]) -> tuple[list[int], list[int]]:
         """Renew the worker's leases; returns (valid, revoked) tokens."""
-        now = mono_ms()
+        now = self._clock.mono_ms()
         valid, revoked = [], []
         for token in tokens:
             d = self.deadlines.get(token)
@@ -235,7 +236,7 @@ class LeaseTable:
     async def _expire_loop(self) -> None:
         while True:
             await asyncio.sleep(EXPIRY_TICK_S)
-            expired = self._collect(mono_ms(), wall_ms())
+            expired = self._collect(self._clock.mono_ms(), self._clock.wall_ms())
             if expired:
                 self._supervisor.spawn(self._propose_expiry(expired), name="lease-expire")
 
@@ -278,7 +279,7 @@ class LeaseTable:
     async def _checkpoint_loop(self) -> None:
         while True:
             await asyncio.sleep(self._timing.checkpoint_interval_ms / 1000)
-            wanted = self.checkpoints_due(mono_ms(), wall_ms())
+            wanted = self.checkpoints_due(self._clock.mono_ms(), self._clock.wall_ms())
             for i in range(0, len(wanted), MAX_CHECKPOINTS_PER_PROPOSAL):
                 await self._propose_checkpoints(wanted[i : i + MAX_CHECKPOINTS_PER_PROPOSAL])
 

@@ -8,7 +8,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from gnomon.node.clock import mono_ms
+from gnomon.node.clock import SYSTEM_CLOCK, Clock
 from gnomon.node.core.commands import Barrier
 from gnomon.node.ops import metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
@@ -31,8 +31,10 @@ class Leadership:
         on_start: Callable[[int], Awaitable[None]],
         on_stop: Callable[[], Awaitable[None]],
         supervisor: Supervisor,
+        clock: Clock = SYSTEM_CLOCK,
     ):
         self._supervisor = supervisor
+        self._clock = clock
         self._raft = raft_getter
         self._proposer = proposer_getter
         self.proof_interval_ms = proof_interval_ms
@@ -66,7 +68,7 @@ class Leadership:
         self.last_proof_mono = max(self.last_proof_mono, sent_mono)
 
     def fresh(self) -> bool:
-        return self.ready and mono_ms() - self.last_proof_mono < 3 * self.proof_interval_ms
+        return self.ready and self._clock.mono_ms() - self.last_proof_mono < 3 * self.proof_interval_ms
 
     async def _run(self) -> None:
         while True:
@@ -81,7 +83,7 @@ class Leadership:
                 await self._promote()
             elif not is_leader and self.ready:
                 await self._demote()
-            elif self.ready and mono_ms() - self.last_proof_mono >= self.proof_interval_ms:
+            elif self.ready and self._clock.mono_ms() - self.last_proof_mono >= self.proof_interval_ms:
                 await self._barrier()
 
     async def _barrier(self) -> bool:

@@ -41,7 +41,7 @@ import random
 from dataclasses import dataclass
 from typing import Protocol
 
-from gnomon.node.clock import wall_ms
+from gnomon.node.clock import SYSTEM_CLOCK, Clock
 from gnomon.node.core.commands import Fire
 from gnomon.node.core.model import JobSpec, Schedule, ScheduleKind
 from gnomon.node.memo import ByIdentity
@@ -154,8 +154,10 @@ _first_queues = ByIdentity(_root_keys)
 
 class TriggerLoop:
     def __init__(self, replica: Replica, proposer: Proposer, limits: TriggerLimits, *,
-                 supervisor: Supervisor, rng: random.Random, backlog: ReadyBacklog):
+                 supervisor: Supervisor, rng: random.Random, backlog: ReadyBacklog,
+                 clock: Clock = SYSTEM_CLOCK):
         self._replica = replica
+        self._clock = clock
         self._proposer = proposer
         self._limits = limits
         self._supervisor = supervisor
@@ -253,7 +255,7 @@ class TriggerLoop:
         while True:
             delay = self._limits.tick_ms / 1000
             if self._heap:
-                delay = min(delay, max(0.0, (self._heap[0][0] - wall_ms()) / 1000))
+                delay = min(delay, max(0.0, (self._heap[0][0] - self._clock.wall_ms()) / 1000))
             delay = max(delay, self._resume_at - loop.time())
             try:
                 # Not wait_for: on Python 3.11 it swallows a cancel that races the event,
@@ -276,7 +278,7 @@ class TriggerLoop:
             if budget <= 0:
                 self._back_off(loop, "the proposer has no room beyond its client reserve")
                 return
-            fires, charged = self._next_chunk(wall_ms(), budget)
+            fires, charged = self._next_chunk(self._clock.wall_ms(), budget)
             if not fires:
                 return
             task = self._supervisor.spawn(self._propose(fires, charged), name="trigger-propose")
@@ -349,7 +351,7 @@ class TriggerLoop:
         dispatcher's heaps until popped, and nothing pops a queue no worker serves."""
         if not self._parked:
             return
-        bound, now = self._limits.max_ready_per_queue, wall_ms()
+        bound, now = self._limits.max_ready_per_queue, self._clock.wall_ms()
         for key in sorted(self._parked):
             room = self._key_room(key)
             if bound > 0 and room <= 0 and now - self._pruned_ms.get(key, 0) >= _PRUNE_INTERVAL_MS:
@@ -414,7 +416,7 @@ class TriggerLoop:
             self._back_off(loop, f"{len(fires)} fires not committed ({exc})")
         else:
             self._backoff.succeeded()
-            now, made = wall_ms(), {"run": 0, "skipped": 0}
+            now, made = self._clock.wall_ms(), {"run": 0, "skipped": 0}
             for fire, reply in zip(fires, replies, strict=True):
                 self._draws.pop((fire.job_id, fire.scheduled_for_ms), None)
                 if getattr(reply, "run_id", ""):

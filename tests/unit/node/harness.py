@@ -14,8 +14,10 @@ leader changed, not leader, pysyncobj's queue full), `refuse_submits` (submit ra
 `leader_flag` (what pysyncobj believes; a non-leader fails its entries NOT_LEADER, as
 raft.py's `_StateMachine` does, unless `fail_when_not_leader` is off).
 
-Time: `Clock` replaces `wall_ms` and `mono_ms` in every module that imported them (the loops
-import the functions by name), and moves only when a test says so. asyncio's own timers stay
+Time: one `FakeClock` (tests/support/clock.py) that moves only when a test says so. The leader
+loops and `Leadership` are given it (their `clock` argument, as server.py gives them the
+system clock); the few other modules that read the time stand in `NAME_PATCHED_CLOCKS` and
+have their functions replaced by its methods (`install_clock`). asyncio's own timers stay
 real; the loops' ticks are made short instead.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import random
 from collections import deque
 from collections.abc import Callable
@@ -59,21 +62,17 @@ from gnomon.node.storage.history import HistoryStore
 from gnomon.node.storage.history_sink import HistorySink
 from gnomon.node.tasks import Supervisor
 from gnomon.v1 import worker_pb2
+from tests.support.clock import T0, FakeClock
 
-T0 = 1_700_000_000_000  # wall ms at the start of every test
-M0 = 5_000_000  # mono ms at the start of every test
 HOUR = 3_600_000
 
-# Every module that imported a clock function by name: (module, attribute, which clock).
-CLOCK_USERS = [
-    ("gnomon.node.leader.trigger", "wall_ms", "wall"),
-    ("gnomon.node.leader.leases", "wall_ms", "wall"),
-    ("gnomon.node.leader.leases", "mono_ms", "mono"),
-    ("gnomon.node.leader.dispatch", "wall_ms", "wall"),
-    ("gnomon.node.leader.session", "mono_ms", "mono"),
-    ("gnomon.node.raft.proposer", "wall_ms", "wall"),
-    ("gnomon.node.raft.proposer", "mono_ms", "mono"),
-    ("gnomon.node.api.grpc.jobs", "wall_ms", "wall"),
+# Modules under test that read a clock function imported by name, not an injected clock:
+# (module, attribute). The proposer's send time must be on the leadership's clock: a
+# committed entry's `sent_mono` is its proof.
+NAME_PATCHED_CLOCKS = [
+    ("gnomon.node.raft.proposer", "wall_ms"),
+    ("gnomon.node.raft.proposer", "mono_ms"),
+    ("gnomon.node.api.grpc.jobs", "wall_ms"),
 ]
 
 MEMBERS = (
@@ -83,30 +82,11 @@ MEMBERS = (
 )
 
 
-class Clock:
-    """Wall and monotonic milliseconds that move only when told."""
-
-    def __init__(self) -> None:
-        self.wall = T0
-        self.mono = M0
-
-    def wall_ms(self) -> int:
-        return self.wall
-
-    def mono_ms(self) -> int:
-        return self.mono
-
-    def advance(self, ms: int) -> None:
-        self.wall += ms
-        self.mono += ms
-
-    def install(self, monkeypatch) -> None:
-        import importlib
-
-        for module, attr, which in CLOCK_USERS:
-            fn = self.wall_ms if which == "wall" else self.mono_ms
-            # raising=True: a module that stopped importing the clock shows up here.
-            monkeypatch.setattr(importlib.import_module(module), attr, fn)
+def install_clock(clock: FakeClock, monkeypatch) -> None:
+    """`clock` stands in for the functions of `NAME_PATCHED_CLOCKS`."""
+    for module, attr in NAME_PATCHED_CLOCKS:
+        # raising=True: a module that stopped importing the function shows up here.
+        monkeypatch.setattr(importlib.import_module(module), attr, getattr(clock, attr))
 
 
 class Aborted(Exception):
@@ -325,7 +305,7 @@ class Harness:
     _bootstrap_limits = Node._bootstrap_limits
     leader_grpc_addr = Node.leader_grpc_addr
 
-    def __init__(self, data_dir: Path, clock: Clock, config: Config,
+    def __init__(self, data_dir: Path, clock: FakeClock, config: Config,
                  trigger_limits: TriggerLimits | None = None) -> None:
         self.clock = clock
         self.config = config
@@ -348,6 +328,7 @@ class Harness:
         self.leadership = Leadership(
             lambda: self.raft, lambda: self.proposer, proof_interval_ms=config.proof_interval_ms,
             on_start=self._start_leading, on_stop=self._stop_leading, supervisor=self.supervisor,
+            clock=clock,
         )
         self.proposer = RecordingProposer(self.raft, config, self.leadership.committed)
         self.leases = LeaseTable(
@@ -355,16 +336,18 @@ class Harness:
             LeaseTiming(heartbeat_interval_ms=config.heartbeat_interval_ms,
                         ack_slack_ms=3 * config.proof_interval_ms,
                         checkpoint_interval_ms=config.lease_checkpoint_interval_ms),
-            rng=self.rng, supervisor=self.supervisor)
+            rng=self.rng, supervisor=self.supervisor, clock=clock)
         self.dispatcher = Dispatcher(self.replica, self.proposer, self.leases,
                                      lease_ttl_ms=config.lease_ttl_ms,
                                      max_credits=config.max_worker_credits,
                                      supervisor=self.supervisor,
-                                     priority_aging_ms=config.priority_aging_ms)
+                                     priority_aging_ms=config.priority_aging_ms,
+                                     clock=clock)
         self.trigger = TriggerLoop(
             self.replica, self.proposer,
             trigger_limits or TriggerLimits.from_config(config),
-            supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher)
+            supervisor=self.supervisor, rng=self.rng, backlog=self.dispatcher,
+            clock=clock)
         self.job_backfill = JobBackfillLoop(
             self.replica, self.proposer,
             BackfillLimits(slots_per_step=config.backfill_slots_per_step,
