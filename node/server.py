@@ -205,7 +205,7 @@ class Node:
             channel=grpc_tls.peer_channel(cfg)).run(),
             name="history-backfill")
         self.raft.canary_apply_before_commit = "fire-on-isleader" in cfg.canaries
-        self.proposer = Proposer(self.raft, cfg, self._committed)
+        self.proposer = Proposer(self.raft, cfg, self._committed, clock=self.clock)
         metrics.PENDING_PROPOSALS.set_function(self.proposer.pending)
         self.leases = LeaseTable(
             self.replica, self.proposer,

@@ -17,7 +17,7 @@ from pysyncobj import FAIL_REASON
 from pysyncobj.config import SERIALIZER_STATE  # noqa: F401 - re-exported for tests
 
 from gnomon.node import codec
-from gnomon.node.clock import mono_ms, wall_ms
+from gnomon.node.clock import SYSTEM_CLOCK, Clock
 from gnomon.node.config import Config
 from gnomon.node.core import commands as c
 from gnomon.node.core.errors import Rejected
@@ -54,8 +54,11 @@ class Proposer:
     `max_inflight_batches` entries waiting for commit. pysyncobj's own batching is off.
     """
 
-    def __init__(self, raft: RaftNode, config: Config, on_committed: Callable[[int], None]):
+    def __init__(self, raft: RaftNode, config: Config, on_committed: Callable[[int], None],
+                 *, clock: Clock = SYSTEM_CLOCK):
+        """`clock`: the leadership's (a committed entry's send time is its proof)."""
         self._raft = raft
+        self._clock = clock
         self._config = config
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -144,11 +147,11 @@ class Proposer:
                 break
             n, size = n + 1, size + p.size
         waiting, self._queue = self._queue[:n], self._queue[n:]
-        return c.Batch(now_ms=wall_ms(), commands=tuple(p.command for p in waiting)), waiting
+        return c.Batch(now_ms=self._clock.wall_ms(), commands=tuple(p.command for p in waiting)), waiting
 
     def _send(self, batch: c.Batch, waiting: list[_Pending]) -> None:
         data = codec.batch_to_bytes(batch)
-        sent_mono = mono_ms()
+        sent_mono = self._clock.mono_ms()
 
         def done(result, reason):  # tick thread
             try:

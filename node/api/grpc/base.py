@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 from gnomon.node.api.grpc.errors import NotLeader, abort, status_of
+from gnomon.node.clock import Clock
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Barrier
 from gnomon.node.core.model import State
@@ -24,6 +25,7 @@ T = TypeVar("T")
 
 
 class NodeApi(Protocol):
+    clock: Clock
     config: Config
     replica: Replica
     proposer: Proposer

@@ -11,7 +11,6 @@ from gnomon.node import codec
 from gnomon.node.api.grpc.access import request_scope, scoped
 from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import REJECTED_CODES, ServiceError, check, status_of
-from gnomon.node.clock import wall_ms
 from gnomon.node.core import commands as c
 from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.errors import Rejected
@@ -222,7 +221,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
 
     def _now_ms(self) -> int:
         """Never before cluster time: a slot computed from it is after every fired slot."""
-        return max(wall_ms(), self.read(lambda st: st.clock_ms))
+        return max(self.node.clock.wall_ms(), self.read(lambda st: st.clock_ms))
 
     def _spec(self, msg: types_pb2.JobSpec):
         _check_enums(msg)

@@ -7,13 +7,12 @@ import pytest
 from gnomon.node.leader import leases
 from tests.support.clock import FakeClock
 
-from .harness import Harness, install_clock, node_config
+from .harness import Harness, node_config
 
 
 @pytest.fixture
 def clock(monkeypatch) -> FakeClock:
     clk = FakeClock()
-    install_clock(clk, monkeypatch)
     # The expiry loop's tick (0.1 s) is real time; short, so tests wait little.
     monkeypatch.setattr(leases, "EXPIRY_TICK_S", 0.002)
     return clk

@@ -15,17 +15,15 @@ leader changed, not leader, pysyncobj's queue full), `refuse_submits` (submit ra
 raft.py's `_StateMachine` does, unless `fail_when_not_leader` is off).
 
 Time: one `FakeClock` (tests/support/clock.py) that moves only when a test says so. The leader
-loops and `Leadership` are given it (their `clock` argument, as server.py gives them the
-system clock); the few other modules that read the time stand in `NAME_PATCHED_CLOCKS` and
-have their functions replaced by its methods (`install_clock`). asyncio's own timers stay
-real; the loops' ticks are made short instead.
+loops, `Leadership`, the proposer and the servicers (through `node.clock`) are given it, as
+server.py gives them the system clock. asyncio's own timers stay real; the loops' ticks are
+made short instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib
 import random
 from collections import deque
 from collections.abc import Callable
@@ -66,27 +64,11 @@ from tests.support.clock import T0, FakeClock
 
 HOUR = 3_600_000
 
-# Modules under test that read a clock function imported by name, not an injected clock:
-# (module, attribute). The proposer's send time must be on the leadership's clock: a
-# committed entry's `sent_mono` is its proof.
-NAME_PATCHED_CLOCKS = [
-    ("gnomon.node.raft.proposer", "wall_ms"),
-    ("gnomon.node.raft.proposer", "mono_ms"),
-    ("gnomon.node.api.grpc.jobs", "wall_ms"),
-]
-
 MEMBERS = (
     Member("n1", "127.0.0.1:7001", "127.0.0.1:8001"),
     Member("n2", "127.0.0.1:7002", "127.0.0.1:8002"),
     Member("n3", "127.0.0.1:7003", "127.0.0.1:8003"),
 )
-
-
-def install_clock(clock: FakeClock, monkeypatch) -> None:
-    """`clock` stands in for the functions of `NAME_PATCHED_CLOCKS`."""
-    for module, attr in NAME_PATCHED_CLOCKS:
-        # raising=True: a module that stopped importing the function shows up here.
-        monkeypatch.setattr(importlib.import_module(module), attr, getattr(clock, attr))
 
 
 class Aborted(Exception):
@@ -330,7 +312,8 @@ class Harness:
             on_start=self._start_leading, on_stop=self._stop_leading, supervisor=self.supervisor,
             clock=clock,
         )
-        self.proposer = RecordingProposer(self.raft, config, self.leadership.committed)
+        self.proposer = RecordingProposer(self.raft, config, self.leadership.committed,
+                                          clock=clock)
         self.leases = LeaseTable(
             self.replica, self.proposer,
             LeaseTiming(heartbeat_interval_ms=config.heartbeat_interval_ms,
