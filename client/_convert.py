@@ -7,6 +7,7 @@ trip yields the normalised message. Enum values a newer server may send map to `
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable
 from typing import Any, cast
@@ -646,7 +647,7 @@ def preview_from_proto(msg: api_pb2.PreviewScheduleResponse) -> SchedulePreview:
     )
 
 
-def _enum_in(field: str, value: str, kind: type) -> Any:
+def _enum_in(field: str, value: str, kind: type[enum.StrEnum]) -> Any:
     """``kind(value)``, or InvalidArgument naming the field and the values it takes."""
     try:
         return kind(value)
@@ -686,7 +687,7 @@ def runs_query(
         trigger=[_RUN_TRIGGER[_enum_in("triggers", t, RunTrigger)]
                  for t in _one_or_many(triggers)],
         since_ms=since_ms, until_ms=until_ms, late=late, late_ms=late_ms, errors=errors,
-        sort=api_pb2.RunSort.Value(f"RUN_SORT_{_enum_in('sort', sort, RunSort).name}"),
+        sort=cast(Any, api_pb2.RunSort.Value(f"RUN_SORT_{_enum_in('sort', sort, RunSort).name}")),
         limit=limit, page_token=page_token, consistency=cast(Any, consistency),
     )
 
