@@ -26,6 +26,8 @@ from ._models import (
     OverlapPolicy,
     QueueCircuit,
     Run,
+    RunPage,
+    RunSort,
     Schedule,
     SchedulePreview,
     TaskRef,
@@ -622,6 +624,35 @@ class Client(BlockingAccessCalls):
     def list_workers(self, *, timeout_s: float | None = None) -> list[WorkerInfo]:
         """Workers connected to the leader: queues, credits, leases held."""
         return self._run(self._async.list_workers(timeout_s=timeout_s))
+
+    def list_runs_across_jobs(
+        self,
+        *,
+        tenants: str | Sequence[str] | None = None,
+        job_id: str | None = None,
+        queue: str | None = None,
+        states: str | Sequence[str] | None = None,
+        triggers: str | Sequence[str] | None = None,
+        since_ms: int = 0,
+        until_ms: int = 0,
+        late: bool = False,
+        late_ms: int = 0,
+        errors: bool = False,
+        sort: RunSort | str = RunSort.CREATED_DESC,
+        limit: int = 100,
+        page_token: str = "",
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> RunPage:
+        """One page of the runs in memory across jobs, filtered and sorted
+        (``AsyncClient.list_runs_across_jobs``); ``next_page_token`` continues it."""
+        return self._run(self._async.list_runs_across_jobs(
+            tenants=tenants, job_id=job_id, queue=queue, states=states, triggers=triggers,
+            since_ms=since_ms, until_ms=until_ms, late=late, late_ms=late_ms, errors=errors,
+            sort=sort, limit=limit, page_token=page_token, consistency=consistency,
+            timeout_s=timeout_s, since=since, until=until))
 
     def list_active_runs(
         self, *, tenant: str | None = None, limit: int = 100, timeout_s: float | None = None

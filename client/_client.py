@@ -32,6 +32,8 @@ from ._models import (
     OverlapPolicy,
     QueueCircuit,
     Run,
+    RunPage,
+    RunSort,
     Schedule,
     SchedulePreview,
     TaskRef,
@@ -445,6 +447,46 @@ class AsyncClient(AccessCalls):
         )
         resp = await self._call(_JOBS, "ListRuns", req, timeout_s=timeout_s)
         return [cv.run_from_proto(r) for r in resp.runs]
+
+    async def list_runs_across_jobs(
+        self,
+        *,
+        tenants: str | Sequence[str] | None = None,
+        job_id: str | None = None,
+        queue: str | None = None,
+        states: str | Sequence[str] | None = None,
+        triggers: str | Sequence[str] | None = None,
+        since_ms: int = 0,
+        until_ms: int = 0,
+        late: bool = False,
+        late_ms: int = 0,
+        errors: bool = False,
+        sort: RunSort | str = RunSort.CREATED_DESC,
+        limit: int = 100,
+        page_token: str = "",
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+    ) -> RunPage:
+        """One page of the runs in memory across jobs (the active ones and each job's most
+        recent ended ones; older runs: ``list_runs`` per job). Every filter given must match:
+        ``states`` / ``triggers`` any of those, ``queue`` any task on it, created in
+        [``since``, ``until``), ``late`` (a scheduled run created more than ``late_ms``,
+        default 1000, after it was due), ``errors`` (a task died or failed an attempt). A
+        tenant's token sees only its tenants' runs. Pass the page's ``next_page_token`` with
+        the same filters for the next page."""
+        req = cv.runs_query(
+            tenants=tenants, job_id=job_id, queue=queue, states=states, triggers=triggers,
+            since_ms=ms_or_alias("list_runs_across_jobs", "since_ms", since_ms, "since",
+                                 since, instant_ms) or 0,
+            until_ms=ms_or_alias("list_runs_across_jobs", "until_ms", until_ms, "until",
+                                 until, instant_ms) or 0,
+            late=late, late_ms=late_ms, errors=errors, sort=sort, limit=limit,
+            page_token=page_token, consistency=cv.consistency_to_proto(consistency),
+        )
+        resp = await self._call(_JOBS, "ListRunsAcrossJobs", req, timeout_s=timeout_s)
+        return cv.run_page_from_proto(resp)
 
     async def wait_run(
         self, run_id: str, *, timeout_s: float = 60.0, poll_interval_s: float = 0.5

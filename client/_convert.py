@@ -7,6 +7,7 @@ trip yields the normalised message. Enum values a newer server may send map to `
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable
 from typing import Any, cast
@@ -44,6 +45,8 @@ from ._models import (
     QueueCircuit,
     RetryPolicy,
     Run,
+    RunPage,
+    RunSort,
     RunState,
     RunTrigger,
     Schedule,
@@ -642,6 +645,56 @@ def preview_from_proto(msg: api_pb2.PreviewScheduleResponse) -> SchedulePreview:
         timezone=msg.timezone or "UTC",
         reading=msg.reading,
     )
+
+
+def _enum_in(field: str, value: str, kind: type[enum.StrEnum]) -> Any:
+    """``kind(value)``, or InvalidArgument naming the field and the values it takes."""
+    try:
+        return kind(value)
+    except ValueError:
+        names = ", ".join(v.value for v in kind if v.value != "unspecified")
+        raise InvalidArgument(f"{field}: must be one of {names}, got {value!r}") from None
+
+
+def _one_or_many(value: str | Iterable[str] | None) -> list[str]:
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else list(value)
+
+
+def runs_query(
+    *,
+    tenants: str | Iterable[str] | None,
+    job_id: str | None,
+    queue: str | None,
+    states: str | Iterable[str] | None,
+    triggers: str | Iterable[str] | None,
+    since_ms: int,
+    until_ms: int,
+    late: bool,
+    late_ms: int,
+    errors: bool,
+    sort: str,
+    limit: int,
+    page_token: str,
+    consistency: int,
+) -> api_pb2.ListRunsAcrossJobsRequest:
+    """The ListRunsAcrossJobs request; a state, trigger or sort the SDK does not know is
+    InvalidArgument naming it (before any call)."""
+    return api_pb2.ListRunsAcrossJobsRequest(
+        tenant=_one_or_many(tenants), job_id=job_id or "", queue=queue or "",
+        state=[_RUN_STATE[_enum_in("states", s, RunState)] for s in _one_or_many(states)],
+        trigger=[_RUN_TRIGGER[_enum_in("triggers", t, RunTrigger)]
+                 for t in _one_or_many(triggers)],
+        since_ms=since_ms, until_ms=until_ms, late=late, late_ms=late_ms, errors=errors,
+        sort=cast(Any, api_pb2.RunSort.Value(f"RUN_SORT_{_enum_in('sort', sort, RunSort).name}")),
+        limit=limit, page_token=page_token, consistency=cast(Any, consistency),
+    )
+
+
+def run_page_from_proto(msg: api_pb2.ListRunsAcrossJobsResponse) -> RunPage:
+    return RunPage(runs=tuple(run_from_proto(r) for r in msg.runs),
+                   next_page_token=msg.next_page_token)
 
 
 def job_ref(job_id: str | None, tenant: str | None, name: str | None) -> api_pb2.JobRef:

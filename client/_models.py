@@ -60,6 +60,8 @@ __all__ = [
     "QueueCircuit",
     "RetryPolicy",
     "Run",
+    "RunPage",
+    "RunSort",
     "RunState",
     "RunTrigger",
     "Schedule",
@@ -105,6 +107,16 @@ class RunTrigger(enum.StrEnum):
     SCHEDULE = "schedule"
     MANUAL = "manual"
     BACKFILL = "backfill"
+
+
+class RunSort(enum.StrEnum):
+    """The order of ``list_runs_across_jobs`` (ties by run id)."""
+
+    CREATED_DESC = "created_desc"
+    CREATED_ASC = "created_asc"
+    DURATION_DESC = "duration_desc"
+    """Longest first: created to finished, or to now for a run not finished."""
+    DURATION_ASC = "duration_asc"
 
 
 class TaskState(enum.StrEnum):
@@ -388,6 +400,18 @@ class Run:
             if instance.task_name == name:
                 return instance
         raise KeyError(name)
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of ``list_runs_across_jobs``; pass ``next_page_token`` for the next page
+    ("" on the last one)."""
+
+    runs: tuple[Run, ...] = ()
+    next_page_token: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runs", tuple(self.runs))
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from .._errors import (
     NotFound,
 )
 from .._models import CLUSTER_LIMIT_NAMES, Job, JobSpec, Run, RunState, TaskRef
+from . import runs as runs_cli
 from .access import ACCESS_COMMANDS
 from .backfill_circuits import SEMANTICS_COMMANDS
 from .dev import DEFAULT_SERVERS
@@ -341,9 +342,15 @@ def _cmd_job_trigger(ctx: CommandContext) -> int:
 
 
 def _cmd_run_list(ctx: CommandContext) -> int:
-    if (ctx.args.job is None) == (ctx.args.job_flag is None):
-        raise UsageError("name one job: gnomon run list JOB (or --job JOB)")
-    job_id, kw = _ref_kwargs(_job_ref(ctx.args.job or ctx.args.job_flag, ctx.args.tenant))
+    a = ctx.args
+    runs_cli.check_flags(a)
+    job = a.job or a.job_flag
+    if runs_cli.across_jobs(a):
+        runs_cli.list_across_jobs(ctx, _across_job_id(ctx, job) if job else None)
+        return EXIT_OK
+    if a.tenant and len(a.tenant) > 1:
+        raise UsageError("--tenant: one tenant names a job (several only filter across jobs)")
+    job_id, kw = _ref_kwargs(_job_ref(job, a.tenant[0] if a.tenant else None))
     try:
         runs = ctx.client.list_runs(
             job_id, **kw, limit=ctx.args.limit, before_ms=ctx.args.before or 0
@@ -360,6 +367,17 @@ def _cmd_run_list(ctx: CommandContext) -> int:
         ) from None
     ctx.emit(render_runs(runs), [run_json(r) for r in runs])
     return EXIT_OK
+
+
+def _across_job_id(ctx: CommandContext, job: str) -> str:
+    """The id of JOB for the listing across jobs (a name is looked up in its tenant)."""
+    tenants = ctx.args.tenant or []
+    ref = _job_ref(job, tenants[0] if len(tenants) == 1 else None)
+    if "job_id" in ref:
+        return str(ref["job_id"])
+    if len(tenants) > 1:
+        raise UsageError("--tenant: a job given by name needs one tenant (or give its id)")
+    return str(ctx.client.get_job(tenant=ref["tenant"], name=ref["name"]).job_id)
 
 
 def _cmd_run_get(ctx: CommandContext) -> int:

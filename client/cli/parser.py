@@ -13,6 +13,9 @@ from .._models import (
     DstNonexistent,
     MisfirePolicy,
     OverlapPolicy,
+    RunSort,
+    RunState,
+    RunTrigger,
 )
 from .._version import VERSION
 from .access import add_access_groups
@@ -124,6 +127,16 @@ def _instant_arg(text: str) -> int:
         return parse_instant_ms(text, "time")
     except UsageError as e:
         raise argparse.ArgumentTypeError(str(e).split(": ", 1)[1]) from None
+
+
+def _since_arg(text: str) -> int:
+    """A duration ("1h": that long ago) or an instant, in ms since the epoch."""
+    if not text.strip().isdigit():
+        try:
+            return parse_instant_ms("now") - parse_duration_ms(text, "time")
+        except UsageError:
+            pass
+    return _instant_arg(text)
 
 
 def _add_schedule_flags(g: Any) -> None:
@@ -375,14 +388,42 @@ def _add_job_update(p: argparse.ArgumentParser) -> None:
 
 def _add_run_commands(groups: Any, leaf: Leaf) -> None:
     run = _actions(groups, "run", "inspect and cancel runs")
-    p = leaf(run, "list", "a job's runs, newest first")
+    p = leaf(run, "list", "a job's runs, newest first; with a filter (or no job) runs across "
+             "jobs")
     p.add_argument("job", metavar="JOB", nargs="?", help="job id (j12) or name")
     p.add_argument("--job", dest="job_flag", metavar="JOB", help="the same as JOB")
-    p.add_argument("--tenant", help="tenant of a job given by name (default: default)")
-    p.add_argument("--limit", type=int, default=20, help="default 20")
+    p.add_argument("--tenant", action="append",
+                   help="tenant of a job given by name (default: default); across jobs: only "
+                   "this tenant's runs (repeatable; default: every tenant the token reads)")
+    p.add_argument("--limit", type=int, default=20, help="default 20 (at most 1000)")
     p.add_argument(
-        "--before", type=_instant_arg, metavar="TIME", help="only runs scheduled before TIME"
+        "--before", type=_instant_arg, metavar="TIME",
+        help="one job's runs scheduled before TIME (not with the filters below)"
     )
+    g = p.add_argument_group(
+        "runs across jobs (in memory: the active ones and each job's most recent ended ones)")
+    g.add_argument("--state", action="append", choices=[s.value for s in RunState
+                                                        if s != RunState.UNSPECIFIED],
+                   help="only runs in this state (repeatable: any of them)")
+    g.add_argument("--trigger", action="append", choices=[t.value for t in RunTrigger
+                                                          if t != RunTrigger.UNSPECIFIED],
+                   help="only runs created this way (repeatable)")
+    g.add_argument("--queue", help="only runs with a task on this queue")
+    g.add_argument("--since", type=_since_arg, metavar="TIME",
+                   help="only runs created at or after TIME: a duration ago (1h, 30m, 7d) or "
+                   "a time (ISO 8601 with a zone, epoch ms)")
+    g.add_argument("--until", type=_since_arg, metavar="TIME",
+                   help="only runs created before TIME (as --since)")
+    g.add_argument("--late", action="store_true",
+                   help="only scheduled runs that started late (more than --late-ms after "
+                   "they were due)")
+    g.add_argument("--late-ms", type=int, default=0, metavar="MS",
+                   help="with --late: how late counts (default 1000)")
+    g.add_argument("--errors", action="store_true",
+                   help="only runs with a task that died or failed an attempt")
+    g.add_argument("--sort", choices=[s.value for s in RunSort],
+                   help="default created_desc (newest first)")
+    g.add_argument("--page-token", metavar="TOKEN", help="the next page, as the last one said")
     p = leaf(run, "get", "one run, its tasks, their attempts and the latest output")
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--output", action="store_true", help="print the output tail of every attempt")

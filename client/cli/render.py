@@ -24,6 +24,7 @@ from .._models import (
     JobSpec,
     LimitsUpdate,
     Run,
+    RunTrigger,
     Schedule,
     SchedulePreview,
     TaskInstance,
@@ -312,6 +313,40 @@ def render_runs(runs: Sequence[Run]) -> str:
             for r in runs
         ],
     )
+
+
+def render_runs_across_jobs(runs: Sequence[Run], next_page_token: str = "") -> str:
+    """Runs of many jobs: the job and tenant columns, the lateness of scheduled runs."""
+    if not runs:
+        return "no runs match"
+    out = table(
+        ["RUN", "JOB", "TENANT", "STATE", "TRIGGER", "CREATED", "LATE", "DURATION", "TASKS"],
+        [
+            [
+                r.run_id,
+                r.job_id,
+                r.tenant,
+                r.state.value,
+                r.trigger.value,
+                fmt_time(r.created_ms),
+                _lateness(r),
+                _run_duration(r),
+                _task_summary(r),
+            ]
+            for r in runs
+        ],
+    )
+    if next_page_token:
+        out += f"\nmore: the same command with --page-token {next_page_token}"
+    return out
+
+
+def _lateness(run: Run) -> str:
+    """How long after it was due a scheduled run started (its slot plus the fire delay)."""
+    if run.trigger != RunTrigger.SCHEDULE or not run.created_ms:
+        return "-"
+    late = run.created_ms - run.scheduled_for_ms - run.fire_delay_ms
+    return fmt_duration(late) if late > 0 else "-"
 
 
 def _task_duration(t: TaskInstance) -> str:

@@ -14,6 +14,7 @@ from gnomon.client import (
     NotFound,
     PreviewFire,
     Run,
+    RunPage,
     RunState,
     SchedulePreview,
     TaskRef,
@@ -109,6 +110,10 @@ class FakeClient:
 
     def _list_runs(self, job_id=None, **kw):
         return list(self.runs.values())
+
+    def _list_runs_across_jobs(self, **kw):
+        runs = [r for r in self.runs.values() if not kw.get("job_id") or r.job_id == kw["job_id"]]
+        return RunPage(tuple(runs), next_page_token="tok" if kw.get("limit") == 1 else "")
 
     def _cancel_run(self, run_id, *, reason="", request_id=None):
         return replace(self.runs[run_id], state=RunState.CANCELLED)

@@ -166,6 +166,16 @@ def _listing(principal: Principal, request, _lookup: Lookup) -> list[str]:
     raise denied(f"tenant: required (this token acts for {', '.join(principal.tenants)})")
 
 
+def _tenants_listing(principal: Principal, request, _lookup: Lookup) -> list[str]:
+    """A list call over several tenants (ListRunsAcrossJobs): the tenants it names, or every
+    tenant of the token filled in, so a tenant's token never lists another tenant's runs."""
+    if not request.tenant and not principal.is_admin:
+        if not principal.tenants:
+            raise denied("tenant: this token acts for no tenant")
+        request.tenant.extend(principal.tenants)
+    return list(request.tenant)
+
+
 @dataclass(frozen=True)
 class Rule:
     """What a method needs: a role, and the tenants of the request (None: cluster-wide)."""
@@ -241,6 +251,7 @@ RULES: dict[str, Rule] = {
     JOBS + "TriggerJob": Rule(TENANT_WRITER, _job),
     JOBS + "GetRun": Rule(TENANT_READER, _run),
     JOBS + "ListRuns": Rule(TENANT_READER, _job),
+    JOBS + "ListRunsAcrossJobs": Rule(TENANT_READER, _tenants_listing),
     JOBS + "CancelRun": Rule(TENANT_WRITER, _run),
     JOBS + "ListDeadLetters": Rule(TENANT_READER, _listing),
     JOBS + "ReplayDeadLetters": Rule(TENANT_WRITER, _replay),

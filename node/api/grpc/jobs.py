@@ -8,6 +8,7 @@ import dataclasses
 import grpc
 
 from gnomon.node import codec
+from gnomon.node.api.grpc import run_listing
 from gnomon.node.api.grpc.access import request_scope, scoped
 from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import REJECTED_CODES, ServiceError, check, status_of
@@ -16,6 +17,7 @@ from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.errors import Rejected
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, State, dedupe_key, queue_key
 from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
+from gnomon.node.core.run_query import RunCursor, query_runs, sort_value
 from gnomon.node.leader.backfill import count_slots
 from gnomon.node.spec.schedules import (
     bounded_first,
@@ -450,6 +452,32 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
             runs.setdefault(run.run_id, codec.run_to_proto(run))
         ordered = sorted(runs.values(), key=lambda r: (r.scheduled_for_ms, r.run_id), reverse=True)
         return api_pb2.ListRunsResponse(runs=ordered[:limit])
+
+    @translated
+    async def ListRunsAcrossJobs(self, request, context):  # noqa: N802
+        """Runs in memory across jobs (node/core/run_query.py); the access rule has scoped
+        `request.tenant` to the caller's tenants."""
+        query = run_listing.parse(request)
+        await self.before_read(request.consistency)
+        out = api_pb2.ListRunsAcrossJobsResponse()
+
+        def page(st: State) -> None:
+            found = query_runs(st, query.flt, sort=query.sort, limit=query.limit,
+                               after=query.after)
+            nxt, size = found.next, 0
+            for i, run in enumerate(found.runs):
+                msg = codec.run_to_proto(run)
+                size += msg.ByteSize()
+                if size > MAX_PAGE_BYTES and i:  # the rest follows on the next page
+                    last = found.runs[i - 1]
+                    nxt = RunCursor(sort_value(last, query.sort, st.clock_ms), last.run_id)
+                    break
+                out.runs.append(msg)
+            if nxt is not None:
+                out.next_page_token = run_listing.encode_token(nxt, query.sort)
+
+        self.read(page)
+        return out
 
     @translated
     async def CancelRun(self, request, context):  # noqa: N802

@@ -58,6 +58,8 @@ class Route:
     status: int = 200
     # the body also carries `updateMask` (JobSpec paths): patch.py merges onto the job
     update_mask: bool = False
+    # short query parameter names -> the request field they set (`?job=` for job_id)
+    query_aliases: dict[str, str] = field(default_factory=dict)
 
     @property
     def service(self) -> str:
@@ -134,6 +136,10 @@ ROUTES: tuple[Route, ...] = (
           {"tenant": "tenant"}),
     Route("GET", "/v1/tenants/{tenant}/jobs/{name}", "JobService.GetJob",
           "Get a job by tenant and name", {"tenant": "job.tenant", "name": "job.name"}),
+    Route("GET", "/v1/runs", "JobService.ListRunsAcrossJobs",
+          "Runs across jobs in memory, filtered (?tenant=, job=, queue=, state=, trigger=, "
+          "since=, until=, late=1, errors=1), sorted (?sort=), paged (?limit=, page_token=)",
+          query_aliases={"job": "job_id", "since": "since_ms", "until": "until_ms"}),
     Route("GET", "/v1/runs/{run_id}", "JobService.GetRun", "Get a run with its tasks",
           {"run_id": "run_id"}),
     Route("POST", "/v1/runs/{run_id}/cancel", "JobService.CancelRun",
@@ -373,7 +379,7 @@ async def build_request(route: Route, request: web.Request, *,
                        "the JSON body")
         if key in ("request_id", "requestId"):
             raise _bad(f"{key}: send the {IDEMPOTENCY_HEADER} header instead")
-        set_field(msg, key, value)
+        set_field(msg, route.query_aliases.get(key, key), value, where=key)
     for param, path in route.path_fields.items():
         set_field(msg, path, request.match_info[param], where=param)
     for path, fixed in route.fixed.items():

@@ -152,6 +152,11 @@ def _query_params(route: Route) -> list[dict]:
                     if sub.type != sub.TYPE_MESSAGE]
             continue
         out.append(_query_param(f.name, f))
+    for alias, target in route.query_aliases.items():
+        param = _query_param(alias, cls.DESCRIPTOR.fields_by_name[target])
+        param["description"] = f"The same as {target}: {param.get('description', '')}"
+        param["x-alias-of"] = target
+        out.append(param)
     return out
 
 

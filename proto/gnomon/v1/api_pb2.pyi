@@ -13,9 +13,22 @@ class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSISTENCY_UNSPECIFIED: _ClassVar[Consistency]
     CONSISTENCY_LINEARIZABLE: _ClassVar[Consistency]
     CONSISTENCY_STALE: _ClassVar[Consistency]
+
+class RunSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RUN_SORT_UNSPECIFIED: _ClassVar[RunSort]
+    RUN_SORT_CREATED_DESC: _ClassVar[RunSort]
+    RUN_SORT_CREATED_ASC: _ClassVar[RunSort]
+    RUN_SORT_DURATION_DESC: _ClassVar[RunSort]
+    RUN_SORT_DURATION_ASC: _ClassVar[RunSort]
 CONSISTENCY_UNSPECIFIED: Consistency
 CONSISTENCY_LINEARIZABLE: Consistency
 CONSISTENCY_STALE: Consistency
+RUN_SORT_UNSPECIFIED: RunSort
+RUN_SORT_CREATED_DESC: RunSort
+RUN_SORT_CREATED_ASC: RunSort
+RUN_SORT_DURATION_DESC: RunSort
+RUN_SORT_DURATION_ASC: RunSort
 
 class CreateJobRequest(_message.Message):
     __slots__ = ("request_id", "spec")
@@ -216,6 +229,46 @@ class ListRunsResponse(_message.Message):
     RUNS_FIELD_NUMBER: _ClassVar[int]
     runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
     def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ...) -> None: ...
+
+class ListRunsAcrossJobsRequest(_message.Message):
+    __slots__ = ("tenant", "job_id", "queue", "state", "trigger", "since_ms", "until_ms", "late", "late_ms", "errors", "sort", "limit", "page_token", "consistency")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    LATE_FIELD_NUMBER: _ClassVar[int]
+    LATE_MS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    SORT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    tenant: _containers.RepeatedScalarFieldContainer[str]
+    job_id: str
+    queue: str
+    state: _containers.RepeatedScalarFieldContainer[_types_pb2.RunState]
+    trigger: _containers.RepeatedScalarFieldContainer[_types_pb2.RunTrigger]
+    since_ms: int
+    until_ms: int
+    late: bool
+    late_ms: int
+    errors: bool
+    sort: RunSort
+    limit: int
+    page_token: str
+    consistency: Consistency
+    def __init__(self, tenant: _Optional[_Iterable[str]] = ..., job_id: _Optional[str] = ..., queue: _Optional[str] = ..., state: _Optional[_Iterable[_Union[_types_pb2.RunState, str]]] = ..., trigger: _Optional[_Iterable[_Union[_types_pb2.RunTrigger, str]]] = ..., since_ms: _Optional[int] = ..., until_ms: _Optional[int] = ..., late: _Optional[bool] = ..., late_ms: _Optional[int] = ..., errors: _Optional[bool] = ..., sort: _Optional[_Union[RunSort, str]] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ListRunsAcrossJobsResponse(_message.Message):
+    __slots__ = ("runs", "next_page_token")
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    runs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Run]
+    next_page_token: str
+    def __init__(self, runs: _Optional[_Iterable[_Union[_types_pb2.Run, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class CancelRunRequest(_message.Message):
     __slots__ = ("request_id", "run_id", "reason")

@@ -90,6 +90,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ListRunsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ListRunsResponse.FromString,
                 _registered_method=True)
+        self.ListRunsAcrossJobs = channel.unary_unary(
+                '/gnomon.v1.JobService/ListRunsAcrossJobs',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ListRunsAcrossJobsRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ListRunsAcrossJobsResponse.FromString,
+                _registered_method=True)
         self.CancelRun = channel.unary_unary(
                 '/gnomon.v1.JobService/CancelRun',
                 request_serializer=gnomon_dot_v1_dot_api__pb2.CancelRunRequest.SerializeToString,
@@ -235,6 +240,16 @@ class JobServiceServicer:
 
     def ListRuns(self, request, context):
         """A job's runs, newest slot first, from memory and the history store.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRunsAcrossJobs(self, request, context):
+        """Runs across jobs (the runs page): filtered by tenant, job, queue, state, trigger, creation
+        time, lateness and errors, sorted, paged with an opaque token. Only the runs in memory (the
+        active ones and the most recent terminal ones of each job); older runs are in each node's
+        history store, listed per job by ListRuns. A tenant's token sees only its tenants' runs.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -387,6 +402,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListRuns,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ListRunsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ListRunsResponse.SerializeToString,
+            ),
+            'ListRunsAcrossJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunsAcrossJobs,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ListRunsAcrossJobsRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ListRunsAcrossJobsResponse.SerializeToString,
             ),
             'CancelRun': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelRun,
@@ -747,6 +767,33 @@ class JobService:
             '/gnomon.v1.JobService/ListRuns',
             gnomon_dot_v1_dot_api__pb2.ListRunsRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ListRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunsAcrossJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/ListRunsAcrossJobs',
+            gnomon_dot_v1_dot_api__pb2.ListRunsAcrossJobsRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ListRunsAcrossJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

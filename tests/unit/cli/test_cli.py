@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from dataclasses import replace
 
 import grpc
@@ -491,12 +492,50 @@ def test_runs(fake):
         (None,),
         {"tenant": None, "name": "nightly", "limit": 20, "before_ms": 0},
     )
-    assert run(fake, "run", "list")[0] == 2
     assert run(fake, "run", "list", "a", "--job", "b")[0] == 2
+    assert not fake.method_calls("list_runs_across_jobs")
     code, out, _ = run(fake, "run", "cancel", "j1@5")
     assert (code, out) == (0, "run j1@5 is cancelled\n")
     code, out, _ = run(fake, "run", "get", "j1@5")
     assert code == 0 and "running" in out
+
+
+def test_run_list_across_jobs(fake):
+    fake.runs["j1@5"] = Run("j1@5", "j1", tenant="acme", state=RunState.FAILED)
+    fake.runs["j2@6"] = Run("j2@6", "j2", tenant="acme", state=RunState.FAILED)
+    code, out, _ = run(fake, "run", "list")  # no job: across jobs, no filter
+    assert code == 0 and "j1@5" in out and "j2@6" in out and "TENANT" in out
+    code, out, _ = run(fake, "run", "list", "--state", "failed", "--since", "1h", "--late",
+                       "--errors", "--queue", "gpu", "--tenant", "acme", "--tenant", "b",
+                       "--trigger", "manual", "--sort", "duration_desc", "--json")
+    assert code == 0 and [r["state"] for r in json.loads(out)] == ["failed", "failed"]
+    kw = fake.method_calls("list_runs_across_jobs")[-1][1]
+    assert (kw["states"], kw["triggers"], kw["queue"], kw["tenants"]) == (
+        ["failed"], ["manual"], "gpu", ["acme", "b"])
+    assert kw["late"] and kw["errors"] and kw["sort"] == "duration_desc" and kw["until_ms"] == 0
+    assert abs(kw["since_ms"] - (int(time.time() * 1000) - 3_600_000)) < 60_000
+    assert not fake.method_calls("list_runs")
+    # a job with a filter: across jobs, that job only (by id; a name is looked up)
+    code, out, _ = run(fake, "run", "list", "j2", "--state", "failed", "--json")
+    assert [r["run_id"] for r in json.loads(out)] == ["j2@6"]
+    code, out, err = run(fake, "run", "list", "--limit", "1", "--json")
+    assert code == 0 and "--page-token tok" in err and json.loads(out)
+    code, out, _ = run(fake, "run", "list", "--limit", "1")
+    assert "--page-token tok" in out
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--state", "done"), "invalid choice"),
+    (("--since", "yesterday"), "--since"),
+    (("--late-ms", "5"), "--late-ms goes with --late"),
+    (("j1", "--state", "failed", "--before", "now"), "--before"),
+    (("--limit", "0"), "--limit"),
+    (("--since", "1h", "--until", "2h"), "--until must be after --since"),
+])
+def test_run_list_refuses_bad_flags_before_any_call(fake, args, says):
+    code, _, err = run(fake, "run", "list", *args)
+    assert code == 2 and says in err
+    assert not fake.calls
 
 
 def _attempted_run() -> Run:

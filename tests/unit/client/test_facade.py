@@ -58,6 +58,8 @@ PUBLIC = [
     "Run",
     "RunFailed",
     "RunHandle",
+    "RunPage",
+    "RunSort",
     "RunState",
     "RunTrigger",
     "Schedule",

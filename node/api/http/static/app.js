@@ -893,6 +893,117 @@ async function queuesPage() {
   await refresh();
 }
 
+// -- runs across jobs (#/runs?state=failed&since=1h&...) ---------------------------------------
+// The filter lives in the URL (shareable: loading it restores the form and the page); "since"
+// and "until" stay as written (1h is re-read as "an hour before now" on every refresh). The
+// server pages (GET /v1/runs, page_token); earlier tokens are kept in memory for Previous.
+
+const RUN_FILTERS = ["tenant", "job", "queue", "state", "trigger", "since", "until", "late", "errors", "sort", "limit", "page"];
+const RUN_STATE_CHOICES = ["running", "queued", "succeeded", "failed", "cancelled", "skipped"];
+const RUN_TRIGGER_CHOICES = ["schedule", "manual", "backfill"];
+const RUN_SORT_CHOICES = [["created_desc", "newest first"], ["created_asc", "oldest first"],
+  ["duration_desc", "longest first"], ["duration_asc", "shortest first"]];
+let runPages = { key: "", tokens: [] }; // tokens of the pages before this one, for Previous
+
+// "1h" / "30m" / "7d" ago, epoch ms, or an ISO time -> ms since the epoch ("" -> "").
+function instantParam(text, name) {
+  const t = (text || "").trim();
+  if (!t) return "";
+  if (/^\d+$/.test(t)) return t;
+  const m = t.match(/^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/);
+  if (m) return String(Date.now() - Math.round(Number(m[1]) * Object.fromEntries(DURATION_UNITS)[m[2]]));
+  const at = Date.parse(t);
+  if (Number.isNaN(at)) throw new ApiError({ detail: `${name}: ${JSON.stringify(t)} is not a time (1h, 7d, epoch ms or ISO 8601)` }, 400);
+  return String(at);
+}
+
+function runsQuery(q) {
+  const out = new URLSearchParams();
+  for (const key of ["tenant", "job", "queue", "state", "trigger", "sort", "limit"]) if (q.get(key)) out.set(key, q.get(key));
+  for (const key of ["since", "until"]) { const v = instantParam(q.get(key), key); if (v) out.set(key, v); }
+  if (q.get("late")) out.set("late", "1");
+  if (q.get("errors")) out.set("errors", "1");
+  if (q.get("page")) out.set("page_token", q.get("page"));
+  return out;
+}
+
+function runLateness(r) {
+  if (r.trigger !== "RUN_TRIGGER_SCHEDULE") return "—";
+  const late = num(r.createdMs) - num(r.scheduledForMs) - num(r.fireDelayMs);
+  return late > 0 ? fmtDur(late) : "—";
+}
+
+function runsForm(q) {
+  const input = (name, label, attrs) => h("label", {}, label, h("input", { id: `runs-${name}`, name, value: q.get(name) || "", ...attrs }));
+  const select = (name, label, choices) => h("label", {}, label, h("select", { id: `runs-${name}`, name },
+    choices.map(([value, text]) => h("option", { value, text, selected: (q.get(name) || "") === value }))));
+  const check = (name, label) => h("label", { class: "check" }, h("input", { id: `runs-${name}`, name, type: "checkbox", checked: !!q.get(name) }), label);
+  const form = h("form", { role: "search", "aria-label": "Filter runs" },
+    h("div", { class: "row" }, input("tenant", "Tenant", { placeholder: "all yours" }), input("job", "Job id", { placeholder: "any" }),
+      input("queue", "Queue", { placeholder: "any" }),
+      select("state", "State", [["", "any"], ...RUN_STATE_CHOICES.map((x) => [x, x])]),
+      select("trigger", "Trigger", [["", "any"], ...RUN_TRIGGER_CHOICES.map((x) => [x, x])])),
+    h("div", { class: "row" }, input("since", "Created since", { placeholder: "1h, 7d, ISO time", list: "runs-times" }),
+      input("until", "Created before", { placeholder: "none", list: "runs-times" }),
+      h("datalist", { id: "runs-times" }, ["15m", "1h", "6h", "24h", "7d"].map((x) => h("option", { value: x }))),
+      check("late", "Late only"), check("errors", "With errors only"),
+      select("sort", "Sort", RUN_SORT_CHOICES), select("limit", "Per page", [["", "100"], ["25", "25"], ["50", "50"], ["200", "200"]]),
+      h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const next = new URLSearchParams();
+    for (const el of form.elements) {
+      if (!el.name) continue;
+      if (el.type === "checkbox") { if (el.checked) next.set(el.name, "1"); } else if (el.value.trim()) next.set(el.name, el.value.trim());
+    }
+    runPages = { key: "", tokens: [] };
+    location.hash = `#/runs${next.toString() ? `?${next}` : ""}`;
+  });
+  return form;
+}
+
+async function runsPage() {
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const filterKey = RUN_FILTERS.filter((k) => k !== "page").map((k) => `${k}=${q.get(k) || ""}`).join("&");
+  if (runPages.key !== filterKey) runPages = { key: filterKey, tokens: [] };
+  const list = h("div", { id: "runs" });
+  const pager = h("nav", { class: "row pager", "aria-label": "Pages of runs" });
+  const out = h("div");
+  main.replaceChildren(h("h1", { text: "Runs" }),
+    h("section", { class: "card" }, runsForm(q),
+      h("p", { class: "muted", text: "The runs in memory: active ones and each job's most recent ended ones (older runs: a job's page)." })),
+    h("section", { class: "card" }, out, list, pager));
+  const go = (page) => {
+    const next = new URLSearchParams(q);
+    if (page) next.set("page", page); else next.delete("page");
+    location.hash = `#/runs?${next}`;
+  };
+  refresh = async () => {
+    let res;
+    try {
+      res = await api("GET", `/v1/runs?${runsQuery(q)}`);
+    } catch (e) {
+      message(out, e.message);
+      list.replaceChildren(); pager.replaceChildren();
+      return;
+    }
+    message(out, "");
+    list.replaceChildren(res.runs.length ? table(["run", "job", "tenant", "state", "trigger", "created", "late by", "duration", "tasks"],
+      res.runs.map((r) => h("tr", { "data-run": r.runId },
+        h("td", {}, runLink(r.runId)), h("td", {}, jobLink(r.jobId)), h("td", { text: r.tenant }),
+        h("td", {}, badge(r.state)), h("td", { text: (r.trigger || "").replace(/^RUN_TRIGGER_/, "").toLowerCase() }),
+        h("td", { title: fmtTime(r.createdMs), text: fmtTime(r.createdMs) }), h("td", { text: runLateness(r) }),
+        h("td", { text: num(r.finishedMs) ? fmtDur(num(r.finishedMs) - num(r.createdMs)) : "running" }),
+        h("td", { text: `${r.tasks.filter((t) => STATE_NAMES(t.state) === "succeeded").length}/${r.tasks.length} ok` }))),
+      { "aria-label": "Runs" }) : h("p", { class: "muted", "data-testid": "runs-empty", text: "No runs match." }));
+    const here = q.get("page") || "";
+    pager.replaceChildren(
+      h("button", { type: "button", text: "← Previous", disabled: !here, onclick: () => go(runPages.tokens.pop() || "") }),
+      h("button", { type: "button", text: "Next →", disabled: !res.nextPageToken, onclick: () => { runPages.tokens.push(here); go(res.nextPageToken); } }));
+  };
+  await refresh();
+}
+
 // -- router ------------------------------------------------------------------------------------
 
 async function route() {
@@ -907,6 +1018,7 @@ async function route() {
     if (page === "jobs" && parts[1]) await jobPage(parts[1]);
     else if (page === "jobs") await jobsPage();
     else if (page === "runs" && parts[1]) await runPage(parts.slice(1).join("/"));
+    else if (page === "runs") await runsPage();
     else if (page === "dlq") await dlqPage();
     else if (page === "queues") await queuesPage();
     else await clusterPage();
