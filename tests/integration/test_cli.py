@@ -150,7 +150,7 @@ def test_cluster_limits_show_and_set(servers):
     assert before["limits_version"] >= 1  # the first leader set them from its config
     assert sorted(before["limits"]) == sorted(
         ["dedupe_capacity", "dedupe_max_age_ms", "runs_retained_per_job", "max_dead_letters",
-         "max_attempt_records"]
+         "max_attempt_records", "max_tokens_per_tenant", "max_queue_circuits_per_tenant"]
     )
     assert all(isinstance(v, int) for v in before["limits"].values())
     proc = gnomon(servers, "cluster", "limits")

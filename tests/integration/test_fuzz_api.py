@@ -98,6 +98,7 @@ PLAUSIBLE: dict[str, list] = {
     "consistency": [0, 1, 2], "misfire_policy": [0, 1, 2, 3], "dedupe_capacity": _LIMITS,
     "dedupe_max_age_ms": _LIMITS, "runs_retained_per_job": _LIMITS,
     "max_dead_letters": _LIMITS, "max_attempt_records": _LIMITS,
+    "max_tokens_per_tenant": _LIMITS, "max_queue_circuits_per_tenant": _LIMITS,
 }
 
 F = FieldDescriptor
