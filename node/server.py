@@ -19,7 +19,7 @@ from gnomon.node.api.grpc.base import NodeApi
 from gnomon.node.api.grpc.cluster import ClusterServicer
 from gnomon.node.api.grpc.decode import DecodeGuard
 from gnomon.node.api.grpc.jobs import JobServicer
-from gnomon.node.api.grpc.operations import OperationsServicer
+from gnomon.node.api.grpc.operations import OperationsApi, OperationsServicer
 from gnomon.node.api.grpc.relay import RelayServicer
 from gnomon.node.api.grpc.worker import WorkerServicer
 from gnomon.node.clock import SYSTEM_CLOCK, Clock, mono_ms
@@ -328,7 +328,8 @@ class Node:
         api = cast(NodeApi, self)  # started by run() after it made the raft node and proposer
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(api), server)
         api_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(api), server)
-        api_pb2_grpc.add_OperationsServiceServicer_to_server(OperationsServicer(api), server)
+        api_pb2_grpc.add_OperationsServiceServicer_to_server(
+            OperationsServicer(cast(OperationsApi, self)), server)
         worker_pb2_grpc.add_WorkerServiceServicer_to_server(self.worker_servicer, server)
         relay_pb2_grpc.add_GatewayServiceServicer_to_server(self.relay_servicer, server)
         self._health = health.aio.HealthServicer()

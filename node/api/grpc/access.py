@@ -436,7 +436,7 @@ def _refusing(handler: grpc.RpcMethodHandler, exc: AuthError) -> grpc.RpcMethodH
     return _rebuild(handler, refuse)
 
 
-def _wrapped(handler, method: str, principal: Principal, guard: AccessGuard):
+def _wrapped(handler, method: str, principal: Principal | None, guard: AccessGuard):
     lookup = guard._lookup
     behaviour = getattr(handler, _kind(handler))
     if handler.request_streaming:

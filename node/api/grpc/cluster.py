@@ -40,7 +40,8 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
             applied_index=int(raw.get("last_applied", 0)),
             version=VERSION,
         )
-        role = ROLE_NAMES.get(raw.get("state"), "unknown")
+        state = raw.get("state")
+        role = ROLE_NAMES.get(state, "unknown") if isinstance(state, int) else "unknown"
         for m in node.raft.membership.members():
             if m.node_id == me.node_id:
                 out.nodes.add(node_id=m.node_id, raft_address=m.raft_addr, grpc_address=m.grpc_addr,

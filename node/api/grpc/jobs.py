@@ -87,7 +87,7 @@ def _check_overlap_number(field: str, number: int) -> None:
                            f"{field}: must be one of {names}, got {number}")
 
 
-_REPLIES = {c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
+_REPLIES: dict[type, type | tuple[type, ...]] = {c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
             c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply,
             c.RerunRun: RunReply, c.CancelTask: RunReply, c.ResetCircuit: (JobReply, Done),
             c.ReplayDeadLetters: Replayed, c.StartBackfill: JobReply, c.CancelBackfill: JobReply,
@@ -274,7 +274,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 request.request_id, tuple(item for _, item in items),
                 self.node.config.max_jobs_per_tenant), request)
             self._fill_results(results, items, reply)
-        return api_pb2.CreateJobsResponse(results=results)
+        answered = [r for r in results if r is not None]
+        assert len(answered) == len(results), "every spec has its result"
+        return api_pb2.CreateJobsResponse(results=answered)
 
     def _check_bulk_size(self, count: int, size_bytes: int) -> None:
         limit = self.node.config.create_jobs_max_specs
@@ -368,7 +370,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         nxt, spec = self.read(lambda st: (job.next_fire_ms, job.spec)
                               if (job := st.jobs.get(job_id)) else (0, None))
         # Cron evaluation outside the lock: the tick thread applies meanwhile.
-        if nxt and spec.schedule.kind != ScheduleKind.ONCE:
+        if nxt and spec is not None and spec.schedule.kind != ScheduleKind.ONCE:
             nxt = bounded_first(spec, now, hash_id=job_hash_id(spec.tenant, spec.name))
         reply = await self._propose(c.SetPaused(request.request_id, job_id, False, nxt), request)
         return api_pb2.ResumeJobResponse(job=self._job_as_written(reply))
@@ -379,7 +381,8 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         _check_overlap_number("overlap_policy", request.overlap_policy)
         job_id = await self._write_job_id(request.job, request.request_id)
         overlap = codec.overlap_from_proto(request.overlap_policy, "")
-        params, payloads = b"", ()
+        params: bytes = b""
+        payloads: tuple[c.TaskPayload, ...] = ()
         if request.params_json:
             spec = self._spec_of(job_id)
             if spec is not None:  # None: a retry answered by dedupe

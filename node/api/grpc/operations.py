@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+from typing import Protocol
 
 import grpc
 
 from gnomon.node import codec
-from gnomon.node.api.grpc.base import ServicerBase, translated
+from gnomon.node.api.grpc.base import NodeApi, ServicerBase, translated
 from gnomon.node.api.grpc.errors import ServiceError, abort
-from gnomon.node.clock import wall_ms
 from gnomon.node.config import Member
 from gnomon.node.core.model import RunState, State
+from gnomon.node.leader.dispatch import WorkerSession
+from gnomon.node.leader.leases import LeaseDeadline
 from gnomon.node.ops.observe import queue_views
 from gnomon.node.ops.operations import (
     OperationError,
@@ -31,7 +33,31 @@ NODE_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
 MAX_CATCH_UP_TIMEOUT_MS = 3_600_000
 
 
+class Sessions(Protocol):
+    """The leader's worker sessions (Dispatcher), read on the loop thread."""
+
+    sessions: dict[str, WorkerSession]
+
+
+class Deadlines(Protocol):
+    """The leader's lease deadlines (LeaseTable), read on the loop thread."""
+
+    deadlines: dict[int, LeaseDeadline]
+
+
+class OperationsApi(NodeApi, Protocol):
+    """NodeApi, and the leader-local worker view that ListQueues and ListWorkers show."""
+
+    dispatcher: Sessions
+    leases: Deadlines
+
+
 class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
+    node: OperationsApi
+
+    def __init__(self, node: OperationsApi):
+        super().__init__(node)
+
     @translated
     async def TransferLeadership(self, request, context):  # noqa: N802
         self.require_leader()
@@ -102,7 +128,7 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
             self.require_leader()
             folder = os.path.join(self.node.config.data_dir, "backups")
             os.makedirs(folder, exist_ok=True)
-            path = os.path.join(folder, f"backup-{wall_ms()}-{id(context)}.lmdb")
+            path = os.path.join(folder, f"backup-{self.node.clock.wall_ms()}-{id(context)}.lmdb")
             info = await create_backup(self.node, path)
         except Exception as exc:  # noqa: BLE001 - mapped by the one error table
             await abort(context, exc)
@@ -121,7 +147,7 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
     @translated
     async def ListQueues(self, request, context):  # noqa: N802
         await self.before_read(api_pb2.CONSISTENCY_LINEARIZABLE)
-        now = wall_ms()
+        now = self.node.clock.wall_ms()
         sessions = dict(self.node.dispatcher.sessions)
         views = self.read(lambda st: queue_views(st, sessions))
         out = api_pb2.ListQueuesResponse(from_leader=True)
