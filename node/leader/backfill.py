@@ -28,9 +28,8 @@ from gnomon.node.core.model import (
     State,
 )
 from gnomon.node.core.validate import effective_max_active_runs
+from gnomon.node.leader.ports import LockedState, LoopProposes
 from gnomon.node.raft.errors import NotCommitted, Overloaded
-from gnomon.node.raft.proposer import Proposer
-from gnomon.node.replica import Replica
 from gnomon.node.spec.schedules import job_hash_id, next_fire_after
 from gnomon.node.tasks import Supervisor
 
@@ -91,7 +90,7 @@ class _Plan:
 
 
 class JobBackfillLoop:
-    def __init__(self, replica: Replica, proposer: Proposer, limits: BackfillLimits, *,
+    def __init__(self, replica: LockedState, proposer: LoopProposes, limits: BackfillLimits, *,
                  supervisor: Supervisor, queued_tasks: Callable[[str], int] | None = None):
         self._replica = replica
         self._proposer = proposer

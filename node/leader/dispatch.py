@@ -26,10 +26,9 @@ from gnomon.node.core.errors import Rejected
 from gnomon.node.core.model import DEFAULT_MAX_ATTEMPTS, TaskState
 from gnomon.node.leader.leases import LeaseTable
 from gnomon.node.leader.outbox import Outbox
+from gnomon.node.leader.ports import LockedState, LoopProposes
 from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
-from gnomon.node.raft.proposer import Proposer
-from gnomon.node.replica import Replica
 from gnomon.node.tasks import Supervisor
 from gnomon.v1 import worker_pb2
 
@@ -126,7 +125,7 @@ class FairShare:
 
 
 class Dispatcher:
-    def __init__(self, replica: Replica, proposer: Proposer, leases: LeaseTable, *,
+    def __init__(self, replica: LockedState, proposer: LoopProposes, leases: LeaseTable, *,
                  lease_ttl_ms: int, max_credits: int, supervisor: Supervisor,
                  queue_caps: Mapping[str, int] | None = None, priority_aging_ms: int = 0,
                  clock: Clock = SYSTEM_CLOCK):

@@ -31,10 +31,9 @@ from gnomon.node.core.commands import (
     LeaseCheckpoint,
 )
 from gnomon.node.core.model import Run, TaskInstance, TaskState
+from gnomon.node.leader.ports import LockedState, LoopProposes
 from gnomon.node.ops import logs, metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
-from gnomon.node.raft.proposer import Proposer
-from gnomon.node.replica import Replica
 from gnomon.node.tasks import Supervisor
 
 log = logging.getLogger(__name__)
@@ -90,7 +89,7 @@ def _log_expired(expired: list[ExpiredLease]) -> None:
 
 
 class LeaseTable:
-    def __init__(self, replica: Replica, proposer: Proposer, timing: LeaseTiming, *,
+    def __init__(self, replica: LockedState, proposer: LoopProposes, timing: LeaseTiming, *,
                  rng: random.Random, supervisor: Supervisor, clock: Clock = SYSTEM_CLOCK):
         self._replica = replica
         self._clock = clock

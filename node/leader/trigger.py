@@ -44,11 +44,10 @@ from typing import Protocol
 from gnomon.node.clock import SYSTEM_CLOCK, Clock
 from gnomon.node.core.commands import Fire
 from gnomon.node.core.model import JobSpec, Schedule, ScheduleKind
+from gnomon.node.leader.ports import LockedState, LoopProposes
 from gnomon.node.memo import ByIdentity
 from gnomon.node.ops import metrics
 from gnomon.node.raft.errors import NotCommitted, Overloaded
-from gnomon.node.raft.proposer import Proposer
-from gnomon.node.replica import Replica
 from gnomon.node.spec.schedules import (
     bounded_next,
     decide_fire,
@@ -153,7 +152,7 @@ _first_queues = ByIdentity(_root_keys)
 
 
 class TriggerLoop:
-    def __init__(self, replica: Replica, proposer: Proposer, limits: TriggerLimits, *,
+    def __init__(self, replica: LockedState, proposer: LoopProposes, limits: TriggerLimits, *,
                  supervisor: Supervisor, rng: random.Random, backlog: ReadyBacklog,
                  clock: Clock = SYSTEM_CLOCK):
         self._replica = replica
