@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gnomon.jepsen.context import WORKLOADS, TestOptions
-from gnomon.jepsen.nemesis import FIRST_TIER, GROUPS, SECOND_TIER
+from gnomon.jepsen.nemesis import FIRST_TIER, GATEWAY_TIER, GROUPS, SECOND_TIER
 from gnomon.jepsen.net import NetError
 
 DEFAULT_OUT = "store/jepsen"
@@ -29,6 +29,8 @@ def _ints(text: str) -> list[int]:
 
 
 TIERS = {"tier1": FIRST_TIER, "tier2": SECOND_TIER}
+# The matrix's default: every group that runs without gateways.
+MATRIX_GROUPS = tuple(g for g in GROUPS if g not in GATEWAY_TIER)
 
 
 def _node_flags(items: list[str]) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
@@ -68,9 +70,9 @@ def parser() -> argparse.ArgumentParser:
     matrix = sub.add_parser("matrix", help="every nemesis with every workload, 3 and 5 nodes, "
                                            "several seeds")
     matrix.add_argument("--workload", type=_csv, default=WORKLOADS)
-    matrix.add_argument("--nemesis", type=_csv, default=tuple(GROUPS),
+    matrix.add_argument("--nemesis", type=_csv, default=MATRIX_GROUPS,
                         help="one run per group or kind; tier1, tier2 stand for their groups "
-                             f"(tier2: {','.join(SECOND_TIER)})")
+                             f"(tier2: {','.join(SECOND_TIER)}); gateway needs --gateways")
     matrix.add_argument("--nodes", type=_ints, default=[3, 5])
     matrix.add_argument("--seeds", type=_ints, default=[1, 2, 3])
     _common(matrix, time_limit=60.0)
@@ -92,6 +94,11 @@ def _common(p: argparse.ArgumentParser, time_limit: float = 120.0) -> None:
                    help="jobs of the fire workload (default 6, 300 with an outage nemesis)")
     p.add_argument("--disk-mb", type=int, default=96,
                    help="disk-full: size of the tmpfs under each node's data directory")
+    p.add_argument("--gateways", type=int, default=0, metavar="N",
+                   help="N gnomon-gateway processes beside the nodes; workers and clients dial "
+                        "them instead of the nodes (needed by the gateway nemeses)")
+    p.add_argument("--gateway-relay", action="store_true",
+                   help="run the gateways with --worker-upstream relay")
     p.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -105,11 +112,14 @@ def options(args: argparse.Namespace, *, workloads: tuple[str, ...], nemeses: tu
         workloads=workloads, nemeses=nemeses, nodes=nodes, time_limit_s=args.time_limit,
         seed=seed, out_dir=args.out, canaries=tuple(getattr(args, "canaries", ())),
         sdk_workers=args.sdk_workers, zombies=args.zombies, node_overrides=common,
-        node_flags=per_node, fire_jobs=args.fire_jobs, disk_mb=args.disk_mb)
+        node_flags=per_node, fire_jobs=args.fire_jobs, disk_mb=args.disk_mb,
+        gateways=args.gateways, gateway_relay=args.gateway_relay)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    if args.gateway_relay and args.gateways < 1:
+        raise SystemExit("gnomon jepsen: --gateway-relay needs --gateways N (N >= 1)")
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from gnomon.jepsen.runner import HarnessError, run_test

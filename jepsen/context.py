@@ -12,6 +12,7 @@ from gnomon.jepsen.history import History
 
 if TYPE_CHECKING:
     from gnomon.jepsen.db import DB
+    from gnomon.jepsen.gateways import Gateways
     from gnomon.jepsen.net import Net
     from gnomon.jepsen.procs import Procs
     from gnomon.jepsen.witness import Witness
@@ -64,6 +65,10 @@ class TestOptions:
     node_overrides: dict[str, str] = field(default_factory=dict)
     # Per-node flags (node id -> key -> value), on top of node_overrides.
     node_flags: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Gateways beside the nodes (workers and clients dial them); relay: their worker streams
+    # over one relay to the leader (`--worker-upstream relay`).
+    gateways: int = 0
+    gateway_relay: bool = False
     name: str = ""
 
     @property
@@ -74,8 +79,10 @@ class TestOptions:
         return {**NODE_DEFAULTS, **self.node_overrides}
 
     def label(self) -> str:
+        gateways = (f"-g{self.gateways}{'r' if self.gateway_relay else ''}"
+                    if self.gateways else "")
         return self.name or (f"{'+'.join(self.workloads)}-{'+'.join(self.nemeses)}"
-                             f"-n{self.nodes}-s{self.seed}")
+                             f"-n{self.nodes}{gateways}-s{self.seed}")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -89,6 +96,7 @@ class TestOptions:
             "outage_jump_s": list(self.outage_jump_s),
             "outage_quiet_s": list(self.outage_quiet_s), "fire_jobs": self.fire_jobs,
             "disk_mb": self.disk_mb, "worker_concurrency": self.worker_concurrency,
+            "gateways": self.gateways, "gateway_relay": self.gateway_relay,
         }
 
 
@@ -114,6 +122,8 @@ class Context:
     # The fault kinds of this run, and each node's replicated limits after the heal.
     kinds: list[str] = field(default_factory=list)
     limits: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # The gateways (None without --gateways).
+    gateways: Gateways | None = None
 
     def child_rng(self, name: str) -> random.Random:
         return random.Random(f"{self.opts.seed}/{name}")

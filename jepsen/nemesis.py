@@ -20,8 +20,14 @@ Second tier (outage.py, storage.py, drift.py):
     membership     member-replace: wipe a follower, remove it, add it back empty
                    (membership.py)
 
+Gateways (need `--gateways N`):
+
+    gateway        gateway-kill (kill -9 the gateway holding the most streams, restart at
+                   stop), gateway-partition (cut it off from every node, heal at stop)
+
 Node partitions cut node-to-node links only (Raft and node-to-node gRPC): workers and clients
-still reach every node, as in Jepsen. `worker-cut` cuts one worker off from every node.
+still reach every node, as in Jepsen. `worker-cut` cuts one worker off from every node (and
+gateway).
 `heal_all()` ends every fault: the final phase calls it before the last reads.
 The first faults of a run go through every requested kind once (in a seeded order), so a short
 run with several kinds injects each; then kinds are drawn at random.
@@ -64,11 +70,14 @@ GROUPS = {
     "disk-full": ("disk-full",),
     "config-drift": ("config-drift",),
     "membership": membership.KINDS,
+    "gateway": ("gateway-kill", "gateway-partition"),
 }
 FIRST_TIER = ("partition", "kill", "pause", "clock", "client")
 SECOND_TIER = ("outage", "snapshot-kill", "corrupt", "disk-full", "config-drift",
                "membership")
+GATEWAY_TIER = ("gateway",)
 FIVE_ONLY = {"ring", "bridge"}
+GATEWAY_KINDS = set(GROUPS["gateway"])
 ALL_KINDS = tuple(k for kinds in GROUPS.values() for k in kinds)
 # Node flags a kind needs (under the user's --node-flag): snapshots often enough that a run
 # sees several, so there is a snapshot file to corrupt and a write to kill.
@@ -80,8 +89,8 @@ KIND_NODE_FLAGS = {
 OUTAGE_KINDS = set(outage.KINDS)
 
 
-def expand(names: tuple[str, ...], nodes: int) -> list[str]:
-    """Nemesis names and groups -> fault kinds valid for this cluster size."""
+def expand(names: tuple[str, ...], nodes: int, gateways: int = 0) -> list[str]:
+    """Nemesis names and groups -> fault kinds valid for this cluster size (and gateways)."""
     kinds: list[str] = []
     for name in names:
         if name in ("none", ""):
@@ -95,6 +104,10 @@ def expand(names: tuple[str, ...], nodes: int) -> list[str]:
         else:
             raise ValueError(f"unknown nemesis {name!r}; groups {sorted(GROUPS)}, "
                              f"kinds {sorted(ALL_KINDS)}")
+    wanted = sorted(set(kinds) & GATEWAY_KINDS)
+    if wanted and gateways < 1:
+        raise ValueError(f"nemesis {', '.join(wanted)} needs gateways: run with --gateways N "
+                         "(N >= 1)")
     return list(dict.fromkeys(kinds))
 
 
@@ -233,6 +246,10 @@ class Nemesis:
         for worker_id, w in ctx.procs.workers.items():
             if w.paused:
                 ctx.procs.resume_worker(worker_id)
+        if ctx.gateways is not None:
+            for name, gw in ctx.gateways.gateways.items():
+                if not gw.alive():
+                    ctx.gateways.start(name)
         ctx.history.append(NEMESIS, OK, "heal", None)
 
     # -- helpers -----------------------------------------------------------------------------
@@ -245,6 +262,24 @@ class Nemesis:
 
     def nodes(self) -> list[str]:
         return list(self.ctx.node_ids)
+
+    def gateway_names(self) -> list[str]:
+        return list(self.ctx.gateways.gateways) if self.ctx.gateways else []
+
+    async def busiest_gateway(self) -> tuple[str, dict[str, int | None]]:
+        """The running gateway holding the most streams (seeded pick among equals), and every
+        gateway's count: a fault on a gateway no worker uses would prove little."""
+        gws = self.ctx.gateways
+        if gws is None:
+            raise Skip("no gateways")
+        names = sorted(gws.gateways)
+        counts = dict(zip(names, await asyncio.gather(*(gws.streams(g) for g in names)),
+                          strict=True))
+        live = [g for g in names if gws.gateways[g].alive()]
+        if not live:
+            raise Skip("no gateway running")
+        most = max(counts[g] or 0 for g in live)
+        return self.rng.choice([g for g in live if (counts[g] or 0) == most]), counts
 
     async def _partition(self, groups: list[list[str]]) -> tuple[dict, Callable]:
         self.ctx.net.grudge(partition_grudge(groups))
@@ -302,7 +337,7 @@ async def _worker_cut(n: Nemesis):
     if not workers:
         raise Skip("no workers")
     worker = n.rng.choice(workers)
-    n.ctx.net.drop(worker, n.nodes())
+    n.ctx.net.drop(worker, n.nodes() + n.gateway_names())
     return {"worker": worker}, n._heal_net
 
 
@@ -340,6 +375,28 @@ async def _kill_leader(n: Nemesis):
 
 async def _kill_all(n: Nemesis):
     return await _kill(n, n.nodes())
+
+
+# -- gateways --------------------------------------------------------------------------------
+
+
+async def _gateway_kill(n: Nemesis):
+    gateway, streams = await n.busiest_gateway()
+    gws = n.ctx.gateways
+    assert gws is not None
+    gws.kill(gateway)
+
+    async def restart() -> None:
+        gws.start(gateway)
+
+    return {"gateway": gateway, "streams": streams}, restart
+
+
+async def _gateway_partition(n: Nemesis):
+    gateway, streams = await n.busiest_gateway()
+    # Workers and clients keep their links to it: only its upstream is gone.
+    n.ctx.net.grudge(partition_grudge([[gateway], n.nodes()]))
+    return {"gateway": gateway, "streams": streams}, n._heal_net
 
 
 # -- pauses ----------------------------------------------------------------------------------
@@ -432,4 +489,5 @@ START: dict[str, StartFn] = {
     **{k: functools.partial(storage.corrupt, kind=k) for k in storage.CORRUPT_FILES},
     "disk-full": storage.disk_full, "config-drift": drift.config_drift,
     "member-replace": membership.member_replace,
+    "gateway-kill": _gateway_kill, "gateway-partition": _gateway_partition,
 }

@@ -107,9 +107,12 @@ class Procs:
     def start_worker(self, worker_id: str, mode: str, queues: str, concurrency: int = 8
                      ) -> None:
         w = self.workers.setdefault(worker_id, WorkerProc(worker_id, mode, queues))
+        # Each worker starts on a different server, so workers spread over the gateways.
+        first = list(self.workers).index(worker_id) % len(self.servers)
+        servers = self.servers[first:] + self.servers[:first]
         args = [*self.net.exec_prefix(worker_id), sys.executable, "-m",
                 "gnomon.jepsen.workerproc", "--mode", mode, "--worker-id", worker_id,
-                "--servers", ",".join(self.servers), "--witness", self.witness_url,
+                "--servers", ",".join(servers), "--witness", self.witness_url,
                 "--queues", queues, "--seed", str(self.seed), "--concurrency", str(concurrency)]
         with open(self.run_dir / f"{worker_id}.log", "ab") as logf:
             w.proc = subprocess.Popen(args, stdout=logf, stderr=subprocess.STDOUT,

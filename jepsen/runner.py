@@ -27,6 +27,7 @@ from gnomon.jepsen.checkers import common, lease
 from gnomon.jepsen.checkers import faults as fault_checks
 from gnomon.jepsen.context import Context, TestOptions
 from gnomon.jepsen.db import DB
+from gnomon.jepsen.gateways import Gateways, gateway_hosts
 from gnomon.jepsen.generator import Workload, run_clients
 from gnomon.jepsen.history import FAIL, FINAL, INVOKE, OK, History
 from gnomon.jepsen.nemesis import (
@@ -81,7 +82,7 @@ def require_root() -> None:
 def preflight(opts: TestOptions) -> list[str]:
     """The fault kinds to use; raises HarnessError naming what is missing."""
     require_root()
-    kinds = expand(opts.nemeses, opts.nodes)
+    kinds = expand(opts.nemeses, opts.nodes, opts.gateways)
     missing = missing_tools(needs_faketime(kinds))
     if missing:
         raise HarnessError(f"missing Debian packages: {' '.join(missing)} "
@@ -110,7 +111,8 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
     hosts = ([Host(n, f"{SUBNET}.{11 + i}") for i, n in enumerate(node_ids)]
              + [Host(w, f"{SUBNET}.{21 + i}") for i, w in enumerate(sdk)]
              + [Host(z, f"{SUBNET}.{31 + i}") for i, z in enumerate(zombies)]
-             + [Host(c, f"{SUBNET}.{41 + i}") for i, c in enumerate(agents)])
+             + [Host(c, f"{SUBNET}.{41 + i}") for i, c in enumerate(agents)]
+             + [Host(g, ip) for g, ip in gateway_hosts(opts.gateways)])
     net = Net(hosts)
     history = History(run_dir / "history.jsonl")
     overrides = opts.node_config()
@@ -122,7 +124,12 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
             node_flags=copy.deepcopy(opts.node_flags),
             reserved=frozenset(node_flags_for(kinds)) | frozenset(opts.node_overrides))
     witness = Witness(history, BRIDGE_IP, WITNESS_PORT)
-    procs = Procs(run_dir, net, db.servers, witness.url, opts.seed)
+    gateways = (Gateways(run_dir, net, [g for g, _ in gateway_hosts(opts.gateways)],
+                         db.servers, relay=opts.gateway_relay) if opts.gateways else None)
+    # With gateways, workers and clients dial them only; the harness's own reads (status,
+    # digests, leader) still go to each node.
+    procs = Procs(run_dir, net, gateways.addrs if gateways else db.servers, witness.url,
+                  opts.seed)
     admin: AsyncClient | None = None
     timings: dict[str, float] = {}
     mark = [loop.time()]
@@ -140,8 +147,10 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
         admin = AsyncClient(db.servers, timeout_s=5.0, attempt_timeout_s=2.0, retries=20,
                             backoff_max_s=0.5)
         ctx = Context(opts, run_dir, history, net, db, procs, witness, admin,
-                      random.Random(opts.seed), node_ids, kinds=kinds)
+                      random.Random(opts.seed), node_ids, kinds=kinds, gateways=gateways)
         await wait_for_leader(ctx, 60)
+        if gateways is not None:
+            await start_gateways(gateways, 30)
         phase("cluster-up")
         workloads = [make(w) for w in opts.workloads]
         for w in workloads:
@@ -182,7 +191,7 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
         ctx.digests = await collect_digests(ctx, 30)
         ctx.limits = await collect_limits(ctx)
         phase("digests")
-        crashed = db.crashed() + crashed_workers
+        crashed = db.crashed() + crashed_workers + (gateways.crashed() if gateways else [])
         db.stop_all()
         witness.stop()
         history.flush()
@@ -198,6 +207,8 @@ async def _main(opts: TestOptions, kinds: list[str], run_dir: Path) -> dict[str,
         with contextlib.suppress(Exception):
             await asyncio.wait_for(procs.stop(), 10)
         procs.kill_workers()
+        if gateways is not None:
+            gateways.stop_all()
         db.stop_all()
         db.unmount_disks()
         witness.stop()
@@ -240,6 +251,22 @@ async def wait_until(pred, timeout_s: float, what: str, failed=lambda: None) -> 
             raise HarnessError(f"while waiting for {what}: {broken} (see the run's logs)")
         if loop.time() > end:
             raise HarnessError(f"timed out after {timeout_s:g}s waiting for {what}")
+        await asyncio.sleep(0.1)
+
+
+async def start_gateways(gateways: Gateways, timeout_s: float) -> None:
+    """Start every gateway and wait until each serves JobService (it sees a leader)."""
+    gateways.start_all()
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout_s
+    waiting = set(gateways.gateways)
+    while waiting:
+        if gateways.crashed():
+            raise HarnessError(f"gateway exited: {gateways.crashed()} (see gN.log)")
+        if loop.time() > end:
+            raise HarnessError(f"gateways {sorted(waiting)} not serving after {timeout_s:g}s")
+        serving = await asyncio.gather(*(gateways.serving(g) for g in sorted(waiting)))
+        waiting -= {g for g, ok in zip(sorted(waiting), serving, strict=True) if ok}
         await asyncio.sleep(0.1)
 
 

@@ -12,6 +12,7 @@ import sys
 import threading
 import zlib
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -303,6 +304,34 @@ def test_tier_names_expand_to_groups_and_the_table_sums_seeds():
              "valid": a == 0} for a in (0, 1)]
     assert grouped(rows) == [{"nodes": 3, "nemesis": "outage", "runs": 2, "operations": 20,
                               "faults": 4, "anomalies": 1, "valid": "no"}]
+
+
+def test_gateway_nemeses_refuse_without_gateways_and_stay_out_of_the_default_matrix():
+    from gnomon.jepsen.cli import MATRIX_GROUPS, main
+    from gnomon.jepsen.nemesis import expand
+
+    for names in (("gateway-kill",), ("gateway",), ("kill", "gateway-partition")):
+        with pytest.raises(ValueError, match="--gateways"):
+            expand(names, 3)
+    assert expand(("gateway",), 3, 2) == ["gateway-kill", "gateway-partition"]
+    assert "gateway" not in MATRIX_GROUPS
+    with pytest.raises(SystemExit, match="--gateways"):
+        main(["run", "--gateway-relay"])
+
+
+def test_gateways_sit_in_their_own_namespaces_in_front_of_every_node(tmp_path):
+    from gnomon.jepsen.gateways import Gateways, gateway_hosts
+
+    hosts = [Host(g, ip) for g, ip in gateway_hosts(2)]
+    assert [h.ip for h in hosts] == ["10.77.0.51", "10.77.0.52"]
+    gws = Gateways(tmp_path, Net(hosts), ["g1", "g2"], ["10.77.0.11:7701", "10.77.0.12:7701"],
+                   relay=True)
+    argv = gws.argv(gws.gateways["g2"])
+    assert argv[:4] == ["ip", "netns", "exec", "gj-g2"]
+    assert argv[argv.index("--listen") + 1] == "10.77.0.52:7700" == gws.addrs[1]
+    assert argv[argv.index("--servers") + 1] == "10.77.0.11:7701,10.77.0.12:7701"
+    token = Path(argv[argv.index("--relay-token-file") + 1])
+    assert token.read_text().strip() and token.stat().st_mode & 0o077 == 0
 
 
 def test_the_others_must_carry_on_while_one_node_is_down():
