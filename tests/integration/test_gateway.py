@@ -28,17 +28,14 @@ from gnomon.client import (
     NotFound,
     OnceSchedule,
     RunState,
-    TaskContext,
     TLSConfig,
     Unauthenticated,
-    Worker,
-    task,
 )
 from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.node.local.gateway import GatewayProc
 from gnomon.v1 import worker_pb2, worker_pb2_grpc
 from tests.support.cluster import _port_up
-from tests.support.gateway import gateway_metric
+from tests.support.gateway import AckWorker, HeldTask, gateway_metric, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -100,64 +97,35 @@ async def test_a_bad_token_is_refused_through_the_gateway(env):
             await client.list_jobs()
 
 
-class AckWorker(Worker):
-    """The SDK worker, with the loop time and valid tokens of every heartbeat ack."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.acks: list[tuple[float, frozenset[int]]] = []
-
-    def _on_heartbeat_ack(self, ack: Any) -> None:
-        self.acks.append((asyncio.get_running_loop().time(), frozenset(ack.valid_tokens)))
-        super()._on_heartbeat_ack(ack)
-
-
 async def test_a_worker_through_gateways_survives_a_gateway_kill_without_a_rerun(env):
     """The worker holds a lease through gateway 1; gateway 1 is killed with -9; the worker
     reconnects through gateway 2 listing the lease as held and keeps renewing it past a whole
     TTL (a lost lease would have expired and been granted again), then finishes: one attempt,
     one fencing token."""
     first, second = env["gateways"]
-    started, release = asyncio.Event(), asyncio.Event()
-    tokens: list[int] = []
-
-    @task(name="main", queue="via-gw")
-    async def held(ctx: TaskContext) -> str:
-        tokens.append(ctx.fencing_token)
-        started.set()
-        await release.wait()
-        return "done"
-
+    held = HeldTask("via-gw")
     loop = asyncio.get_running_loop()
     async with _client(env, second.addr) as client:
         job = await client.create_job(JobSpec.single("gw-kill", OnceSchedule(FAR_FUTURE_MS),
                                                      queue="via-gw"))
         async with _client(env, first.addr, second.addr) as worker_client:
-            worker = AckWorker(worker_client, tasks=[held], max_concurrency=1,
+            worker = AckWorker(worker_client, tasks=[held.task], max_concurrency=1,
                                worker_id="gw-w1")
             async with worker:
                 run = await client.trigger_job(job.job_id)
-                await asyncio.wait_for(started.wait(), WAIT_S)
+                await asyncio.wait_for(held.started.wait(), WAIT_S)
                 first.kill()
                 killed_at = loop.time()
                 ttl_s = 4.0  # the cluster's lease_ttl_ms
-                await _until(lambda: any(at > killed_at + ttl_s and tokens[0] in valid
-                                         for at, valid in worker.acks),
-                             what="the lease renewed through gateway 2 a TTL after the kill")
-                release.set()
+                await until(lambda: any(at > killed_at + ttl_s and held.tokens[0] in valid
+                                        for at, valid in worker.acks),
+                            what="the lease renewed through gateway 2 a TTL after the kill")
+                held.release.set()
                 final = await client.wait_run(run.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
     assert final.state is RunState.SUCCEEDED
     (attempt,) = final.task("main").attempts
     assert attempt.outcome is AttemptOutcome.SUCCEEDED and attempt.attempt == 1
-    assert tokens == [attempt.fencing_token]
-
-
-async def _until(predicate, *, what: str, timeout_s: float = WAIT_S) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)  # polling a condition; the worker's loop runs meanwhile
+    assert held.tokens == [attempt.fencing_token]
 
 
 def test_calls_in_flight_are_bounded(env, tmp_path):

@@ -23,13 +23,12 @@ from gnomon.client import (
     RunState,
     TaskContext,
     TLSConfig,
-    Worker,
     task,
 )
 from gnomon.node.local.cluster import LocalCluster, NodeProc, wait_for
 from gnomon.node.local.gateway import GatewayProc
 from gnomon.v1 import api_pb2, api_pb2_grpc, relay_pb2, relay_pb2_grpc, worker_pb2, worker_pb2_grpc
-from tests.support.gateway import gateway_metric
+from tests.support.gateway import AckWorker, HeldTask, gateway_metric, until
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -120,26 +119,6 @@ def _client(env: dict[str, Any], addrs: str, token: str | None = None) -> AsyncC
                        token=token or cluster.admin_token())
 
 
-class AckWorker(Worker):
-    """The SDK worker, with the loop time and valid tokens of every heartbeat ack."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.acks: list[tuple[float, frozenset[int]]] = []
-
-    def _on_heartbeat_ack(self, ack: Any) -> None:
-        self.acks.append((asyncio.get_running_loop().time(), frozenset(ack.valid_tokens)))
-        super()._on_heartbeat_ack(ack)
-
-
-async def _until(predicate, *, what: str, timeout_s: float = WAIT_S) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while not predicate():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)  # polling a condition; the worker's loop runs meanwhile
-
-
 async def test_workers_through_a_relay_get_tasks_heartbeat_and_complete(env):
     """Two workers on one relay each finish tasks whose leases a heartbeat ack renewed; the
     gateway's metrics show both streams relayed and batches both ways."""
@@ -148,7 +127,7 @@ async def test_workers_through_a_relay_get_tasks_heartbeat_and_complete(env):
 
     @task(name="main", queue="relay-q")
     async def renewed(ctx: TaskContext) -> str:
-        await _until(lambda: any(ctx.fencing_token in valid for w in workers
+        await until(lambda: any(ctx.fencing_token in valid for w in workers
                                  for _, valid in w.acks), what="a heartbeat ack of the lease")
         return "done"
 
@@ -159,7 +138,7 @@ async def test_workers_through_a_relay_get_tasks_heartbeat_and_complete(env):
         workers += [AckWorker(via_gw, tasks=[renewed], max_concurrency=2,
                               worker_id=f"relay-w{i}") for i in (1, 2)]
         async with workers[0], workers[1]:
-            await _until(lambda: gateway_metric(gw, "gnomon_gateway_relayed_streams") == 2,
+            await until(lambda: gateway_metric(gw, "gnomon_gateway_relayed_streams") == 2,
                          what="both workers relayed")
             runs = [await admin.trigger_job(job.job_id) for _ in range(4)]
             finals = [await admin.wait_run(r.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
@@ -286,25 +265,17 @@ async def test_a_leader_change_ends_relayed_streams_and_workers_come_back_with_t
     the kill and completes: one attempt, one fencing token."""
     cluster: LocalCluster = env["cluster"]
     gw: GatewayProc = env["gw"]
-    started, release = asyncio.Event(), asyncio.Event()
-    tokens: list[int] = []
-
-    @task(name="main", queue="relay-kill")
-    async def held(ctx: TaskContext) -> str:
-        tokens.append(ctx.fencing_token)
-        started.set()
-        await release.wait()
-        return "done"
-
+    held = HeldTask("relay-kill")
     loop = asyncio.get_running_loop()
     async with _client(env, cluster.servers) as admin, \
             _client(env, gw.addr, env["worker"]) as via_gw:
         job = await admin.create_job(JobSpec.single("relay-kill", OnceSchedule(FAR_FUTURE_MS),
                                                     queue="relay-kill"))
-        worker = AckWorker(via_gw, tasks=[held], max_concurrency=1, worker_id="relay-kill-w")
+        worker = AckWorker(via_gw, tasks=[held.task], max_concurrency=1,
+                           worker_id="relay-kill-w")
         async with worker:
             run = await admin.trigger_job(job.job_id)
-            await asyncio.wait_for(started.wait(), WAIT_S)
+            await asyncio.wait_for(held.started.wait(), WAIT_S)
             with gw.channel() as channel:
                 raw = Raw(worker_pb2_grpc.WorkerServiceStub(channel).Connect,
                           _bearer(env["worker"])).send(_hello("relay-kill-raw"))
@@ -315,13 +286,13 @@ async def test_a_leader_change_ends_relayed_streams_and_workers_come_back_with_t
                 ended = await asyncio.to_thread(raw.error)
             assert ended.code() == grpc.StatusCode.UNAVAILABLE
             assert ("gnomon-leader", gw.addr) in tuple(ended.trailing_metadata() or ())
-            await _until(lambda: any(at > killed_at + TTL_S and tokens[0] in valid
+            await until(lambda: any(at > killed_at + TTL_S and held.tokens[0] in valid
                                      for at, valid in worker.acks),
                          what="the lease renewed through the relay a TTL after the kill")
-            release.set()
+            held.release.set()
             final = await admin.wait_run(run.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
     assert final.state is RunState.SUCCEEDED
     (attempt,) = final.task("main").attempts
     assert attempt.outcome is AttemptOutcome.SUCCEEDED and attempt.attempt == 1
-    assert tokens == [attempt.fencing_token]
+    assert held.tokens == [attempt.fencing_token]
     assert gateway_metric(gw, "gnomon_gateway_relay_connected") == 1
