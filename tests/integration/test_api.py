@@ -8,7 +8,6 @@ import pytest
 
 from gnomon.node.local.cluster import LocalCluster, wait_for
 from gnomon.v1 import api_pb2, types_pb2, worker_pb2
-from tests.support.cluster import _port_up
 from tests.support.jobs import every_second_job, once_job
 
 pytestmark = pytest.mark.integration
@@ -118,12 +117,11 @@ def test_a_worker_stream_on_a_follower_is_redirected_every_time(cluster):
     flight reached the worker (or a gateway forwarding it) as INTERNAL, without the hint."""
     leader = cluster.leader()
     follower = next(n for n in cluster.nodes if n is not leader)
-    # A leader is elected before every node serves gRPC: on a busy machine a follower's
-    # port may not be open yet (CI: connection refused).
-    wait_for(lambda: _port_up(follower.grpc_addr), timeout_s=30, what="the follower's port")
     for i in range(30):
         hello = worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=f"redirected-{i}"))
-        stream = follower.workers().Connect(iter([hello]), timeout=5)
+        # wait_for_ready: the test's channel to the follower may still be backing off from a
+        # dial made before the follower served gRPC (CI: "connection refused" while it served).
+        stream = follower.workers().Connect(iter([hello]), timeout=10, wait_for_ready=True)
         with pytest.raises(grpc.RpcError) as err:
             next(stream)
         assert err.value.code() == grpc.StatusCode.UNAVAILABLE, (i, err.value.details())
