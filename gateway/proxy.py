@@ -34,7 +34,13 @@ import grpc.aio
 from gnomon.gateway.config import GatewayConfig
 from gnomon.gateway.metrics import GatewayMetrics
 from gnomon.gateway.relay import Relay
-from gnomon.gateway.upstream import LEADER_KEY, Upstream, leader_hint
+from gnomon.gateway.upstream import (
+    LEADER_KEY,
+    STATUS_BY_NUMBER,
+    Upstream,
+    caller_trailers,
+    leader_hint,
+)
 from gnomon.v1 import api_pb2, worker_pb2
 
 log = logging.getLogger("gnomon.gateway")
@@ -48,16 +54,6 @@ CONNECT = "/gnomon.v1.WorkerService/Connect"
 def forwarded(metadata: Any) -> tuple[tuple[str, str | bytes], ...]:
     """The caller's metadata a node should see."""
     return tuple((k, v) for k, v in metadata or () if not k.startswith(_HOP_KEYS))
-
-
-def _trailers(metadata: Any, hint_addr: str) -> tuple[tuple[str, str | bytes], ...]:
-    """A node's trailers for the caller: a leader hint names this gateway, not the node."""
-    out = []
-    for key, value in metadata or ():
-        if key == LEADER_KEY:
-            value = hint_addr
-        out.append((key, value))
-    return tuple(out)
 
 
 def _redirect(err: grpc.aio.AioRpcError, addr: str) -> str:
@@ -123,7 +119,7 @@ class Proxy:
 
     async def _fail(self, context: Any, err: grpc.aio.AioRpcError) -> None:
         await context.abort(err.code(), err.details() or "",
-                            trailing_metadata=_trailers(err.trailing_metadata(),
+                            trailing_metadata=caller_trailers(err.trailing_metadata(),
                                                         self.cfg.hint_addr))
 
     async def _follow_or_fail(self, err: grpc.aio.AioRpcError, addr: str, context: Any,
@@ -167,7 +163,7 @@ class Proxy:
                 except grpc.aio.AioRpcError as err:
                     await self._follow_or_fail(err, addr, context)
                     continue
-                context.set_trailing_metadata(_trailers(await call.trailing_metadata(),
+                context.set_trailing_metadata(caller_trailers(await call.trailing_metadata(),
                                                         self.cfg.hint_addr))
                 self.metrics.forward_seconds.observe(time.monotonic() - started)
                 return response
@@ -258,7 +254,7 @@ class Proxy:
     async def _ended(self, call: Any, context: Any) -> None:
         """The node ended the stream: the caller gets its status and trailers."""
         code = await call.code()
-        trailers = _trailers(await call.trailing_metadata(), self.cfg.hint_addr)
+        trailers = caller_trailers(await call.trailing_metadata(), self.cfg.hint_addr)
         if code != grpc.StatusCode.OK:
             await context.abort(code, await call.details() or "", trailing_metadata=trailers)
         context.set_trailing_metadata(trailers)
@@ -269,8 +265,8 @@ def _last_code(context: Any) -> str:
     code = context.code() if hasattr(context, "code") else None
     if isinstance(code, grpc.StatusCode):
         return code.name
-    by_value = {c.value[0]: c.name for c in grpc.StatusCode}
-    return by_value.get(code, "UNKNOWN") if isinstance(code, int) else "UNKNOWN"
+    known = STATUS_BY_NUMBER.get(code) if isinstance(code, int) else None
+    return known.name if known is not None else "UNKNOWN"
 
 
 class _Replay:

@@ -39,7 +39,13 @@ import grpc.aio
 
 from gnomon.gateway.config import GatewayConfig
 from gnomon.gateway.metrics import GatewayMetrics
-from gnomon.gateway.upstream import LEADER_KEY, Upstream, leader_hint
+from gnomon.gateway.upstream import (
+    LEADER_KEY,
+    STATUS_BY_NUMBER,
+    Upstream,
+    caller_trailers,
+    leader_hint,
+)
 from gnomon.v1 import relay_pb2
 
 log = logging.getLogger("gnomon.gateway")
@@ -264,12 +270,10 @@ class Relay:
                                                   close=relay_pb2.RelayClose()), None))
 
     async def _end_call(self, context: Any, end: relay_pb2.RelayEnd) -> None:
-        trailers = tuple((h.key, self.cfg.hint_addr if h.key == LEADER_KEY else h.value)
-                         for h in end.trailers)
-        code = _CODES.get(end.code, grpc.StatusCode.UNKNOWN)
+        trailers = caller_trailers(((h.key, h.value) for h in end.trailers),
+                                   self.cfg.hint_addr)
+        code = STATUS_BY_NUMBER.get(end.code, grpc.StatusCode.UNKNOWN)
         if code != grpc.StatusCode.OK:
             await context.abort(code, end.details, trailing_metadata=trailers)
         context.set_trailing_metadata(trailers)
 
-
-_CODES = {c.value[0]: c for c in grpc.StatusCode}

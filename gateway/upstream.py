@@ -34,6 +34,15 @@ CHANNEL_OPTIONS = (
 )
 
 
+# A status code by its number (RelayEnd.code, an aborted context's code()).
+STATUS_BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def caller_trailers(metadata: Any, hint_addr: str) -> tuple[tuple[str, str | bytes], ...]:
+    """A node's trailers for the caller: a leader hint names this gateway, not the node."""
+    return tuple((key, hint_addr if key == LEADER_KEY else value)
+                 for key, value in metadata or ())
+
 def leader_hint(metadata: object) -> str:
     """The `gnomon-leader` address a node's trailing metadata names, or ""."""
     for key, value in metadata or ():  # type: ignore[attr-defined]

@@ -127,6 +127,14 @@ class NodeProc:
         return self.proc is not None and self.proc.poll() is None
 
 
+
+def _write_secret(path: Path, secret: str) -> None:
+    """`secret` in a new file readable by its owner only (0600 whatever the umask)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+
 @dataclass
 class LocalCluster:
     root: Path
@@ -182,10 +190,7 @@ class LocalCluster:
         """The bootstrap admin token of a secure cluster (`root/tls/admin.token`, 0600)."""
         path = self.root / "tls" / "admin.token"
         if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as fh:
-                fh.write(secrets.token_urlsafe(32) + "\n")
+            _write_secret(path, secrets.token_urlsafe(32))
         return path.read_text().strip()
 
     def gateway_token_file(self) -> Path:
@@ -200,10 +205,7 @@ class LocalCluster:
             request = api_pb2.CreateTokenRequest(request_id=secrets.token_hex(8),
                                                  name="local-gateway", role="gateway")
             secret = self.leader().access().CreateToken(request, timeout=20).secret
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(secret + "\n")
+        _write_secret(path, secret)
         return path
 
     def client_tls(self) -> dict[str, str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import cast
 
 import grpc
 
@@ -87,11 +88,11 @@ def _check_overlap_number(field: str, number: int) -> None:
                            f"{field}: must be one of {names}, got {number}")
 
 
-_REPLIES: dict[type, type | tuple[type, ...]] = {c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
-            c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply,
-            c.RerunRun: RunReply, c.CancelTask: RunReply, c.ResetCircuit: (JobReply, Done),
-            c.ReplayDeadLetters: Replayed, c.StartBackfill: JobReply, c.CancelBackfill: JobReply,
-            c.SetQueueCircuit: Done}
+_REPLIES: dict[type, type | tuple[type, ...]] = {
+    c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
+    c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply, c.RerunRun: RunReply,
+    c.CancelTask: RunReply, c.ResetCircuit: (JobReply, Done), c.ReplayDeadLetters: Replayed,
+    c.StartBackfill: JobReply, c.CancelBackfill: JobReply, c.SetQueueCircuit: Done}
 
 
 def _answering(command, reply):
@@ -274,9 +275,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 request.request_id, tuple(item for _, item in items),
                 self.node.config.max_jobs_per_tenant), request)
             self._fill_results(results, items, reply)
-        answered = [r for r in results if r is not None]
-        assert len(answered) == len(results), "every spec has its result"
-        return api_pb2.CreateJobsResponse(results=answered)
+        # Every index holds its result now (an error above, or _fill_results).
+        return api_pb2.CreateJobsResponse(
+            results=cast(list[api_pb2.CreateJobsResult], results))
 
     def _check_bulk_size(self, count: int, size_bytes: int) -> None:
         limit = self.node.config.create_jobs_max_specs

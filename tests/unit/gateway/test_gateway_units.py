@@ -7,8 +7,8 @@ import pytest
 
 from gnomon.gateway.cli import config_from, parser
 from gnomon.gateway.config import ConfigError, GatewayConfig
-from gnomon.gateway.proxy import _END, Proxy, _Replay, _trailers, forwarded, rpc_handlers
-from gnomon.gateway.upstream import Upstream, leader_hint
+from gnomon.gateway.proxy import _END, Proxy, _Replay, forwarded, rpc_handlers
+from gnomon.gateway.upstream import Upstream, caller_trailers, leader_hint
 from gnomon.v1 import api_pb2, worker_pb2
 
 
@@ -63,7 +63,7 @@ def test_a_node_sees_the_callers_metadata_but_not_the_hops():
 
 def test_a_caller_is_told_to_come_back_to_the_gateway_never_to_a_node():
     trailers = (("gnomon-leader", "10.0.0.7:7701"), ("gnomon-reason", "NOT_LEADER"))
-    assert _trailers(trailers, "gw:7700") == (("gnomon-leader", "gw:7700"),
+    assert caller_trailers(trailers, "gw:7700") == (("gnomon-leader", "gw:7700"),
                                              ("gnomon-reason", "NOT_LEADER"))
     assert leader_hint(trailers) == "10.0.0.7:7701" and leader_hint(None) == ""
 
