@@ -22,6 +22,8 @@ from gnomon.client import (
     TaskSpec,
     TLSConfig,
 )
+from gnomon.node.api.grpc.run_listing import encode_token
+from gnomon.node.core.run_query import RunCursor, RunSort
 from tests.support.cluster import cli, module_cluster
 
 pytestmark = pytest.mark.integration
@@ -111,6 +113,10 @@ def test_a_tenant_token_sees_only_its_tenants_runs(cluster, world):
     assert status == 200 and body["runs"] == []  # another tenant's job: nothing of it
     status, body = _get(cluster, "/v1/runs", reader, tenant="globex")
     assert status == 403 and body["code"] == "PERMISSION_DENIED" and "globex" in body["detail"]
+    # A page token forged to name another tenant's run is a position only, never a row.
+    forged = encode_token(RunCursor(4_102_444_800_000, runs["globex"][0]), RunSort.CREATED_DESC)
+    status, body = _get(cluster, "/v1/runs", reader, page_token=forged)
+    assert status == 200 and sorted(_ids(body)) == sorted(runs["acme"])
     with _client(cluster, reader) as client, pytest.raises(PermissionDenied):
         client.list_runs_across_jobs(tenants=["acme", "globex"])
 
