@@ -48,6 +48,11 @@ class GatewayMetrics:
             "gnomon_gateway_relay_batch_frames", "Frames in one relay message, by direction",
             ["direction"], buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096),
             registry=r)
+        # Per up batch: the heartbeats the leader renewed in one message.
+        self.relay_heartbeat_frames = Counter(
+            "gnomon_gateway_relay_heartbeat_frames",
+            "Worker heartbeats sent up as heartbeat frames (answered by the leader as it "
+            "takes the relay message)", registry=r)
 
     def serve(self, addr: str) -> None:
         """/metrics on `addr` (host:port), from a thread of prometheus-client's."""

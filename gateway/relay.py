@@ -5,7 +5,10 @@ one `GatewayService.Relay` stream, as the bytes the worker sent (the leader pars
 authenticates them, with the worker's own metadata), and the leader's frames come down to it.
 One writer sends whatever the workers queued while the last write was out as one RelayUp:
 the heartbeats, credits and reports of many workers in one message, so the leader pays the
-per-message cost of gRPC per batch, not per worker.
+per-message cost of gRPC per batch, not per worker. A worker's Heartbeat goes up parsed, as
+`UpFrame.heartbeat`, when the leader offered it: the leader renews and answers it as it takes
+the message, without waking the worker's stream servicer (the rest of a heartbeat's cost on
+the leader, which stays the only judge of every lease).
 
 Rules:
 - The relay call carries the gateway's own token (`relay_token_file`, a `gateway` or admin
@@ -32,10 +35,11 @@ import itertools
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 
 from gnomon.gateway.config import GatewayConfig
 from gnomon.gateway.metrics import GatewayMetrics
@@ -46,7 +50,7 @@ from gnomon.gateway.upstream import (
     caller_trailers,
     leader_hint,
 )
-from gnomon.v1 import relay_pb2
+from gnomon.v1 import relay_pb2, worker_pb2
 
 log = logging.getLogger("gnomon.gateway")
 
@@ -57,6 +61,9 @@ RETRY_MIN_S, RETRY_MAX_S = 0.05, 1.0
 # Bytes of frames in one RelayUp, about: the nodes take messages of at most 16 MiB.
 MAX_BATCH_BYTES = 4 << 20
 _REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+# A WorkerMessage whose first field is its heartbeat (field 3, length-delimited): only such
+# messages are parsed here.
+_HEARTBEAT_TAG = bytes([3 << 3 | 2])
 
 
 @dataclass(eq=False)
@@ -75,6 +82,7 @@ class _Link:
 
     call: Any
     addr: str
+    heartbeat_frames: bool  # the leader takes UpFrame.heartbeat (its first RelayDown said)
     workers: dict[int, _Worker] = field(default_factory=dict)
     up: asyncio.Queue[tuple[relay_pb2.UpFrame, _Worker | None]] = field(
         default_factory=asyncio.Queue)  # bounded by the workers' budgets
@@ -135,7 +143,7 @@ class Relay:
         if first is grpc.aio.EOF:
             call.cancel()
             return False
-        link = _Link(call, addr)
+        link = _Link(call, addr, cast(relay_pb2.RelayDown, first).heartbeat_frames)
         self.link = link
         self._ready.set()
         self.metrics.relay_connected.set(1)
@@ -263,11 +271,23 @@ class Relay:
             await worker.budget.acquire()
             if worker.stream_id not in link.workers:
                 return
-            link.up.put_nowait((relay_pb2.UpFrame(stream_id=worker.stream_id, message=message),
-                                worker))
+            link.up.put_nowait((self._up_frame(link, worker.stream_id, message), worker))
         if worker.stream_id in link.workers:
             link.up.put_nowait((relay_pb2.UpFrame(stream_id=worker.stream_id,
                                                   close=relay_pb2.RelayClose()), None))
+
+    def _up_frame(self, link: _Link, stream_id: int, message: bytes) -> relay_pb2.UpFrame:
+        """A worker's message as a frame: a heartbeat parsed (the leader answers it without
+        waking the stream's servicer), anything else as the bytes the worker sent."""
+        if link.heartbeat_frames and message[:1] == _HEARTBEAT_TAG:
+            try:
+                msg = worker_pb2.WorkerMessage.FromString(message)
+            except DecodeError:
+                msg = None  # the leader refuses it, named, as from a direct stream
+            if msg is not None and msg.WhichOneof("msg") == "heartbeat":
+                self.metrics.relay_heartbeat_frames.inc()
+                return relay_pb2.UpFrame(stream_id=stream_id, heartbeat=msg.heartbeat)
+        return relay_pb2.UpFrame(stream_id=stream_id, message=message)
 
     async def _end_call(self, context: Any, end: relay_pb2.RelayEnd) -> None:
         trailers = caller_trailers(((h.key, h.value) for h in end.trailers),

@@ -35,6 +35,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 FAR_FUTURE_MS = 4_102_444_800_000  # 2100-01-01: these jobs only run when triggered
 WAIT_S = 60.0  # deadlines for conditions, not expectations of speed
 MAX_RELAYS, MAX_FRAMES, TTL_S = 2, 64, 4.0
+# Per relay: streams open, messages of one stream not yet taken, frames queued down.
+MAX_STREAMS, STREAM_BUFFER, DOWN_FRAMES = 6, 8, 4
 _END = object()
 
 
@@ -43,7 +45,10 @@ def env(tmp_path_factory) -> Iterator[dict[str, Any]]:
     root = tmp_path_factory.mktemp("relay")
     cluster = LocalCluster(root, 3, {"heartbeat_interval_ms": "500", "lease_ttl_ms": "4000",
                                      "max_relays": str(MAX_RELAYS),
-                                     "relay_max_frames": str(MAX_FRAMES)},
+                                     "relay_max_frames": str(MAX_FRAMES),
+                                     "relay_max_streams": str(MAX_STREAMS),
+                                     "relay_stream_buffer_messages": str(STREAM_BUFFER),
+                                     "relay_down_max_frames": str(DOWN_FRAMES)},
                            secure=True, mutual_tls=False).start()
     gw: GatewayProc | None = None
     try:
@@ -150,6 +155,8 @@ async def test_workers_through_a_relay_get_tasks_heartbeat_and_complete(env):
     down = gateway_metric(gw, "gnomon_gateway_relay_batches_total", direction="down")
     assert up > 0 and down > 0
     assert gateway_metric(gw, "gnomon_gateway_relay_batch_frames_sum", direction="up") >= up
+    # The workers' heartbeats went up parsed, renewed as the leader took the relay message.
+    assert gateway_metric(gw, "gnomon_gateway_relay_heartbeat_frames_total") > 0
 
 
 def test_a_relay_needs_a_gateway_token_and_a_refused_one_holds_no_place(env):
@@ -296,3 +303,108 @@ async def test_a_leader_change_ends_relayed_streams_and_workers_come_back_with_t
     assert attempt.outcome is AttemptOutcome.SUCCEEDED and attempt.attempt == 1
     assert held.tokens == [attempt.fencing_token]
     assert gateway_metric(gw, "gnomon_gateway_relay_connected") == 1
+
+
+class RawRelay:
+    """The test as a gateway: a relay on the leader, its streams opened and read by id."""
+
+    def __init__(self, env: dict[str, Any], channel: grpc.Channel) -> None:
+        self.raw = _relay(channel, _bearer(env["gateway"]))
+        self.first = next(self.raw.responses)
+        self.worker = env["worker"]
+        self.pending: list[relay_pb2.DownFrame] = []
+
+    def up(self, *frames: relay_pb2.UpFrame) -> None:
+        self.raw.send(relay_pb2.RelayUp(frames=list(frames)))
+
+    def open(self, stream_id: int, worker_id: str, queue: str = "relay-idle") -> None:
+        hello = worker_pb2.WorkerMessage(hello=worker_pb2.Hello(worker_id=worker_id,
+                                                                queues=[queue]))
+        self.up(relay_pb2.UpFrame(stream_id=stream_id, open=relay_pb2.RelayOpen(metadata=[
+            relay_pb2.RelayHeader(key="authorization", value=f"Bearer {self.worker}")])),
+            _message(stream_id, hello))
+
+    def next_on(self, stream_id: int) -> relay_pb2.DownFrame:
+        """The next frame down for `stream_id` (others are kept for their turn)."""
+        while True:
+            for frame in self.pending:
+                if frame.stream_id == stream_id:
+                    self.pending.remove(frame)
+                    return frame
+            self.pending.extend(next(self.raw.responses).frames)
+
+    def next_message(self, stream_id: int, kind: str) -> Any:
+        frame = self.next_on(stream_id)
+        assert frame.WhichOneof("frame") == "message", frame
+        msg = worker_pb2.ServerMessage.FromString(frame.message)
+        assert msg.WhichOneof("msg") == kind, msg
+        return getattr(msg, kind)
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _message(stream_id: int, msg: worker_pb2.WorkerMessage) -> relay_pb2.UpFrame:
+    return relay_pb2.UpFrame(stream_id=stream_id, message=msg.SerializeToString())
+
+
+def _beat(stream_id: int, *leases: worker_pb2.LeaseRef) -> relay_pb2.UpFrame:
+    return relay_pb2.UpFrame(stream_id=stream_id,
+                             heartbeat=worker_pb2.Heartbeat(leases=list(leases)))
+
+
+async def test_a_heartbeat_frame_renews_only_its_own_streams_leases(env):
+    """The leader offers heartbeat frames and answers each on its stream. A heartbeat frame
+    naming a lease that another stream's worker holds vouches for nothing of it: a gateway
+    cannot renew a lease through a stream the leader did not grant it to."""
+    cluster: LocalCluster = env["cluster"]
+    async with _client(env, cluster.servers) as admin:
+        job = await admin.create_job(JobSpec.single("relay-beat", OnceSchedule(FAR_FUTURE_MS),
+                                                    queue="relay-beat"))
+        await admin.trigger_job(job.job_id)
+    with _node_channel(cluster, cluster.leader()) as channel:
+        relay = RawRelay(env, channel)
+        assert relay.first.heartbeat_frames
+        relay.open(1, "relay-beat-holder", queue="relay-beat")
+        relay.open(2, "relay-beat-other")
+        relay.next_message(1, "welcome")
+        relay.next_message(2, "welcome")
+        relay.up(_message(1, worker_pb2.WorkerMessage(credits=worker_pb2.Credits(credits=1))))
+        lease = relay.next_message(1, "assign").lease
+        relay.up(_beat(2, lease))
+        assert lease.fencing_token not in relay.next_message(2, "heartbeat_ack").valid_tokens
+        relay.up(_beat(1, lease))
+        assert list(relay.next_message(1, "heartbeat_ack").valid_tokens) == [lease.fencing_token]
+        relay.close()
+
+
+def test_a_relays_bounds_end_one_stream_and_the_others_go_on(env):
+    """relay_max_streams: the stream opened beyond it ends RESOURCE_EXHAUSTED.
+    relay_stream_buffer_messages: a stream with more messages in one relay message than its
+    servicer may hold ends RESOURCE_EXHAUSTED, and another stream of the relay is still
+    answered. relay_down_max_frames: with far more answers than the down queue holds and the
+    gateway not reading, none is lost once it reads again."""
+    cluster: LocalCluster = env["cluster"]
+    with _node_channel(cluster, cluster.leader()) as channel:
+        relay = RawRelay(env, channel)
+        for stream_id in range(1, MAX_STREAMS + 2):
+            relay.open(stream_id, f"relay-bound-{stream_id}")
+        for stream_id in range(1, MAX_STREAMS + 1):
+            relay.next_message(stream_id, "welcome")
+        beyond = relay.next_on(MAX_STREAMS + 1).end
+        assert beyond.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+        assert f"relay_max_streams ({MAX_STREAMS})" in beyond.details
+
+        credit = worker_pb2.WorkerMessage(credits=worker_pb2.Credits(credits=0))
+        relay.up(*[_message(1, credit) for _ in range(STREAM_BUFFER * 4)])
+        flooded = relay.next_on(1).end
+        assert flooded.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+        assert "relay_stream_buffer_messages" in flooded.details
+
+        beats = DOWN_FRAMES * 8
+        beat = worker_pb2.WorkerMessage(heartbeat=worker_pb2.Heartbeat())
+        for i in range(beats):  # frames and messages: both ways to the leader's answer
+            relay.up(_beat(2) if i % 2 else _message(2, beat))
+        acks = [relay.next_message(2, "heartbeat_ack") for _ in range(beats)]
+        assert len(acks) == beats and not any(a.valid_tokens for a in acks)
+        relay.close()

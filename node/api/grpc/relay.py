@@ -6,6 +6,11 @@ with a `_RelayedCall` as its call: its messages are parsed only once its Open au
 its answers and its end go to the relay's down queue, which one writer sends as batches (one
 RelayDown for whatever the streams queued meanwhile). The gateway's many heartbeats, credits
 and reports arrive in few messages; the leader's per-message cost of gRPC is per batch.
+A heartbeat the gateway sends as a frame (`UpFrame.heartbeat`, offered in the first
+RelayDown) is renewed and answered as the RelayUp is taken, with no task switch to the
+stream's reader and writer: its cost on the leader is a lookup, a renewal and a write into
+the relay's down queue. It renews only the leases of the stream's own session, after the
+stream's token is checked again, as a direct stream's heartbeat does.
 
 The Relay call itself needs a `gateway` (or admin) token: the access guard (RULES) refuses
 any other caller before a frame is read, so an unauthenticated caller can neither hold one
@@ -69,6 +74,7 @@ class _RelayedCall:
         self.inbox: asyncio.Queue[Any] = asyncio.Queue()  # bounded by `limit` in `take`
         self.ended = False
         self.task: asyncio.Task[None] | None = None
+        self.stream: Any = None  # the servicer's stream, once its Welcome is queued
 
     async def write(self, msg: worker_pb2.ServerMessage) -> None:
         if self.ended:
@@ -170,7 +176,8 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
         relay = _Relay(self.node, cfg.relay_down_max_frames)
         self.relays.add(relay)  # before any await: two relays never both take the last place
         try:
-            await context.write(relay_pb2.RelayDown())  # accepted: the gateway opens streams
+            # Accepted: the gateway opens streams, and may send heartbeats as frames.
+            await context.write(relay_pb2.RelayDown(heartbeat_frames=True))
             await self._serve_relay(relay, request_iterator, context, current_principal())
         finally:
             self.relays.discard(relay)
@@ -225,10 +232,26 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
         elif call is None:
             return  # ended here already: the gateway learns it from the end frame
         elif kind == "message":
-            if not call.take(frame.message):
-                await self._overflow(call)
+            await self._message(call, frame.message)
+        elif kind == "heartbeat":
+            await self._heartbeat(call, frame.heartbeat)
         elif kind == "close":
             call.take(_CLOSED)
+
+    async def _message(self, call: _RelayedCall, message: bytes) -> None:
+        if not call.take(message):
+            await self._overflow(call)
+
+    async def _heartbeat(self, call: _RelayedCall, heartbeat: worker_pb2.Heartbeat) -> None:
+        """Renew now and queue the ack towards the gateway; a heartbeat before the stream's
+        Welcome (or one the servicer must refuse) goes the way of its other messages."""
+        if call.stream is not None and not call.ended:
+            ack = self.workers.relayed_heartbeat(call.stream, heartbeat)
+            if ack is not None:
+                await call.write(ack)
+                return
+        await self._message(call, worker_pb2.WorkerMessage(
+            heartbeat=heartbeat).SerializeToString())
 
     async def _open(self, relay: _Relay, frame: relay_pb2.UpFrame) -> None:
         cfg = self.node.config
@@ -252,7 +275,8 @@ class RelayServicer(relay_pb2_grpc.GatewayServiceServicer):
     async def _serve(self, call: _RelayedCall, principal: Principal) -> None:
         set_principal(principal, CONNECT)
         try:
-            await self.workers.serve(call.requests(), call, principal)
+            await self.workers.serve(call.requests(), call, principal,
+                                     welcomed=lambda stream: setattr(call, "stream", stream))
         except grpc.aio.AbortError:
             return  # its end is sent
         except asyncio.CancelledError:

@@ -168,10 +168,12 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
     async def Connect(self, request_iterator, context):  # noqa: N802
         await self.serve(request_iterator, context, current_principal())
 
-    async def serve(self, request_iterator, context, principal: Principal) -> None:
+    async def serve(self, request_iterator, context, principal: Principal,
+                    welcomed: Callable[[_Stream], None] | None = None) -> None:
         """One worker stream, a worker's own or one a gateway relays (relay.py): WorkerMessages
         from `request_iterator`, answers through `context.write`, the end through
-        `context.abort`; run as `principal`."""
+        `context.abort`; run as `principal`. `welcomed(stream)` once its Welcome is queued
+        (the relay's heartbeat frames go to `relayed_heartbeat` from then on)."""
         cfg = self.node.config
         # The Hello is read before any refusal: a status that meets the client's write of it
         # still in flight reaches the client (or a gateway forwarding it) as INTERNAL, and
@@ -199,6 +201,8 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             lease_ttl_ms=cfg.lease_ttl_ms, resumed_tokens=valid)))
         stream = _Stream(session, context, request_iterator,
                          asyncio.Semaphore(cfg.worker_max_pending_reports), principal=principal)
+        if welcomed is not None:
+            welcomed(stream)
         reader = asyncio.create_task(self._read(stream))
         watchdog = asyncio.create_task(self._watch(stream))
         outbox = session.outbox
@@ -338,14 +342,35 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
             return
 
     async def _heartbeat(self, session: WorkerSession, tokens: list[int]) -> None:
+        await session.outbox.put(self._renew(session, tokens))
+
+    def _renew(self, session: WorkerSession, tokens: list[int]) -> worker_pb2.ServerMessage:
+        """Renew the leases of `tokens` that are this session's; their ack."""
         if self.node.leadership.fresh():
             valid, revoked = self.leases.renew(session.worker_id, tokens)
         else:
             # Cannot prove leadership now: an ack that vouches for nothing (one ack per
             # heartbeat keeps the worker's matching exact); its self-fencing decides.
             valid, revoked = [], []
-        await session.outbox.put(worker_pb2.ServerMessage(heartbeat_ack=worker_pb2.HeartbeatAck(
-            valid_tokens=valid, revoked_tokens=revoked)))
+        return worker_pb2.ServerMessage(heartbeat_ack=worker_pb2.HeartbeatAck(
+            valid_tokens=valid, revoked_tokens=revoked))
+
+    def relayed_heartbeat(self, stream: _Stream,
+                          heartbeat: worker_pb2.Heartbeat) -> worker_pb2.ServerMessage | None:
+        """A heartbeat that a gateway's relay passed as a frame (relay.py): the stream's
+        leases renewed and the ack returned at once, with no trip through the stream's
+        reader and writer. None when the stream must take it as a message instead: its
+        reader then refuses a heartbeat over a bound, or ends the stream of a revoked token,
+        exactly as for a worker's own stream. Only the stream's own session's leases are
+        renewed: a gateway cannot renew a lease through another worker's stream."""
+        limit = self.node.config.worker_max_heartbeat_leases
+        if stream.aborted or stream.session.closed or len(heartbeat.leases) > limit:
+            return None
+        try:
+            self.revalidate(stream.principal)
+        except AuthError:
+            return None
+        return self._renew(stream.session, _tokens(heartbeat.leases, limit, "heartbeat.leases"))
 
     def _report(self, kind: str, msg) -> _Report:
         lease = worker_pb2.LeaseRef(run_id=msg.lease.run_id, task_name=msg.lease.task_name,

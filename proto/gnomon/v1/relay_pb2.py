@@ -22,31 +22,32 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from gnomon.v1 import worker_pb2 as gnomon_dot_v1_dot_worker__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15gnomon/v1/relay.proto\x12\tgnomon.v1\")\n\x0bRelayHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"-\n\x07RelayUp\x12\"\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x12.gnomon.v1.UpFrame\"\x86\x01\n\x07UpFrame\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12$\n\x04open\x18\x02 \x01(\x0b\x32\x14.gnomon.v1.RelayOpenH\x00\x12\x11\n\x07message\x18\x03 \x01(\x0cH\x00\x12&\n\x05\x63lose\x18\x04 \x01(\x0b\x32\x15.gnomon.v1.RelayCloseH\x00\x42\x07\n\x05\x66rame\"5\n\tRelayOpen\x12(\n\x08metadata\x18\x01 \x03(\x0b\x32\x16.gnomon.v1.RelayHeader\"\x1f\n\nRelayClose\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"1\n\tRelayDown\x12$\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x14.gnomon.v1.DownFrame\"^\n\tDownFrame\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12\x11\n\x07message\x18\x02 \x01(\x0cH\x00\x12\"\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x13.gnomon.v1.RelayEndH\x00\x42\x07\n\x05\x66rame\"S\n\x08RelayEnd\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\t\x12(\n\x08trailers\x18\x03 \x03(\x0b\x32\x16.gnomon.v1.RelayHeader2G\n\x0eGatewayService\x12\x35\n\x05Relay\x12\x12.gnomon.v1.RelayUp\x1a\x14.gnomon.v1.RelayDown(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15gnomon/v1/relay.proto\x12\tgnomon.v1\x1a\x16gnomon/v1/worker.proto\")\n\x0bRelayHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"-\n\x07RelayUp\x12\"\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x12.gnomon.v1.UpFrame\"\xb1\x01\n\x07UpFrame\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12$\n\x04open\x18\x02 \x01(\x0b\x32\x14.gnomon.v1.RelayOpenH\x00\x12\x11\n\x07message\x18\x03 \x01(\x0cH\x00\x12&\n\x05\x63lose\x18\x04 \x01(\x0b\x32\x15.gnomon.v1.RelayCloseH\x00\x12)\n\theartbeat\x18\x05 \x01(\x0b\x32\x14.gnomon.v1.HeartbeatH\x00\x42\x07\n\x05\x66rame\"5\n\tRelayOpen\x12(\n\x08metadata\x18\x01 \x03(\x0b\x32\x16.gnomon.v1.RelayHeader\"\x1f\n\nRelayClose\x12\x11\n\tcancelled\x18\x01 \x01(\x08\"K\n\tRelayDown\x12$\n\x06\x66rames\x18\x01 \x03(\x0b\x32\x14.gnomon.v1.DownFrame\x12\x18\n\x10heartbeat_frames\x18\x02 \x01(\x08\"^\n\tDownFrame\x12\x11\n\tstream_id\x18\x01 \x01(\x04\x12\x11\n\x07message\x18\x02 \x01(\x0cH\x00\x12\"\n\x03\x65nd\x18\x03 \x01(\x0b\x32\x13.gnomon.v1.RelayEndH\x00\x42\x07\n\x05\x66rame\"S\n\x08RelayEnd\x12\x0c\n\x04\x63ode\x18\x01 \x01(\x05\x12\x0f\n\x07\x64\x65tails\x18\x02 \x01(\t\x12(\n\x08trailers\x18\x03 \x03(\x0b\x32\x16.gnomon.v1.RelayHeader2G\n\x0eGatewayService\x12\x35\n\x05Relay\x12\x12.gnomon.v1.RelayUp\x1a\x14.gnomon.v1.RelayDown(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gnomon.v1.relay_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_RELAYHEADER']._serialized_start=36
-  _globals['_RELAYHEADER']._serialized_end=77
-  _globals['_RELAYUP']._serialized_start=79
-  _globals['_RELAYUP']._serialized_end=124
-  _globals['_UPFRAME']._serialized_start=127
-  _globals['_UPFRAME']._serialized_end=261
-  _globals['_RELAYOPEN']._serialized_start=263
-  _globals['_RELAYOPEN']._serialized_end=316
-  _globals['_RELAYCLOSE']._serialized_start=318
-  _globals['_RELAYCLOSE']._serialized_end=349
-  _globals['_RELAYDOWN']._serialized_start=351
-  _globals['_RELAYDOWN']._serialized_end=400
-  _globals['_DOWNFRAME']._serialized_start=402
-  _globals['_DOWNFRAME']._serialized_end=496
-  _globals['_RELAYEND']._serialized_start=498
-  _globals['_RELAYEND']._serialized_end=581
-  _globals['_GATEWAYSERVICE']._serialized_start=583
-  _globals['_GATEWAYSERVICE']._serialized_end=654
+  _globals['_RELAYHEADER']._serialized_start=60
+  _globals['_RELAYHEADER']._serialized_end=101
+  _globals['_RELAYUP']._serialized_start=103
+  _globals['_RELAYUP']._serialized_end=148
+  _globals['_UPFRAME']._serialized_start=151
+  _globals['_UPFRAME']._serialized_end=328
+  _globals['_RELAYOPEN']._serialized_start=330
+  _globals['_RELAYOPEN']._serialized_end=383
+  _globals['_RELAYCLOSE']._serialized_start=385
+  _globals['_RELAYCLOSE']._serialized_end=416
+  _globals['_RELAYDOWN']._serialized_start=418
+  _globals['_RELAYDOWN']._serialized_end=493
+  _globals['_DOWNFRAME']._serialized_start=495
+  _globals['_DOWNFRAME']._serialized_end=589
+  _globals['_RELAYEND']._serialized_start=591
+  _globals['_RELAYEND']._serialized_end=674
+  _globals['_GATEWAYSERVICE']._serialized_start=676
+  _globals['_GATEWAYSERVICE']._serialized_end=747
 # @@protoc_insertion_point(module_scope)

@@ -1,3 +1,4 @@
+from gnomon.v1 import worker_pb2 as _worker_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -21,16 +22,18 @@ class RelayUp(_message.Message):
     def __init__(self, frames: _Optional[_Iterable[_Union[UpFrame, _Mapping]]] = ...) -> None: ...
 
 class UpFrame(_message.Message):
-    __slots__ = ("stream_id", "open", "message", "close")
+    __slots__ = ("stream_id", "open", "message", "close", "heartbeat")
     STREAM_ID_FIELD_NUMBER: _ClassVar[int]
     OPEN_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     CLOSE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     stream_id: int
     open: RelayOpen
     message: bytes
     close: RelayClose
-    def __init__(self, stream_id: _Optional[int] = ..., open: _Optional[_Union[RelayOpen, _Mapping]] = ..., message: _Optional[bytes] = ..., close: _Optional[_Union[RelayClose, _Mapping]] = ...) -> None: ...
+    heartbeat: _worker_pb2.Heartbeat
+    def __init__(self, stream_id: _Optional[int] = ..., open: _Optional[_Union[RelayOpen, _Mapping]] = ..., message: _Optional[bytes] = ..., close: _Optional[_Union[RelayClose, _Mapping]] = ..., heartbeat: _Optional[_Union[_worker_pb2.Heartbeat, _Mapping]] = ...) -> None: ...
 
 class RelayOpen(_message.Message):
     __slots__ = ("metadata",)
@@ -45,10 +48,12 @@ class RelayClose(_message.Message):
     def __init__(self, cancelled: _Optional[bool] = ...) -> None: ...
 
 class RelayDown(_message.Message):
-    __slots__ = ("frames",)
+    __slots__ = ("frames", "heartbeat_frames")
     FRAMES_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FRAMES_FIELD_NUMBER: _ClassVar[int]
     frames: _containers.RepeatedCompositeFieldContainer[DownFrame]
-    def __init__(self, frames: _Optional[_Iterable[_Union[DownFrame, _Mapping]]] = ...) -> None: ...
+    heartbeat_frames: bool
+    def __init__(self, frames: _Optional[_Iterable[_Union[DownFrame, _Mapping]]] = ..., heartbeat_frames: _Optional[bool] = ...) -> None: ...
 
 class DownFrame(_message.Message):
     __slots__ = ("stream_id", "message", "end")
