@@ -33,6 +33,13 @@ from gnomon.node.local.gateway import GatewayProc
 CONNECT_TIMEOUT_S = 60.0
 
 
+def _relay_args(relay: bool) -> list[str]:
+    """GNOMON_BENCH_RELAY_HEARTBEATS=messages: the relay's heartbeats as the workers' own
+    messages (the gateway's --relay-heartbeats), to set against heartbeat frames."""
+    how = os.environ.get("GNOMON_BENCH_RELAY_HEARTBEATS", "")
+    return ["--relay-heartbeats", how] if relay and how else []
+
+
 def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measure_s: float,
            prof_s: float = 0.0, connect_timeout_s: float = CONNECT_TIMEOUT_S,
            via_gateway: bool = False, relay: bool = False) -> dict[str, Any]:
@@ -43,8 +50,8 @@ def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measur
         gateways = []
         try:
             if via_gateway:
-                gateways = [GatewayProc(cluster, root / f"{name}-gw{i}.log", relay=relay)
-                            for i in (1, 2)]
+                gateways = [GatewayProc(cluster, root / f"{name}-gw{i}.log", *_relay_args(relay),
+                                        relay=relay) for i in (1, 2)]
                 for gw in gateways:
                     gw.wait_serving()
             out = _streams(cluster, leader, root, name, procs, per_proc, hb_s, measure_s,

@@ -40,6 +40,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--relay-token-file", default="", metavar="FILE",
                    help="the relay's gateway token (gnomon token create NAME --role gateway); "
                         "required with --worker-upstream relay")
+    p.add_argument("--relay-heartbeats", choices=("frames", "messages"), default="frames",
+                   help="with --worker-upstream relay: workers' heartbeats as frames the leader "
+                        "renews as it takes them, or as the workers' own messages "
+                        "(default %(default)s)")
     p.add_argument("--http-listen", default="", metavar="HOST:PORT",
                    help="serve the nodes' HTTP API, dashboard and HTTP worker protocol here")
     p.add_argument("--http-servers", default="", metavar="H:P,...",
@@ -63,6 +67,7 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         upstream_cert=args.upstream_cert, upstream_key=args.upstream_key,
         max_calls=args.max_calls, stream_buffer_messages=args.stream_buffer,
         worker_upstream=args.worker_upstream, relay_token_file=args.relay_token_file,
+        relay_heartbeats=args.relay_heartbeats,
         http_listen_addr=args.http_listen,
         http_servers=tuple(s.strip() for s in args.http_servers.split(",") if s.strip()),
         http_advertise=args.http_advertise, http_max_body_bytes=args.http_max_body,

@@ -39,6 +39,11 @@ class GatewayConfig:
     # Frames in one relay message at most, and messages queued for one relayed worker and not
     # yet read by it (beyond: its call ends RESOURCE_EXHAUSTED).
     relay_batch_frames: int = 1_024
+    # How workers' heartbeats go up the relay: "frames" (parsed here, renewed and answered by
+    # the leader as it takes the relay message) or "messages" (as the bytes the worker sent,
+    # through the leader's stream servicer like any message). "frames" falls back to
+    # "messages" on a leader that does not offer it.
+    relay_heartbeats: str = "frames"
     relay_worker_buffer_messages: int = 2_048
     # A call redirected this many times by leader hints is answered with the last hint.
     max_hops: int = 3
@@ -80,6 +85,9 @@ class GatewayConfig:
             _check_addr("metrics_listen_addr", self.metrics_listen_addr)
         if self.worker_upstream not in ("relay", "stream"):
             raise ConfigError(f"worker_upstream: 'relay' or 'stream', not {self.worker_upstream!r}")
+        if self.relay_heartbeats not in ("frames", "messages"):
+            raise ConfigError(f"relay_heartbeats: 'frames' or 'messages', not "
+                              f"{self.relay_heartbeats!r}")
         if self.worker_upstream == "relay" and not self.relay_token_file:
             raise ConfigError("relay_token_file: required with worker_upstream 'relay' (a file "
                               "holding a gateway token: gnomon token create NAME --role gateway)")

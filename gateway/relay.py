@@ -143,7 +143,8 @@ class Relay:
         if first is grpc.aio.EOF:
             call.cancel()
             return False
-        link = _Link(call, addr, cast(relay_pb2.RelayDown, first).heartbeat_frames)
+        frames = self.cfg.relay_heartbeats == "frames"
+        link = _Link(call, addr, frames and cast(relay_pb2.RelayDown, first).heartbeat_frames)
         self.link = link
         self._ready.set()
         self.metrics.relay_connected.set(1)

@@ -408,3 +408,31 @@ def test_a_relays_bounds_end_one_stream_and_the_others_go_on(env):
         acks = [relay.next_message(2, "heartbeat_ack") for _ in range(beats)]
         assert len(acks) == beats and not any(a.valid_tokens for a in acks)
         relay.close()
+
+
+async def test_heartbeats_as_the_workers_own_messages_still_renew(env):
+    """A gateway started with --relay-heartbeats messages (as against a leader that does not
+    offer heartbeat frames) relays heartbeats as the workers' bytes: acked, none as frames."""
+    cluster: LocalCluster = env["cluster"]
+    root = cluster.root
+    gw = GatewayProc(cluster, root / "gw-relay-messages.log", "--relay-heartbeats", "messages",
+                     relay=True).wait_serving()
+    try:
+        _wait_relay_up(gw)
+        held = HeldTask("relay-messages")
+        async with _client(env, cluster.servers) as admin, \
+                _client(env, gw.addr, env["worker"]) as via_gw:
+            job = await admin.create_job(JobSpec.single(
+                "relay-messages", OnceSchedule(FAR_FUTURE_MS), queue="relay-messages"))
+            worker = AckWorker(via_gw, tasks=[held.task], worker_id="relay-messages-w")
+            async with worker:
+                run = await admin.trigger_job(job.job_id)
+                await asyncio.wait_for(held.started.wait(), WAIT_S)
+                await until(lambda: any(held.tokens[0] in valid for _, valid in worker.acks),
+                            what="a heartbeat ack of the lease")
+                held.release.set()
+                final = await admin.wait_run(run.run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+        assert final.state is RunState.SUCCEEDED
+        assert gateway_metric(gw, "gnomon_gateway_relay_heartbeat_frames_total") == 0
+    finally:
+        gw.stop()

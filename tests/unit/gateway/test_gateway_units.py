@@ -32,6 +32,12 @@ def test_bad_settings_name_the_setting_and_the_rule(argv, message):
         config_from(parser().parse_args(argv))
 
 
+def test_relay_heartbeats_is_frames_or_messages():
+    assert GatewayConfig("g:1", ("a:1",)).relay_heartbeats == "frames"
+    with pytest.raises(ConfigError, match="relay_heartbeats: 'frames' or 'messages', not 'x'"):
+        GatewayConfig("g:1", ("a:1",), relay_heartbeats="x")
+
+
 def test_defaults_and_the_hint_address():
     cfg = config_from(parser().parse_args(["--servers", "a:1, b:2"]))
     assert cfg.servers == ("a:1", "b:2") and cfg.hint_addr == cfg.listen_addr
