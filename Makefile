@@ -18,7 +18,7 @@ run: $(STAMP)
 	$(BIN)/gnomon dev
 
 lint: $(STAMP)
-	$(BIN)/ruff check node client gateway tests bench examples jepsen
+	$(BIN)/ruff check node client gateway httpguard tests bench examples jepsen
 	$(BIN)/lint-imports
 	$(BIN)/mypy
 

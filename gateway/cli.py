@@ -10,6 +10,7 @@ import sys
 
 from gnomon.gateway.config import ConfigError, GatewayConfig
 from gnomon.gateway.server import serve
+from gnomon.httpguard.descriptors import raise_open_file_limit
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,6 +53,16 @@ def parser() -> argparse.ArgumentParser:
                    help="the address browsers reach --http-listen at (default: it)")
     p.add_argument("--http-max-body", type=int, default=4 << 20, metavar="BYTES",
                    help="largest request body forwarded (default %(default)s)")
+    for flag, default, what in (
+            ("--http-header-timeout-ms", 10_000, "a request's line and headers must arrive"),
+            ("--http-body-timeout-ms", 30_000, "a request's body must arrive after its headers"),
+            ("--http-idle-timeout-ms", 60_000, "an idle keep-alive connection is closed"),
+            ("--http-write-timeout-ms", 30_000, "a response must be read by the client"),
+            ("--http-max-connections", 4_096, "HTTP connections open at once"),
+            ("--http-max-connections-per-address", 1_024,
+             "HTTP connections from one address (behind a load balancer: its one address)")):
+        p.add_argument(flag, type=int, default=default, metavar="N",
+                       help=f"{what} (default %(default)s)")
     p.add_argument("--metrics-listen", default="", metavar="HOST:PORT",
                    help="serve Prometheus /metrics here")
     p.add_argument("--log-level", default="INFO")
@@ -71,6 +82,12 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         http_listen_addr=args.http_listen,
         http_servers=tuple(s.strip() for s in args.http_servers.split(",") if s.strip()),
         http_advertise=args.http_advertise, http_max_body_bytes=args.http_max_body,
+        http_header_timeout_ms=args.http_header_timeout_ms,
+        http_body_timeout_ms=args.http_body_timeout_ms,
+        http_idle_timeout_ms=args.http_idle_timeout_ms,
+        http_write_timeout_ms=args.http_write_timeout_ms,
+        http_max_connections=args.http_max_connections,
+        http_max_connections_per_address=args.http_max_connections_per_address,
         metrics_listen_addr=args.metrics_listen, log_level=args.log_level)
 
 
@@ -90,5 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=cfg.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Every stream and HTTP connection is a descriptor: the soft limit up to the hard one.
+    raise_open_file_limit()
     asyncio.run(serve(cfg))
     return 0

@@ -55,6 +55,22 @@ class GatewayConfig:
     # The address callers reach the HTTP port at (its web origin). Default: http_listen_addr.
     http_advertise: str = ""
     http_max_body_bytes: int = 4 << 20
+    # The HTTP port's connection bounds, as the node's (gnomon.httpguard): a request's line
+    # and headers within http_header_timeout_ms of the connection (or of the first byte of a
+    # following request), its body within http_body_timeout_ms of its headers, its response
+    # read within http_write_timeout_ms; idle keep-alive connections closed after
+    # http_idle_timeout_ms. At most http_max_connections open, http_max_connections_per_address
+    # from one address (a gateway behind a load balancer sees one address: raise it there),
+    # and none admitted while fewer than reserved_descriptors descriptors would be free.
+    http_header_timeout_ms: int = 10_000
+    http_body_timeout_ms: int = 30_000
+    http_idle_timeout_ms: int = 60_000
+    http_write_timeout_ms: int = 30_000
+    http_max_connections: int = 4_096
+    http_max_connections_per_address: int = 1_024
+    reserved_descriptors: int = 128
+    http_accept_backoff_ms: int = 1_000
+    http_error_log_interval_ms: int = 10_000
     # Prometheus /metrics ("" = none).
     metrics_listen_addr: str = ""
     log_level: str = "INFO"
@@ -93,7 +109,11 @@ class GatewayConfig:
                               "holding a gateway token: gnomon token create NAME --role gateway)")
         for name in ("max_calls", "stream_buffer_messages", "max_hops", "probe_interval_ms",
                      "http_max_body_bytes", "relay_batch_frames",
-                     "relay_worker_buffer_messages"):
+                     "relay_worker_buffer_messages", "http_header_timeout_ms",
+                     "http_body_timeout_ms", "http_idle_timeout_ms", "http_write_timeout_ms",
+                     "http_max_connections", "http_max_connections_per_address",
+                     "reserved_descriptors", "http_accept_backoff_ms",
+                     "http_error_log_interval_ms"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be at least 1, not {getattr(self, name)}")
 

@@ -14,7 +14,9 @@ Rules (as for gRPC, proxy.py):
   origin: the page came from the cluster, through its front door. Any other origin goes as
   it is, and the node answers CORS for it by its own rules.
 - Bounds: `http_max_body_bytes` per request (413 beyond, unread), `max_calls` requests in
-  flight with the gRPC calls (429 beyond). Server-sent event streams are relayed chunk by
+  flight with the gRPC calls (429 beyond); the connection bounds of a node's HTTP port
+  (gnomon.httpguard: header, body, write and idle timeouts, caps per port and per address,
+  the descriptor reserve). Server-sent event streams are relayed chunk by
   chunk, never buffered whole.
 
 Loop thread only.
@@ -22,6 +24,7 @@ Loop thread only.
 
 from __future__ import annotations
 
+import json
 import logging
 import ssl
 from typing import Any
@@ -31,7 +34,14 @@ import aiohttp
 from aiohttp import web
 
 from gnomon.gateway.config import GatewayConfig
+from gnomon.gateway.metrics import HttpPortEvents
 from gnomon.gateway.proxy import Proxy
+from gnomon.httpguard.connections import (
+    BoundedListener,
+    ConnectionLimits,
+    bounded_requests,
+    refusal_bytes,
+)
 
 log = logging.getLogger("gnomon.gateway")
 
@@ -41,10 +51,24 @@ _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
 _PROBLEM = "application/problem+json"
 
 
-def _problem(status: int, code: str, detail: str, **headers: str) -> web.Response:
-    body = {"type": f"urn:gnomon:problem:{code.lower()}", "title": code, "status": status,
+def _problem_body(status: int, code: str, detail: str) -> dict[str, Any]:
+    return {"type": f"urn:gnomon:problem:{code.lower()}", "title": code, "status": status,
             "code": code, "detail": detail, "field": "", "rule": detail}
-    return web.json_response(body, status=status, content_type=_PROBLEM, headers=headers)
+
+
+def _problem(status: int, code: str, detail: str, **headers: str) -> web.Response:
+    return web.json_response(_problem_body(status, code, detail), status=status,
+                             content_type=_PROBLEM, headers=headers)
+
+
+def _incomplete_body(detail: str) -> web.HTTPException:
+    """A body the client did not finish (it went away, or was cut at the body timeout)."""
+    return web.HTTPBadRequest(text=json.dumps(_problem_body(400, "INVALID_ARGUMENT", detail)),
+                              content_type=_PROBLEM)
+
+
+REFUSAL = refusal_bytes(_PROBLEM, _problem_body(
+    503, "UNAVAILABLE", "the gateway's HTTP port is at its connection bound; retry later"))
 
 
 class HttpForwarder:
@@ -59,17 +83,24 @@ class HttpForwarder:
         self._next = 0
         self._session: aiohttp.ClientSession | None = None
         self._runner: web.AppRunner | None = None
+        self._listener: BoundedListener | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        app = web.Application(client_max_size=self.cfg.http_max_body_bytes)
+        """Serve on http_listen_addr within the connection bounds (gnomon.httpguard), as a
+        node's HTTP port does: the port's own accept loop hands admitted sockets to aiohttp."""
+        app = web.Application(client_max_size=self.cfg.http_max_body_bytes,
+                              middlewares=[bounded_requests(_incomplete_body)])
         app.router.add_route("*", "/{tail:.*}", self.handle)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         host, port = self.cfg.http_listen_addr.rsplit(":", 1)
-        site = web.TCPSite(self._runner, host, int(port), ssl_context=self._serving_tls())
-        await site.start()
+        assert self._runner.server is not None  # made by setup()
+        self._listener = BoundedListener(
+            self._runner.server, ConnectionLimits.from_config(self.cfg),
+            events=HttpPortEvents(self.proxy.metrics), refusal=REFUSAL, ssl_context=self._serving_tls())
+        self._listener.listen(host, int(port))
         client_tls: ssl.SSLContext | bool = False
         if self.cfg.upstream_ca:
             client_tls = ssl.create_default_context(cafile=self.cfg.upstream_ca)
@@ -89,6 +120,8 @@ class HttpForwarder:
         return ctx
 
     async def stop(self) -> None:
+        if self._listener is not None:  # no new connections; cleanup() ends the open ones
+            self._listener.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self._session is not None:

@@ -6,6 +6,8 @@ one of gRPC's status names, `port` grpc or http.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 
@@ -54,7 +56,41 @@ class GatewayMetrics:
             "Worker heartbeats sent up as heartbeat frames (answered by the leader as it "
             "takes the relay message)", registry=r)
 
+        self.http_connections = Gauge("gnomon_gateway_http_connections",
+                                      "Connections open on the HTTP port", registry=r)
+        self.http_refused = Counter(
+            "gnomon_gateway_http_connections_refused",
+            "HTTP connections refused at a bound: port (http_max_connections), address "
+            "(http_max_connections_per_address), descriptors (reserved_descriptors)",
+            ["reason"], registry=r)
+        self.http_timed_out = Counter(
+            "gnomon_gateway_http_connections_timed_out",
+            "HTTP connections closed at a timeout, by phase: handshake, header, body, write",
+            ["phase"], registry=r)
+        self.http_accept_errors = Counter("gnomon_gateway_http_accept_errors",
+                                          "accept() failures on the HTTP port (it pauses)",
+                                          registry=r)
+
     def serve(self, addr: str) -> None:
         """/metrics on `addr` (host:port), from a thread of prometheus-client's."""
         host, port = addr.rsplit(":", 1)
         start_http_server(int(port), host, registry=self.registry)
+
+
+class HttpPortEvents:
+    """The HTTP port's counts (gnomon.httpguard.connections.PortEvents) as gateway metrics."""
+
+    def __init__(self, metrics: GatewayMetrics) -> None:
+        self.metrics = metrics
+
+    def open_connections(self, count: Callable[[], int]) -> None:
+        self.metrics.http_connections.set_function(count)
+
+    def refused(self, reason: str) -> None:
+        self.metrics.http_refused.labels(reason).inc()
+
+    def timed_out(self, phase: str) -> None:
+        self.metrics.http_timed_out.labels(phase).inc()
+
+    def accept_failed(self) -> None:
+        self.metrics.http_accept_errors.inc()

@@ -8,8 +8,9 @@ import logging
 import os
 import sys
 
+from gnomon.httpguard import descriptors
 from gnomon.node.config import ConfigError, load
-from gnomon.node.ops import descriptors, logs
+from gnomon.node.ops import logs
 from gnomon.node.raft.membership import load_members
 from gnomon.node.security.auth import read_admin_token
 from gnomon.node.security.certificates import TlsError, load_peer_tls

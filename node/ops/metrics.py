@@ -78,7 +78,7 @@ FIRES_PARKED = Gauge("gnomon_fires_parked",
 LEADER_CHANGES = Counter("gnomon_leader_changes_total",
                          "Times the leader known to this node changed (including to none)",
                          registry=REGISTRY)
-# The HTTP port's connection bounds (node/api/http/connections.py).
+# The HTTP port's connection bounds (gnomon.httpguard, httpguard/connections.py).
 HTTP_CONNECTIONS = Gauge("gnomon_http_connections", "Connections open on the HTTP port",
                          registry=REGISTRY)
 HTTP_REFUSED = Counter(

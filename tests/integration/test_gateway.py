@@ -7,12 +7,15 @@ once are bounded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.client
 import json
 import os
+import socket
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -224,6 +227,75 @@ def test_the_curl_worker_through_a_gateway(env, tmp_path):
     run = json.loads(body)["run"]
     assert run["state"] == "RUN_STATE_SUCCEEDED", run
     assert run["tasks"][0]["result"] == {"n": 7}
+
+
+HEADER_S = 0.6  # the test gateway's http_header_timeout_ms, in seconds
+
+
+def _tcp(gw: GatewayProc, source: str = "127.0.0.1") -> socket.socket:
+    host, port = gw.http_addr.rsplit(":", 1)
+    sock = socket.create_connection((host, int(port)), timeout=5, source_address=(source, 0))
+    return sock
+
+
+def _tls(env: dict[str, Any], gw: GatewayProc, source: str) -> ssl.SSLSocket:
+    ctx = ssl.create_default_context(cafile=env["cluster"].client_tls()["ca_file"])
+    return ctx.wrap_socket(_tcp(gw, source), server_hostname=gw.http_addr.rsplit(":", 1)[0])
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        while sock.recv(65536):
+            pass
+        return True
+    except (BlockingIOError, ssl.SSLWantReadError):
+        return False
+    except OSError:
+        return True
+
+
+def test_the_gateways_http_port_has_the_nodes_connection_bounds(env, tmp_path):
+    """Slowloris on the gateway's HTTP port: connections that never finish their TLS
+    handshake, or their headers, are closed at http_header_timeout_ms; connections from one
+    address beyond http_max_connections_per_address are refused at once, and another
+    address is served meanwhile."""
+    cluster: LocalCluster = env["cluster"]
+    gw = GatewayProc(cluster, tmp_path / "gw-bounds.log", "--http-header-timeout-ms",
+                     str(int(HEADER_S * 1000)), "--http-max-connections-per-address", "2",
+                     http=True).wait_serving()
+    try:
+        silent = [_tcp(gw, "127.0.5.1") for _ in range(2)]  # no TLS handshake
+        slow = [_tls(env, gw, "127.0.5.2") for _ in range(2)]
+        started = time.monotonic()
+        for sock in slow:
+            sock.sendall(b"GET /v1/cluster HTTP/1.1\r\nHost: x\r\n")
+
+        def all_closed() -> bool:
+            for sock in slow:  # a byte at a time: no byte extends the deadline
+                with contextlib.suppress(OSError, ssl.SSLError):
+                    sock.sendall(b"X")
+            return all(_closed_by_peer(s) for s in silent + slow)
+
+        wait_for(all_closed, timeout_s=WAIT_S, what="the silent and slow connections closed",
+                 interval_s=0.1)
+        assert time.monotonic() - started >= 0.9 * HEADER_S
+        timed_out = "gnomon_gateway_http_connections_timed_out_total"
+        assert gateway_metric(gw, timed_out, phase="handshake") >= 2
+        assert gateway_metric(gw, timed_out, phase="header") >= 2
+
+        held = [_tls(env, gw, "127.0.5.3") for _ in range(2)]
+        over = _tcp(gw, "127.0.5.3")
+        wait_for(lambda: _closed_by_peer(over), timeout_s=WAIT_S,
+                 what="the connection over the per-address cap closed")
+        assert gateway_metric(gw, "gnomon_gateway_http_connections_refused_total",
+                              reason="address") == 1
+        status, _, _ = _https(env, gw, "GET", "/v1/cluster")  # from 127.0.0.1
+        assert status == 200
+        for sock in [*silent, *slow, *held, over]:
+            sock.close()
+    finally:
+        gw.stop()
 
 
 def test_a_gateway_counts_what_it_forwarded(env):

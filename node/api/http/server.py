@@ -10,16 +10,17 @@ from pathlib import Path
 import grpc
 from aiohttp import web
 
+from gnomon.httpguard.connections import BoundedListener, ConnectionLimits, bounded_requests
 from gnomon.node.api.grpc.access import AccessServicer
 from gnomon.node.api.grpc.cluster import ClusterServicer
 from gnomon.node.api.grpc.jobs import JobServicer
 from gnomon.node.api.grpc.operations import OperationsServicer
 from gnomon.node.api.http.api import HttpContext, Route, all_routes, build_request, to_json
 from gnomon.node.api.http.auth import authorize, authorize_events, principal
-from gnomon.node.api.http.connections import BoundedListener, ConnectionLimits, bound_requests
 from gnomon.node.api.http.events import EventHub
 from gnomon.node.api.http.openapi import document
 from gnomon.node.api.http.patch import merged_update
+from gnomon.node.api.http.port import REFUSAL, NodePortEvents, incomplete_body
 from gnomon.node.api.http.problems import PROBLEM_TYPE, UNSUPPORTED_MEDIA_TYPE, Problem
 from gnomon.node.config import web_origin
 from gnomon.node.security.grpc_tls import is_loopback
@@ -81,13 +82,13 @@ class HttpServer:
     _listener: BoundedListener | None = None
 
     async def start(self) -> None:
-        """Serve on http_addr within the connection bounds (connections.py): the port's own
+        """Serve on http_addr within the connection bounds (gnomon.httpguard): the port's own
         accept loop hands admitted sockets to aiohttp's server."""
         addr = self.node.config.http_addr
         host, _, port = addr.rpartition(":")
         # Innermost: it starts a request's body timer, and a body its client did not finish
         # is a 400 problem for _middleware to answer (not a traceback).
-        self.app.middlewares.append(bound_requests)
+        self.app.middlewares.append(bounded_requests(incomplete_body))
         self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False,
                                      shutdown_timeout=2.0)
         await self._runner.setup()
@@ -95,6 +96,7 @@ class HttpServer:
         assert self._runner.server is not None  # made by setup()
         self._listener = BoundedListener(self._runner.server,
                                          ConnectionLimits.from_config(self.node.config),
+                                         events=NodePortEvents(), refusal=REFUSAL,
                                          ssl_context=tls)
         try:
             self._listener.listen(host, int(port))

@@ -1,5 +1,5 @@
-"""The HTTP port's accept loop and descriptor budget in-process (node/api/http/connections.py,
-node/ops/descriptors.py): an accept that fails with EMFILE pauses the port and is logged once
+"""The HTTP port's accept loop and descriptor budget in-process (httpguard/connections.py,
+httpguard/descriptors.py, as the node sets them up: node/api/http/port.py): an accept that fails with EMFILE pauses the port and is logged once
 per interval with a count, the budget refuses before the reserve is reached, and the node's
 soft open-file limit is raised to the hard one."""
 
@@ -16,16 +16,17 @@ import sys
 
 from aiohttp import web
 
-from gnomon.node.api.http.connections import (
+from gnomon.httpguard.connections import (
     BoundedListener,
     ConnectionLimits,
     RateLimitedLog,
-    bound_requests,
+    bounded_requests,
 )
+from gnomon.httpguard.descriptors import DescriptorBudget
+from gnomon.node.api.http.port import REFUSAL, NodePortEvents, incomplete_body
 from gnomon.node.api.http.problems import Problem
 from gnomon.node.local.cluster import wait_for_async
 from gnomon.node.ops import metrics
-from gnomon.node.ops.descriptors import DescriptorBudget
 
 LIMITS = ConnectionLimits(header_timeout_s=5, body_timeout_s=5, idle_timeout_s=5,
                           write_timeout_s=5, max_connections=100, max_per_address=100, reserved_descriptors=16,
@@ -56,7 +57,8 @@ async def test_accept_at_emfile_pauses_the_port_and_logs_once_then_recovers(capl
     async def hello(request: web.BaseRequest) -> web.Response:
         return web.Response(text="hi")
 
-    listener = BoundedListener(web.Server(hello), LIMITS)
+    listener = BoundedListener(web.Server(hello), LIMITS, events=NodePortEvents(),
+                               refusal=REFUSAL)
     listener.listen("127.0.0.1", 0)
     port = listener.ports[0]
     clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
@@ -108,7 +110,7 @@ def test_the_soft_open_file_limit_is_raised_to_the_hard_one():
     code = ("import resource\n"
             "soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
             "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
-            "from gnomon.node.ops.descriptors import raise_open_file_limit\n"
+            "from gnomon.httpguard.descriptors import raise_open_file_limit\n"
             "got = raise_open_file_limit()\n"
             "assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == got.soft\n"
             "print(got.before, got.soft, got.hard)\n")
@@ -142,13 +144,13 @@ async def test_a_body_read_after_the_body_timeout_closed_the_connection_is_an_in
             outcome.append(f"traceback: {exc!r}")
             raise
 
-    app = web.Application(middlewares=[outer, bound_requests])
+    app = web.Application(middlewares=[outer, bounded_requests(incomplete_body)])
     app.router.add_post("/slow", slow_reader)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
     await runner.setup()
     assert runner.server is not None
     limits = dataclasses.replace(LIMITS, body_timeout_s=0.1)
-    listener = BoundedListener(runner.server, limits)
+    listener = BoundedListener(runner.server, limits, events=NodePortEvents(), refusal=REFUSAL)
     listener.listen("127.0.0.1", 0)
     reader, writer = await asyncio.open_connection("127.0.0.1", listener.ports[0])
     try:

@@ -1,11 +1,13 @@
-"""Open-file descriptors of the node process: the limit raised at start, the ones still free.
+"""Open-file descriptors of a process (a node, a gateway): the limit raised at start, the ones
+still free.
 
 Every connection the node accepts is a descriptor, and so is every file the journal and the
 snapshot writer open (the journal's meta file is rewritten through a temporary file on every
 term and commit-index change). At the limit (RLIMIT_NOFILE) the next `open` fails with EMFILE
-and the journal stops the node. So the node raises its soft limit to the hard one at start
-(`raise_open_file_limit`), and the HTTP port refuses connections while fewer than
-`reserved_descriptors` are free (`DescriptorBudget`; node/api/http/DESIGN.md, "Connections").
+and the journal stops the node. So the node (and the gateway) raises its soft limit to the
+hard one at start (`raise_open_file_limit`), and the HTTP port refuses connections while fewer
+than `reserved_descriptors` are free (`DescriptorBudget`; node/api/http/DESIGN.md,
+"Connections").
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Bounds of the HTTP port's connections (node/api/http/DESIGN.md, "Connections").
+"""Bounds of an HTTP port's connections: the node's and the gateway's (DESIGN.md here).
 
 aiohttp's own site (`web.TCPSite` over `loop.create_server`) bounds nothing a client controls:
 a connection may take an hour (keepalive_timeout 3630 s) to send its headers and forever to
@@ -19,11 +19,16 @@ served here instead:
   headers, and one whose response has not all been written `http_write_timeout_ms` after the
   handler answered (a client that stopped reading: aborted, its buffered bytes dropped);
   aiohttp's keep-alive timer is `http_idle_timeout_ms`.
-- `bound_requests` (a middleware inside the server's) tells the protocol when a request starts,
-  and turns a body the client did not finish (it went away, or was cut at the body timeout)
-  into a quiet 400 instead of an ERROR traceback and a 500.
+- `bounded_requests(incomplete)` (a middleware inside the server's) tells the protocol when a
+  request starts, and turns a body the client did not finish (it went away, or was cut at the
+  body timeout) into the port's own 400 (`incomplete(detail)`) instead of an ERROR traceback
+  and a 500.
 - `RateLimitedLog`: what a flood causes is logged once per `http_error_log_interval_ms` per
   kind, with a count.
+
+The port's owner gives what is its own: where the counts go (`PortEvents`, its metrics) and
+the bytes of the 503 that a refused plaintext connection gets (`refusal_bytes`). The messages
+name the settings by the names both the node and the gateway use (`http_header_timeout_ms`...).
 """
 
 from __future__ import annotations
@@ -35,17 +40,14 @@ import json
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-import grpc
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler, RequestPayloadError
 
-from gnomon.node.api.http.problems import PROBLEM_TYPE, Problem
-from gnomon.node.ops import metrics
-from gnomon.node.ops.descriptors import DescriptorBudget, soft_limit
+from gnomon.httpguard.descriptors import DescriptorBudget, soft_limit
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +68,9 @@ class ConnectionLimits:
     log_interval_s: float
 
     @classmethod
-    def from_config(cls, config) -> ConnectionLimits:
+    def from_config(cls, config: Any) -> ConnectionLimits:
+        """From settings named as the node's and the gateway's are (`http_header_timeout_ms`,
+        ...)."""
         return cls(header_timeout_s=config.http_header_timeout_ms / 1000,
                    body_timeout_s=config.http_body_timeout_ms / 1000,
                    idle_timeout_s=config.http_idle_timeout_ms / 1000,
@@ -76,6 +80,30 @@ class ConnectionLimits:
                    reserved_descriptors=config.reserved_descriptors,
                    accept_backoff_s=config.http_accept_backoff_ms / 1000,
                    log_interval_s=config.http_error_log_interval_ms / 1000)
+
+
+class PortEvents(Protocol):
+    """Where a port's counts go (its owner's metrics)."""
+
+    def open_connections(self, count: Callable[[], int]) -> None:
+        """`count()` is the number of connections open now."""
+
+    def refused(self, reason: str) -> None:
+        """A connection refused at a bound: port, address or descriptors."""
+
+    def timed_out(self, phase: str) -> None:
+        """A connection closed at a timeout: handshake, header, body or write."""
+
+    def accept_failed(self) -> None:
+        """accept() failed (EMFILE, ENFILE...): the port pauses."""
+
+
+def refusal_bytes(content_type: str, body: dict[str, Any]) -> bytes:
+    """The whole 503 answer a plaintext connection refused at a bound gets, then closed."""
+    data = json.dumps(body).encode()
+    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(data)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
+    return head.encode() + data
 
 
 class RateLimitedLog:
@@ -140,28 +168,19 @@ class _Slot:
             self._listener._release(self.address)
 
 
-def _refusal_bytes() -> bytes:
-    problem = Problem(grpc.StatusCode.UNAVAILABLE,
-                      "the HTTP port is at its connection bound; retry later",
-                      headers={"Retry-After": "1"})
-    body = json.dumps(problem.body()).encode()
-    head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: {PROBLEM_TYPE}\r\n"
-            f"Content-Length: {len(body)}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n")
-    return head.encode() + body
-
-
-REFUSAL = _refusal_bytes()
-
-
 class BoundedListener:
     """The HTTP port's listening sockets and accept loop, with the port's bounds."""
 
-    def __init__(self, server: web.Server, limits: ConnectionLimits, *,
-                 ssl_context: ssl.SSLContext | None = None,
+    def __init__(self, server: web.Server, limits: ConnectionLimits, *, events: PortEvents,
+                 refusal: bytes, ssl_context: ssl.SSLContext | None = None,
                  descriptors: DescriptorBudget | None = None) -> None:
+        """`refusal`: the bytes a plaintext connection refused at a bound gets
+        (`refusal_bytes`); `events`: where the counts go."""
         self._loop = asyncio.get_running_loop()
         self._server = server
         self.limits = limits
+        self.events = events
+        self._refusal_bytes = refusal
         self._ssl = ssl_context
         self._descriptors = descriptors or DescriptorBudget(limits.reserved_descriptors)
         self.errors = RateLimitedLog(log, limits.log_interval_s, self._loop)
@@ -194,7 +213,7 @@ class BoundedListener:
             self.close()
             raise
         self._accepting(True)
-        metrics.HTTP_CONNECTIONS.set_function(lambda: self.open)
+        self.events.open_connections(lambda: self.open)
 
     @property
     def ports(self) -> list[int]:
@@ -241,7 +260,7 @@ class BoundedListener:
     def _back_off(self, exc: OSError) -> None:
         """Accept failed (the queue stays readable, so retrying at once would spin and log
         at the loop's speed): stop accepting for accept_backoff_s."""
-        metrics.HTTP_ACCEPT_ERRORS.inc()
+        self.events.accept_failed()
         hint = ""
         if exc.errno == errno.EMFILE:
             hint = (f"; the process is at its open-file limit (RLIMIT_NOFILE {soft_limit()}): "
@@ -266,13 +285,13 @@ class BoundedListener:
         address = str(addr[0]) if isinstance(addr, tuple) else str(addr)
         reason, why = self._refusal(conn, address)
         if reason:
-            metrics.HTTP_REFUSED.labels(reason).inc()
+            self.events.refused(reason)
             self.errors.note(f"refused-{reason}",
                              f"HTTP port: refused a connection from {address}: {why}")
             with contextlib.suppress(OSError):
                 conn.setblocking(False)
                 if self._ssl is None:
-                    conn.send(REFUSAL)
+                    conn.send(self._refusal_bytes)
             conn.close()
             return
         self.open += 1
@@ -295,7 +314,7 @@ class BoundedListener:
             return "descriptors", (
                 f"fewer than {limits.reserved_descriptors} descriptors would be free "
                 f"(reserved_descriptors; RLIMIT_NOFILE {soft_limit()}): they are kept for "
-                f"the journal, snapshots and the gRPC port")
+                f"the process's files and its gRPC port")
         return "", ""
 
     def _release(self, address: str) -> None:
@@ -322,12 +341,12 @@ class BoundedListener:
             slot.release()
             conn.close()
             if isinstance(exc, ConnectionAbortedError | TimeoutError):
-                metrics.HTTP_TIMED_OUT.labels("handshake").inc()
+                self.events.timed_out("handshake")
             log.debug("HTTP port: connection from %s ended before its TLS handshake did: %s",
                       slot.address, exc)
 
     def timed_out(self, phase: str, address: str, text: str) -> None:
-        metrics.HTTP_TIMED_OUT.labels(phase).inc()
+        self.events.timed_out(phase)
         if text:
             self.timeouts.note(f"timeout-{phase}",
                                f"HTTP port: closed a connection from {address}: {text}")
@@ -447,30 +466,36 @@ class GuardedHandler(RequestHandler):
         self._head_timer = self._body_timer = None
 
 
-@web.middleware
-async def bound_requests(request: web.Request,
-                         handler: Callable[[web.Request], Any]) -> web.StreamResponse:
-    """Inside the server's middleware: starts the body timer, and answers a body the client
-    did not finish with a 400 (no traceback: nothing is wrong with the node)."""
-    protocol = request.protocol
-    if isinstance(protocol, GuardedHandler):
-        protocol.request_started(request)
-    try:
-        return await handler(request)
-    except (ConnectionResetError, RequestPayloadError, RuntimeError) as exc:
-        # RuntimeError("Connection closed."): a read between our close (the body timer's
-        # force_close drops the transport) and aiohttp's connection_lost, which would have
-        # failed the read with ConnectionResetError one loop turn later.
-        transport = request.transport
-        gone = transport is None or transport.is_closing()
-        unfinished = request.body_exists and not request.content.is_eof()
-        if not isinstance(exc, RequestPayloadError) and not (gone or unfinished):
-            raise
-        if isinstance(exc, RuntimeError) and not gone:
-            raise
-        log.debug("HTTP %s %s: the request body is incomplete: %s", request.method,
-                  request.path, exc)
-        raise Problem(grpc.StatusCode.INVALID_ARGUMENT,
-                      f"{request.method} {request.path}: the request body is incomplete (the "
-                      f"client closed the connection, or did not send it in time): "
-                      f"{exc}") from None
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def bounded_requests(incomplete: Callable[[str], Exception]) -> Any:
+    """The middleware (innermost) that starts a request's body timer, and answers a body the
+    client did not finish with `incomplete(detail)` raised (the port's own 400: nothing is
+    wrong with the server, so no traceback)."""
+
+    @web.middleware
+    async def bound_requests(request: web.Request, handler: Handler) -> web.StreamResponse:
+        protocol = request.protocol
+        if isinstance(protocol, GuardedHandler):
+            protocol.request_started(request)
+        try:
+            return await handler(request)
+        except (ConnectionResetError, RequestPayloadError, RuntimeError) as exc:
+            # RuntimeError("Connection closed."): a read between our close (the body timer's
+            # force_close drops the transport) and aiohttp's connection_lost, which would
+            # have failed the read with ConnectionResetError one loop turn later.
+            transport = request.transport
+            gone = transport is None or transport.is_closing()
+            unfinished = request.body_exists and not request.content.is_eof()
+            if not isinstance(exc, RequestPayloadError) and not (gone or unfinished):
+                raise
+            if isinstance(exc, RuntimeError) and not gone:
+                raise
+            log.debug("HTTP %s %s: the request body is incomplete: %s", request.method,
+                      request.path, exc)
+            raise incomplete(f"{request.method} {request.path}: the request body is "
+                             f"incomplete (the client closed the connection, or did not send "
+                             f"it in time): {exc}") from None
+
+    return bound_requests
