@@ -3,7 +3,8 @@
     python -m gnomon.bench NAME [--quick] [--install] [--no-peers] [--out DIR]
     python -m gnomon.bench all            # every scenario, then results/all.md
 
-Scenarios: throughput, accuracy, failover, scale, workers, api (see each module's docstring).
+Scenarios: throughput, accuracy, failover, scale, workers, gateway, api, ... (see each
+module's docstring).
 Peers (Celery + beat/RedBeat + Redis, APScheduler, etcd) run in the same invocation,
 alternating with gnomon; a peer that is not installed shows "not installed" in the table
 (`--install` installs it with pip / apt-get first). The CLI entry point is `main(argv)`.
@@ -24,6 +25,7 @@ SCENARIOS: dict[str, str] = {
     "failover": "kill -9 the leader under load: time to the new leader's first fire",
     "scale": "1,000,000 jobs: memory, snapshot, restart, cost of one fire vs job count",
     "workers": "10,000 worker streams: heartbeats per second, leader CPU and memory",
+    "gateway": "tasks direct and through relaying gateways; a gateway killed -9 under load",
     "transport": "CPU per Raft message: pickle+zlib+Fernet against the codec over TLS",
     "fairness": "tenant shares by weight, an interactive trigger under a backlog, TLS+auth cost",
     "httpapi": "HTTP/JSON API latency next to gRPC for the same calls (one client)",

@@ -18,6 +18,7 @@ from gnomon.bench.meters import CpuMeter, cpu_ms_per_task
 from gnomon.bench.peers import JobSet
 from gnomon.bench.report import log, now_ms
 from gnomon.bench.stats import rate_in_window, summary
+from gnomon.node.local.gateway import GatewayProc
 
 # -- py-spy ---------------------------------------------------------------------------------------
 
@@ -122,16 +123,26 @@ def node_groups(cluster: BenchCluster, leader_id: str) -> dict[str, Any]:
 def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
                worker_procs: int = 2, streams: int = 4, credits: int = 500,
                overrides: dict[str, str] | None = None, profile_s: float = 0.0,
-               drain_s: float = 3.0, record: str = "lateness") -> dict[str, Any]:
+               drain_s: float = 3.0, record: str = "lateness", gateways: int = 0,
+               kill_gateway_at_s: float | None = None) -> dict[str, Any]:
     """A fresh 3-node cluster, `worker_procs` raw worker processes, the job set created
-    through the API; figures from the window [first slot + warmup, + measure)."""
+    through the API; figures from the window [first slot + warmup, + measure).
+
+    `gateways`: that many relaying gnomon-gateway processes between the workers and the
+    nodes (worker process i dials gateway i first); `kill_gateway_at_s`: the first gateway
+    is killed (-9) that far into the window, and the time until every stream is welcomed
+    again (through the others) is measured."""
     root.mkdir(parents=True, exist_ok=True)
     cluster, leader = start_cluster(root / "cluster", overrides)
     since = log_offsets(cluster)
     fleet = None
+    fronts: list[GatewayProc] = []
     try:
         servers = [leader.grpc_addr] + [n.grpc_addr for n in cluster.nodes if n is not leader]
-        fleet = WorkerFleet(servers, root / "workers", processes=worker_procs, streams=streams,
+        fronts = [GatewayProc(cluster, root / f"gw{i}.log", relay=True).wait_serving()
+                  for i in range(gateways)]
+        fleet = WorkerFleet([g.addr for g in fronts] or servers, root / "workers",
+                            processes=worker_procs, streams=streams, spread=bool(fronts),
                             credits=credits, record=record, drain_s=drain_s,
                             max_s=warmup_s + measure_s + profile_s + 600).start()
         fleet.wait_connected(worker_procs * streams)
@@ -145,10 +156,19 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
         wait = (start_ms + warmup_s * 1000 - now_ms()) / 1000
         if wait > 0:
             time.sleep(wait)
-        meter = CpuMeter({**node_groups(cluster, leader.node_id),
-                          "raw workers": fleet.pids}).start()
+        groups = {**node_groups(cluster, leader.node_id), "raw workers": fleet.pids}
+        if fronts:
+            groups["gateways"] = lambda: [g.proc.pid for g in fronts if g.proc.poll() is None]
+        meter = CpuMeter(groups).start()
         t0 = now_ms()
-        time.sleep(measure_s)
+        recovery_s = None
+        if kill_gateway_at_s is not None:
+            time.sleep(kill_gateway_at_s)
+            on_first = streams * len(range(0, worker_procs, gateways))
+            recovery_s = _kill_gateway(fronts[0], fleet, worker_procs * streams, on_first)
+            time.sleep(max(0.0, (t0 + measure_s * 1000 - now_ms()) / 1000))
+        else:
+            time.sleep(measure_s)
         t1 = now_ms()
         cpu = meter.stop()
         prof = prof_follower = None
@@ -174,13 +194,45 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
             "profile_follower": prof_follower,
             "window": [t0, t1], "per_100ms": res["acks_per_100ms"],
             "node_log": node_log_summary(cluster, since),
+            "gateway_recovery_s": recovery_s,
+            # Tasks leased again (a lease lost: expired, or ended with its stream).
+            "retried_assigns": sum(1 for r in res["assigns"] if len(r) > 2 and r[2] > 1),
+            # With record="full": tasks a worker received more than once (run twice).
+            "received_twice": _received_twice(res["assigns"]) if record == "full" else None,
             "setup": f"3 gnomon nodes; {worker_procs} raw-protocol worker processes x "
-                     f"{streams} streams x {credits} credits; 1 bench driver process",
+                     f"{streams} streams x {credits} credits"
+                     + (f" through {gateways} relaying gateways" if gateways else "")
+                     + "; 1 bench driver process",
         }
     finally:
         if fleet is not None:
             fleet.stop(timeout_s=10)
+        for front in fronts:
+            front.stop()
         cluster.kill_all()
+
+
+def _received_twice(assigns: list[list[Any]]) -> int:
+    """Runs (one task each) whose task reached a worker more than once."""
+    seen = collections.Counter(r[3] for r in assigns if len(r) > 3)
+    return sum(1 for n in seen.values() if n > 1)
+
+
+def _kill_gateway(front: GatewayProc, fleet: WorkerFleet, streams: int, on_front: int,
+                  timeout_s: float = 60.0) -> float | None:
+    """Kill -9 `front`, which holds `on_front` of the fleet's `streams`; seconds until those
+    were welcomed again elsewhere and every stream is in a session (None: not within
+    timeout_s). The workers report every 0.2 s: the figure is that coarse."""
+    log(f"gnomon: kill -9 of the gateway {front.addr}")
+    sessions = fleet.progress().get("sessions", 0)
+    killed = time.monotonic()
+    front.kill()
+    while time.monotonic() - killed < timeout_s:
+        now = fleet.progress()
+        if now.get("sessions", 0) >= sessions + on_front and now.get("welcomed", 0) >= streams:
+            return round(time.monotonic() - killed, 2)
+        time.sleep(0.05)
+    return None
 
 
 def task_cpu(cpu: dict[str, Any], tasks: float) -> dict[str, float | None]:

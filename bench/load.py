@@ -236,10 +236,11 @@ class WorkerFleet:
                  streams: int = 4, credits: int = 200, record: str = "lateness",
                  max_s: float = 300.0, heartbeat_s: float = 0.0, channels: int = 0,
                  name: str = "w", connect_rate: float = 500.0, drain_s: float = 3.0,
-                 spread: bool = False):
+                 spread: bool = False, queue: str = "default"):
         """`spread`: process i dials servers[i % n] first (gateways share the streams)."""
         self.servers, self.run_dir = list(servers), run_dir
         self.spread = spread
+        self.queue = queue
         self.processes, self.streams, self.credits = processes, streams, credits
         self.record, self.max_s, self.heartbeat_s = record, max_s, heartbeat_s
         self.channels = channels or streams
@@ -261,6 +262,7 @@ class WorkerFleet:
                     "--record", self.record, "--max-s", str(self.max_s),
                     "--heartbeat-s", str(self.heartbeat_s), "--id", f"{self.name}{p}",
                     "--connect-rate", str(self.connect_rate), "--drain-s", str(self.drain_s),
+                    "--queue", self.queue,
                     "--out", str(self.run_dir / f"{self.name}{p}.json"),
                     "--progress", str(self.run_dir / f"{self.name}{p}.progress"),
                     "--stop-file", str(self.stop_file)]
