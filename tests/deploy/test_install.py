@@ -2,13 +2,15 @@
 versions its pyproject allows (and none of the node's dependencies), gnomon with gnomon-client
 at the lowest versions both allow (a floor below what the code needs is a user's VersionError
 at import, whatever the resolver approved), and the image's install steps from
-deploy/requirements.lock. The two wheels are built once per module and installed from a
-folder; each venv is made without pip (this venv's pip installs into it with --python)."""
+deploy/requirements.lock. The two wheels are built once per module, from what the
+Dockerfile's build stage copies, and installed from a folder; each venv is made without pip
+(this venv's pip installs into it with --python)."""
 
 from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -55,12 +57,33 @@ def _run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     return done
 
 
+def _build_context(dest: Path) -> Path:
+    """The Dockerfile's build stage: what its COPY lines put in /src, copied to dest."""
+    lines = (ROOT / "deploy" / "Dockerfile").read_text().split("FROM ")[1].splitlines()
+    for line in lines:
+        words = line.split()
+        if words[:1] != ["COPY"]:
+            continue
+        *sources, target = words[1:]
+        for source in sources:
+            to = dest / target / Path(source).name if target.endswith("/") else dest / target
+            if (ROOT / source).is_dir():
+                shutil.copytree(ROOT / source, to, ignore=shutil.ignore_patterns(
+                    "build", "*.egg-info", "__pycache__"))
+            else:
+                to.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(ROOT / source, to)
+    return dest
+
+
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> Path:
-    """gnomon-client's and gnomon's wheels, built once; no build backend warning."""
+    """gnomon-client's and gnomon's wheels, built once, as the Dockerfile's build stage does
+    (from what it copies: a folder it misses fails here); no build backend warning."""
+    src = _build_context(tmp_path_factory.mktemp("src"))
     out = tmp_path_factory.mktemp("wheels")
-    done = _run([*PIP, "wheel", "-q", "--no-deps", "--wheel-dir", str(out), str(CLIENT_DIST),
-                 str(ROOT)])
+    done = _run([*PIP, "wheel", "-q", "--no-deps", "--wheel-dir", str(out),
+                 str(src / "client-dist"), str(src)])
     # Every fresh set-up printed a wall of setuptools warnings (the dashboard's folder absent
     # from the packages; the editable install's notice, which the Makefile silences).
     assert "BuildBackendWarning" not in done.stderr, done.stderr[-3000:]
