@@ -283,6 +283,10 @@ def test_dockerfile_is_multi_stage_and_runs_unprivileged():
         folders = {(project / f).resolve().relative_to(REPO).parts[0] for f in mapped}
         assert folders <= copied, f"the Dockerfile does not COPY {sorted(folders - copied)}"
     assert {"client-dist", "pyproject.toml", "deploy/requirements.lock"} <= copied
+    # The image is tagged with the release's version, which the Kubernetes base pins.
+    for path in (README, DEPLOY / "Dockerfile"):
+        tags = re.findall(r"docker build -f deploy/Dockerfile -t (\S+) \.", path.read_text())
+        assert tags == [f"gnomon:{_version()}"], (path.name, tags)
     installs = [ln for ln in lines if "pip install" in ln]
     assert "--require-hashes --no-deps -r /tmp/requirements.lock" in installs[0]
     assert any("--no-deps /wheels/*.whl" in ln for ln in installs)
