@@ -6,12 +6,21 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test check proto lint bench jepsen jepsen-smoke clean
 
-$(STAMP): pyproject.toml
+# Two distributions, both editable: gnomon-client (client-dist/: the SDK, the CLI, the gnomon.v1
+# stubs) and gnomon (the node, the gateway, jepsen, bench; it pins gnomon-client). The runtime
+# dependencies at the image's versions: deploy/requirements.lock as constraints, its hashes left
+# out (hashes in a constraints file put pip in --require-hashes mode for every package).
+$(STAMP): pyproject.toml client-dist/pyproject.toml deploy/requirements.lock
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
+	# A gnomon installed before the split owned bin/gnomon: replacing it after gnomon-client
+	# was installed would delete gnomon-client's script.
+	$(BIN)/python -m pip uninstall -q -y gnomon
+	sed -e '/--hash=/d' -e 's/ \\$$//' deploy/requirements.lock > $(VENV)/lock-constraints.txt
 	# The editable install's notice (setuptools' InformationOnly, a UserWarning) is a wall of
 	# text on every fresh set-up; the build backend inherits PYTHONWARNINGS.
-	PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install -q -e '.[dev]'
+	PYTHONWARNINGS=ignore::UserWarning $(BIN)/python -m pip install -q \
+		-c $(VENV)/lock-constraints.txt -e ./client-dist -e '.[dev]'
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -51,4 +60,4 @@ bench: $(STAMP)
 	$(BIN)/python -m gnomon.bench all --install
 
 clean:
-	rm -rf .gnomon build *.egg-info
+	rm -rf .gnomon build *.egg-info client-dist/build client-dist/*.egg-info

@@ -27,6 +27,7 @@ from .errors import (
     exit_code_for,
 )
 from .parser import ArgumentError, build_parser
+from .server_parts import require_server
 from .values import UsageError
 
 __all__ = ["EXIT_CODES", "build_parser", "error_line", "exit_code_for", "main"]
@@ -101,8 +102,6 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     words = list(sys.argv[1:] if argv is None else argv)
-    if words and words[0] in _TOOLS:
-        return _run_tool(_TOOLS[words[0]], words[1:])
     if words[:1] == ["__complete"]:  # the completion script's question (completion.py)
         from .completion import candidates
 
@@ -118,6 +117,12 @@ def main(
             print(error_line(e, servers=servers), file=err)
         return exit_code_for(e)
 
+    if words and words[0] in _TOOLS:
+        try:
+            require_server(words[0], _TOOLS[words[0]])
+        except UsageError as e:
+            return fail(e)
+        return _run_tool(_TOOLS[words[0]], words[1:])
     try:
         args = build_parser().parse_args(argv)
     except ArgumentError as e:

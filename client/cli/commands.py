@@ -52,6 +52,7 @@ from .render import (
     run_json,
     task_ref_json,
 )
+from .server_parts import require_server
 from .spec import (
     load_spec_file,
     schedule_from_flags,
@@ -548,8 +549,9 @@ def _cmd_completion(ctx: CommandContext) -> int:
 
 
 def _cmd_dev(ctx: CommandContext) -> int:
-    from .dev import run_dev
+    from .dev import DEV_CLUSTER_MODULE, run_dev
 
+    require_server("dev", DEV_CLUSTER_MODULE)
     a = ctx.args
     if set(a.grpc_ports) & set(a.raft_ports):
         raise UsageError("--grpc-ports and --raft-ports overlap")

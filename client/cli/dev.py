@@ -54,6 +54,8 @@ DEV_GATEWAY_PORT_OFFSET = -1
 DEFAULT_SERVERS = ",".join(f"127.0.0.1:{p}" for p in DEV_GRPC_PORTS)
 DEV_DATA_DIR = ".gnomon"  # `gnomon dev --data-dir`'s default, beside which the CLI finds keys
 DEMO_QUEUE = "demo"
+# The local cluster, run as `python -m` (the server distribution's: server_parts.py).
+DEV_CLUSTER_MODULE = "gnomon.node.local.dev"
 
 _READY_TIMEOUT_S = 60.0
 _STOP_TIMEOUT_S = 30.0
@@ -253,7 +255,7 @@ class _DevSession:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "gnomon.node.local.dev",
+                DEV_CLUSTER_MODULE,
                 "--root",
                 str(self.data_dir),
                 "--grpc-ports",

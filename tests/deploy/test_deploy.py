@@ -1,5 +1,7 @@
-"""deploy/ checked without a container engine: Kubernetes manifests against the API schemas
-(kubernetes-validate), alert rules and the Prometheus config (promtool), systemd units
+"""deploy/ checked without a container engine: the Kustomize overlays rendered by kubectl
+(`kubectl kustomize`, Debian's kubernetes-client) and every object against the API schemas
+(kubernetes-validate) or, the ServiceMonitor, its schema (servicemonitor.schema.json), each
+overlay consistent (members, quorum, gateways' upstreams, metrics port), alert rules and the Prometheus config (promtool), systemd units
 (systemd-analyze verify), the compose file against the compose-spec schema (check-jsonschema),
 the Dockerfile's shape; every node definition secure (TLS, an admin token, the HTTP port: read
 with the node's own configuration loader), compose published on loopback only, every worker
@@ -11,6 +13,7 @@ and says which."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -31,6 +34,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 K8S = DEPLOY / "k8s"
+OVERLAYS = ("dev", "production")
+# The overlay deploy/README.md applies; the local cluster test runs what it renders.
+README_OVERLAY = "dev"
 SYSTEMD = DEPLOY / "systemd"
 README = DEPLOY / "README.md"
 BIN = Path(sys.executable).parent
@@ -40,24 +46,135 @@ def _docs(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def _all_k8s() -> list[dict]:
-    return [d for p in sorted(K8S.glob("*.yaml")) for d in _docs(p)]
+@functools.cache
+def _render(kustomization: str) -> tuple[dict, ...]:
+    """`kubectl kustomize deploy/k8s/<kustomization>`: the objects a user applies."""
+    tool = shutil.which("kubectl")
+    if tool is None:
+        pytest.skip("kubectl not installed (Debian package kubernetes-client; .ci/run installs it)")
+    done = subprocess.run([tool, "kustomize", str(K8S / kustomization)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
 
 
-def _kind(kind: str, name: str | None = None) -> dict:
-    return next(d for d in _all_k8s() if d["kind"] == kind
+def _all_k8s(overlay: str = README_OVERLAY) -> list[dict]:
+    return list(_render(f"overlays/{overlay}"))
+
+
+def _kind(kind: str, name: str | None = None, overlay: str = README_OVERLAY) -> dict:
+    return next(d for d in _all_k8s(overlay) if d["kind"] == kind
                 and (name is None or d["metadata"]["name"] == name))
 
 
-def test_kubernetes_manifests_validate_against_the_api_schemas():
+def _version() -> str:
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+
+
+@pytest.mark.parametrize("kustomization", ["base", *(f"overlays/{o}" for o in OVERLAYS)])
+def test_every_rendered_object_validates_against_its_schema(kustomization):
     kv = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate")
+    import jsonschema
     from kubernetes_validate.utils import latest_version
 
-    docs = _all_k8s()
+    docs = _render(kustomization)
     kinds = {d["kind"] for d in docs}
     assert {"StatefulSet", "Service", "PodDisruptionBudget", "ConfigMap", "Deployment"} <= kinds
+    monitor_schema = json.loads((Path(__file__).parent / "servicemonitor.schema.json").read_text())
     for doc in docs:
-        kv.validate(doc, latest_version(), strict=True)
+        if doc["apiVersion"] == "monitoring.coreos.com/v1":
+            jsonschema.validate(doc, monitor_schema)
+        else:
+            kv.validate(doc, latest_version(), strict=True)
+    # Every image is the release's, pinned: the base's tag is pyproject.toml's version.
+    images = {c["image"] for d in docs if d["kind"] in ("StatefulSet", "Deployment")
+              for c in d["spec"]["template"]["spec"]["containers"]}
+    assert len(images) == 1 and images.pop().endswith(f"gnomon:{_version()}"), images
+
+
+def test_the_servicemonitor_schema_refuses_what_the_crd_refuses():
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parent / "servicemonitor.schema.json").read_text())
+    good = next(d for d in _render("monitoring") if d["kind"] == "ServiceMonitor")
+    jsonschema.validate(good, schema)
+    bad_docs = [
+        {**good, "spec": {**good["spec"], "endpoints": [{"prot": "metrics"}]}},
+        {**good, "spec": {**good["spec"], "endpoints": [{"port": 7900}]}},
+        {**good, "spec": {**good["spec"], "endpoints": [{"port": "metrics", "interval": "15"}]}},
+        {**good, "spec": {"endpoints": good["spec"]["endpoints"]}},
+    ]
+    for bad in bad_docs:
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def _gateway_upstreams(docs: tuple[dict, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    from gnomon.gateway.cli import config_from, parser
+
+    gateway = next(d for d in docs if d["metadata"]["name"] == "gnomon-gateway"
+                   and d["kind"] == "Deployment")
+    cfg = config_from(parser().parse_args(
+        gateway["spec"]["template"]["spec"]["containers"][0]["command"][1:]))
+    return cfg.servers, cfg.http_servers
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_each_overlay_is_one_consistent_cluster(overlay):
+    docs = _render(f"overlays/{overlay}")
+    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    replicas = sts["spec"]["replicas"]
+    assert replicas == {"dev": 3, "production": 5}[overlay]
+    pods = [f"gnomon-{i}.gnomon-headless" for i in range(replicas)]
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    members = [m.split("=", 1) for m in config["GNOMON_MEMBERS"].split(";")]
+    assert members == [[f"gnomon-{i}", f"{p}:7800,{p}:7700,{p}:7600"]
+                       for i, p in enumerate(pods)]
+    pdb = next(d for d in docs if d["kind"] == "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == replicas // 2 + 1, "the budget keeps a quorum"
+    assert _gateway_upstreams(docs) == (tuple(f"{p}:7700" for p in pods),
+                                        tuple(f"{p}:7600" for p in pods))
+
+
+def test_the_overlays_differ_where_they_say():
+    dev, prod = _render("overlays/dev"), _render("overlays/production")
+
+    def node_requests(docs: tuple[dict, ...]) -> dict:
+        sts = next(d for d in docs if d["kind"] == "StatefulSet")
+        return sts["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+
+    assert node_requests(dev) == {"cpu": "100m", "memory": "256Mi"}
+    assert node_requests(prod) == {"cpu": "2", "memory": "4Gi"}
+    image = next(d for d in prod if d["kind"] == "StatefulSet")["spec"]["template"]["spec"][
+        "containers"][0]["image"]
+    assert image == f"registry.example.com/gnomon:{_version()}"
+    assert not any(d["kind"] == "ServiceMonitor" for d in dev)
+
+
+def test_the_servicemonitor_scrapes_the_nodes_metrics_port():
+    docs = _render("overlays/production")
+    monitor = next(d for d in docs if d["kind"] == "ServiceMonitor")
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    services = [d for d in docs if d["kind"] == "Service"
+                and wanted.items() <= d["metadata"].get("labels", {}).items()]
+    ports = {e["port"] for e in monitor["spec"]["endpoints"]}
+    scraped = {s["metadata"]["name"]: p for s in services for p in s["spec"]["ports"]
+               if p["name"] in ports}
+    assert set(scraped) == {"gnomon", "gnomon-gateway"}, scraped
+    # The node Service's port reaches the container port the node serves /metrics on: 7900,
+    # gnomon's own (not node_exporter's 9100); the job label is the Service's name, which the
+    # alert rules use.
+    sts = next(d for d in docs if d["kind"] == "StatefulSet")
+    container_ports = {p["name"]: p["containerPort"]
+                       for p in sts["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert scraped["gnomon"]["port"] == 7900
+    assert container_ports[scraped["gnomon"]["targetPort"]] == 7900
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    assert config["GNOMON_METRICS_ADDR"].endswith(":7900")
+    assert all(e.get("path", "/metrics") == "/metrics" for e in monitor["spec"]["endpoints"])
+    assert 'up{job="gnomon"}' in (DEPLOY / "prometheus/alerts.yml").read_text()
 
 
 def test_statefulset_has_what_an_operator_needs():
@@ -155,10 +272,29 @@ def test_dockerfile_is_multi_stage_and_runs_unprivileged():
     # The probes of the manifests and the compose healthcheck run gnomon-healthcheck.
     assert f"COPY deploy/healthcheck.py {HEALTHCHECK}" in lines
     assert any(f"chmod 0755 {HEALTHCHECK}" in ln for ln in lines)
+    # Both wheels are built from every folder the two pyproject.toml files map (gateway/ was
+    # missing once), and the runtime installs the lock, hash-checked, before them.
+    import tomllib
+
+    copied = {ln.split()[1] for ln in lines if ln.startswith("COPY ") and "--from" not in ln}
+    for project in (REPO, REPO / "client-dist"):
+        mapped = tomllib.loads((project / "pyproject.toml").read_text())["tool"]["setuptools"][
+            "package-dir"].values()
+        folders = {(project / f).resolve().relative_to(REPO).parts[0] for f in mapped}
+        assert folders <= copied, f"the Dockerfile does not COPY {sorted(folders - copied)}"
+    assert {"client-dist", "pyproject.toml", "deploy/requirements.lock"} <= copied
+    # The image is tagged with the release's version, which the Kubernetes base pins.
+    for path in (README, DEPLOY / "Dockerfile"):
+        tags = re.findall(r"docker build -f deploy/Dockerfile -t (\S+) \.", path.read_text())
+        assert tags == [f"gnomon:{_version()}"], (path.name, tags)
+    installs = [ln for ln in lines if "pip install" in ln]
+    assert "--require-hashes --no-deps -r /tmp/requirements.lock" in installs[0]
+    assert any("--no-deps /wheels/*.whl" in ln for ln in installs)
     exposed = {p for ln in lines if ln.startswith("EXPOSE ") for p in ln.split()[1:]}
     assert {"7600", "7700", "7800", "7900"} <= exposed
     # Not node_exporter's 9100 (the example used it: two exporters on one port of a host).
-    assert not any("9100" in p.read_text() for p in DEPLOY.rglob("*")
+    # (A word of its own: the lock's hashes hold the digits.)
+    assert not any(re.search(r"\b9100\b", p.read_text()) for p in DEPLOY.rglob("*")
                    if p.is_file() and p.suffix != ".md")
 
 
@@ -445,7 +581,7 @@ def test_readme_commands_and_options_are_real(tmp_path):
                   | {"GNOMON_SERVERS", "GNOMON_CA", "GNOMON_CERT", "GNOMON_KEY", "GNOMON_TOKEN",
                      "GNOMON_TOKEN_FILE", "GNOMON_HEALTHCHECK_ADDR"})
     files = [README, DEPLOY / "Dockerfile", DEPLOY / "docker-compose.yml",
-             DEPLOY / "healthcheck.py", *K8S.glob("*.yaml"), *SYSTEMD.iterdir()]
+             DEPLOY / "healthcheck.py", *K8S.rglob("*.yaml"), *SYSTEMD.iterdir()]
     for path in files:
         unknown = set(re.findall(r"\bGNOMON_[A-Z0-9_]+", path.read_text())) - known_vars
         assert not unknown, f"{path.relative_to(REPO)} names no such variable: {unknown}"
@@ -623,11 +759,12 @@ def test_cluster_started_from_the_manifests_fires_a_job(tmp_path):
         # deploy/README.md's Kubernetes steps, in their order, with local stand-ins for
         # kubectl: certificates, the admin token, the Secrets, the pods, the worker token.
         steps = _readme_commands("Kubernetes")
-        assert "kubectl apply -f deploy/k8s/" in steps
+        apply_step = f"kubectl apply -k deploy/k8s/overlays/{README_OVERLAY}"
+        assert apply_step in steps
         for cmd in steps:
             if cmd.startswith("kubectl create secret generic "):
                 _create_secret(cmd, tmp_path, secrets)
-            elif cmd == "kubectl apply -f deploy/k8s/":
+            elif cmd == apply_step:
                 apply()
             elif cmd.startswith("(umask 077 && kubectl exec gnomon-0 -- "):
                 inside = cmd.replace("kubectl exec gnomon-0 -- ", "", 1)

@@ -287,16 +287,18 @@ def test_no_cluster_is_unavailable():
 
 
 def test_console_scripts_are_installed_and_say_the_distributions_version():
-    """One version source (pyproject.toml, read through importlib.metadata): it was written
-    out in four places; gnomon-node had no --version."""
+    """The version, read through importlib.metadata: the CLI's is gnomon-client's, the node's
+    gnomon's, and the two are one (tests/unit/test_packaging.py); it was written out in four
+    places; gnomon-node had no --version."""
     from importlib.metadata import version
 
-    for name in ("gnomon", "gnomon-node"):
+    assert version("gnomon-client") == version("gnomon")
+    for name, distribution in (("gnomon", "gnomon-client"), ("gnomon-node", "gnomon")):
         script = os.path.join(os.path.dirname(sys.executable), name)
         if not os.path.exists(script):
             pytest.skip(f"{name} console script not installed in this environment")
         proc = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0 and proc.stdout.strip() == f"{name} {version('gnomon')}"
+        assert proc.returncode == 0 and proc.stdout.strip() == f"{name} {version(distribution)}"
 
 
 def _tls_to_a_plaintext_port(servers: str, tmp_path, *extra: str) -> subprocess.CompletedProcess:
