@@ -35,9 +35,9 @@ def parser() -> argparse.ArgumentParser:
                    help="calls and streams in flight at once (default %(default)s)")
     p.add_argument("--stream-buffer", type=int, default=64, metavar="MESSAGES",
                    help="a stream's messages read ahead of the node (default %(default)s)")
-    p.add_argument("--worker-upstream", choices=("relay", "stream"), default="stream",
+    p.add_argument("--worker-upstream", choices=("relay", "stream"), default=None,
                    help="worker streams over one multiplexed relay to the leader, or each "
-                        "its own stream (default %(default)s)")
+                        "its own stream (default: relay with --relay-token-file, else stream)")
     p.add_argument("--relay-token-file", default="", metavar="FILE",
                    help="the relay's gateway token (gnomon token create NAME --role gateway); "
                         "required with --worker-upstream relay")
@@ -77,7 +77,8 @@ def config_from(args: argparse.Namespace) -> GatewayConfig:
         tls_cert=args.tls_cert, tls_key=args.tls_key, upstream_ca=args.upstream_ca,
         upstream_cert=args.upstream_cert, upstream_key=args.upstream_key,
         max_calls=args.max_calls, stream_buffer_messages=args.stream_buffer,
-        worker_upstream=args.worker_upstream, relay_token_file=args.relay_token_file,
+        worker_upstream=args.worker_upstream or ("relay" if args.relay_token_file else "stream"),
+        relay_token_file=args.relay_token_file,
         relay_heartbeats=args.relay_heartbeats,
         http_listen_addr=args.http_listen,
         http_servers=tuple(s.strip() for s in args.http_servers.split(",") if s.strip()),

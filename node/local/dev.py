@@ -70,8 +70,10 @@ class DevCluster(LocalCluster):
         return f"{HOST}:{self.grpc_ports[0] + GATEWAY_PORT_OFFSET + HTTP_PORT_OFFSET}"
 
     def start_gateway(self) -> subprocess.Popen:
-        """`python -m gnomon.gateway` in front of the nodes, its log ROOT/gateway.log."""
-        argv = gateway_argv(self, self.gateway_addr, http_listen=self.gateway_http_addr)
+        """`python -m gnomon.gateway` in front of the nodes, its log ROOT/gateway.log; its
+        workers over one relay to the leader, with the cluster's gateway token."""
+        argv = gateway_argv(self, self.gateway_addr, http_listen=self.gateway_http_addr,
+                            relay=True)
         fd = os.open(self.root / "gateway.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             return subprocess.Popen(argv, stdout=fd, stderr=subprocess.STDOUT,

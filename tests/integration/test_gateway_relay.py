@@ -436,3 +436,23 @@ async def test_heartbeats_as_the_workers_own_messages_still_renew(env):
         assert gateway_metric(gw, "gnomon_gateway_relay_heartbeat_frames_total") == 0
     finally:
         gw.stop()
+
+
+def test_only_an_admin_makes_gateway_tokens_and_tenant_admins_do_not_see_them(env):
+    """A gateway token is cluster-wide (no tenant): a tenant admin can neither create one nor
+    see one in ListTokens; an admin sees the cluster's."""
+    cluster: LocalCluster = env["cluster"]
+    tenant_admin = _token(cluster, "tenant-admin", "default")
+    with _node_channel(cluster, cluster.leader()) as channel:
+        access = api_pb2_grpc.AccessServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as err:
+            access.CreateToken(api_pb2.CreateTokenRequest(
+                request_id=secrets.token_hex(8), name="tenant-gateway", role="gateway"),
+                metadata=_bearer(tenant_admin), timeout=20)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED, err.value.details()
+        seen = access.ListTokens(api_pb2.ListTokensRequest(), metadata=_bearer(tenant_admin),
+                                 timeout=20)
+        assert seen.tokens and "gateway" not in {t.role for t in seen.tokens}
+        admin = access.ListTokens(api_pb2.ListTokensRequest(),
+                                  metadata=_bearer(cluster.admin_token()), timeout=20)
+        assert "gateway" in {t.role for t in admin.tokens}

@@ -45,11 +45,15 @@ def test_defaults_and_the_hint_address():
         "gw.example:443"
 
 
-def test_worker_streams_are_not_relayed_by_default_and_the_relay_token_is_read_stripped(
+def test_worker_streams_are_relayed_when_a_relay_token_is_given_and_it_is_read_stripped(
         tmp_path):
     assert config_from(parser().parse_args(["--servers", "a:1"])).worker_upstream == "stream"
     token = tmp_path / "gw.token"
     token.write_text("  s3cret\n")
+    given = ["--servers", "a:1", "--relay-token-file", str(token)]
+    assert config_from(parser().parse_args(given)).worker_upstream == "relay"
+    assert config_from(parser().parse_args(
+        [*given, "--worker-upstream", "stream"])).worker_upstream == "stream"
     cfg = config_from(parser().parse_args(["--servers", "a:1", "--worker-upstream", "relay",
                                            "--relay-token-file", str(token)]))
     assert cfg.relay_token() == "s3cret"
