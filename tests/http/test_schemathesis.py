@@ -15,7 +15,6 @@ import hypothesis
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase
-from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
     response_schema_conformance,
