@@ -21,8 +21,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from gnomon.node.local.cluster import LocalCluster, wait_for
-from tests.support.cluster import _port_up
+from tests.support.cluster import module_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -41,23 +40,15 @@ LEFT_OUT = {
     ("POST", "/v1/rpc/OperationsService/RemoveNode"): "membership change",
 }
 # Connect's paths serve the same servicers with the same bodies as /v1/rpc: one of each is
-# fuzzed (tests/http/test_error_details.py covers Connect's error JSON).
+# fuzzed (tests/http/test_api.py covers Connect's error JSON).
 CONNECT_SAMPLE = {"/gnomon.v1.JobService/CreateJob", "/gnomon.v1.JobService/GetJob"}
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, request):
-    c = LocalCluster(tmp_path_factory.mktemp("fuzz-http"), 3, dict(OVERRIDES), secure=True,
-                     http=True).start()
-    try:
-        c.leader()
-        wait_for(lambda: all(_port_up(n.http_addr) for n in c.nodes), timeout_s=30,
-                 what="every node's HTTP port")
+    with module_cluster(tmp_path_factory.mktemp("fuzz-http"), OVERRIDES, request=request,
+                        http=True, secure=True) as c:
         yield c
-    finally:
-        c.stop()
-        if request.session.testsfailed:
-            print(c.logs())
 
 
 def _fuzzed(method: str, path: str) -> bool:
@@ -104,7 +95,7 @@ def _no_server_error(response) -> None:
     moment without a leader, answered 503 with Retry-After by design."""
     if response.status_code < 500:
         return
-    body = response.json() if response.headers.get("Content-Type", "").endswith("json") else {}
+    body = response.json() if "json" in response.headers.get("Content-Type", "") else {}
     unavailable = response.status_code == 503 and "unavailable" in (
         body.get("code", "").lower(), body.get("type", "").rsplit(":", 1)[-1])
     assert unavailable, f"{response.status_code}: {response.text[:2000]}"

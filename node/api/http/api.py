@@ -246,7 +246,7 @@ def _scalar(f: AnyFieldDescriptor, text: str, where: str):
             raise ValueError
         if t == f.TYPE_ENUM:
             if text.lstrip("-").isdigit():
-                return int(text)
+                return _in_range(int(text), _INT_RANGES[f.TYPE_INT32], where)
             assert enum is not None
             value = enum.values_by_name.get(text) or enum.values_by_name.get(
                 f"{_enum_prefix(enum)}{text.upper()}")
@@ -259,7 +259,7 @@ def _scalar(f: AnyFieldDescriptor, text: str, where: str):
             return text
         if t == f.TYPE_BYTES:
             return text.encode()
-        return int(text)
+        number = int(text)
     except ValueError:
         if t == f.TYPE_ENUM:
             assert enum is not None
@@ -267,6 +267,24 @@ def _scalar(f: AnyFieldDescriptor, text: str, where: str):
         else:
             kind = "true or false" if t == f.TYPE_BOOL else "a number"
         raise _bad(f"{where}: {text!r} is not {kind}") from None
+    return _in_range(number, _INT_RANGES[t], where)
+
+
+def _in_range(number: int, bounds: tuple[int, int], where: str) -> int:
+    """`number`, or a 400 naming the field (protobuf's setattr raised ValueError: a 500)."""
+    low, high = bounds
+    if not low <= number <= high:
+        raise _bad(f"{where}: {number} is out of range ({low} to {high})")
+    return number
+
+
+_D = _descriptor.FieldDescriptor
+_INT_RANGES: dict[int, tuple[int, int]] = {
+    **dict.fromkeys((_D.TYPE_INT32, _D.TYPE_SINT32, _D.TYPE_SFIXED32), (-(2**31), 2**31 - 1)),
+    **dict.fromkeys((_D.TYPE_UINT32, _D.TYPE_FIXED32), (0, 2**32 - 1)),
+    **dict.fromkeys((_D.TYPE_INT64, _D.TYPE_SINT64, _D.TYPE_SFIXED64), (-(2**63), 2**63 - 1)),
+    **dict.fromkeys((_D.TYPE_UINT64, _D.TYPE_FIXED64), (0, 2**64 - 1)),
+}
 
 
 def _enum_prefix(enum: AnyEnumDescriptor) -> str:
