@@ -2,7 +2,7 @@
 every message, field, enum value, service and method's leading comment by full name (the
 OpenAPI document's descriptions; the compiled descriptors carry no comments), and
 http_rules.py: each RPC's `google.api.http` bindings (the node's HTTP routes and OpenAPI
-paths, node/api/http/routes.py).
+paths, node/api/http/api.py).
 
 The stubs are generated from a copy of the .proto files with the `google.api.http` options
 and their import stripped: the client imports api_pb2 with grpcio and protobuf only, never
