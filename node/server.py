@@ -18,6 +18,7 @@ from gnomon.node.api.grpc.access import AccessGuard, AccessServicer
 from gnomon.node.api.grpc.base import NodeApi
 from gnomon.node.api.grpc.cluster import ClusterServicer
 from gnomon.node.api.grpc.decode import DecodeGuard
+from gnomon.node.api.grpc.error_details import RichErrorDetails
 from gnomon.node.api.grpc.jobs import JobServicer
 from gnomon.node.api.grpc.operations import OperationsApi, OperationsServicer
 from gnomon.node.api.grpc.relay import RelayServicer
@@ -323,7 +324,9 @@ class Node:
         options = [*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms",
                                    self.config.grpc_handshake_timeout_ms)]
         guard = DecodeGuard(drain_s=self.config.stream_refusal_drain_ms / 1000)
-        server = grpc.aio.server(options=options, interceptors=[guard, self.access_guard])
+        # Outermost: every abort below (access, decode, servicers) carries rich details.
+        server = grpc.aio.server(options=options,
+                                 interceptors=[RichErrorDetails(), guard, self.access_guard])
         api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
         api = cast(NodeApi, self)  # started by run() after it made the raft node and proposer
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(api), server)

@@ -153,7 +153,8 @@ def test_no_client_certificate_or_plaintext_is_refused(cluster):
         conn.close()
 
 
-def _raw(cluster, node, body: bytes, *, token: str | None = None) -> tuple[int, dict]:
+def _raw(cluster, node, body: bytes, *, token: str | None = None,
+         path: str = "/v1/jobs") -> tuple[int, dict]:
     host, port = node.http_addr.split(":")
     conn = http.client.HTTPSConnection(host, int(port), context=_context(cluster), timeout=30)
     headers = {"Content-Type": "application/json", "Content-Length": str(len(body))}
@@ -161,7 +162,7 @@ def _raw(cluster, node, body: bytes, *, token: str | None = None) -> tuple[int, 
         headers["Authorization"] = f"Bearer {token}"
     try:
         try:
-            conn.request("POST", "/v1/jobs", body=body, headers=headers)
+            conn.request("POST", path, body=body, headers=headers)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the node answered before reading the body and closed: read the answer
         r = conn.getresponse()
@@ -184,6 +185,19 @@ def test_an_unauthenticated_body_is_not_read(cluster):
         for _ in range(3):
             status, body = _raw(cluster, leader, flood)
             assert status == 401 and body["code"] == "UNAUTHENTICATED", body
+
+
+def test_connect_and_the_generic_route_authenticate_before_reading_the_body(cluster):
+    """Bad JSON without a token is 401 on Connect's path (its error JSON) and on /v1/rpc:
+    the body was never parsed; with the admin token the same path answers."""
+    leader = cluster.leader()
+    status, body = _raw(cluster, leader, b"{not json", path="/gnomon.v1.JobService/CreateJob")
+    assert (status, body["code"]) == (401, "unauthenticated"), body
+    status, body = _raw(cluster, leader, b"{not json", path="/v1/rpc/JobService/CreateJob")
+    assert (status, body["code"]) == (401, "UNAUTHENTICATED"), body
+    status, body = _raw(cluster, leader, b"{}", path="/gnomon.v1.ClusterService/GetStatus",
+                        token=cluster.admin_token())
+    assert status == 200 and body["leaderNodeId"] == leader.node_id, body
 
 
 def _honest_list(cluster, node) -> None:

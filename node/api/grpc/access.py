@@ -654,6 +654,9 @@ class AccessServicer(ServicerBase, api_pb2_grpc.AccessServiceServicer):
         if not 1 <= limit <= MAX_AUDIT_LIST:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"limit: must be 1 to {MAX_AUDIT_LIST}")
+        if request.before_ms < 0:  # a key of the audit table is unsigned
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"before_ms: must be >= 0 (0 means now), got {request.before_ms}")
         store = self.node.replica.history.store
         entries = await asyncio.to_thread(store.list_audit, before_ms=request.before_ms,
                                           limit=limit)

@@ -11,6 +11,7 @@ fields (task payloads, results, run parameters) are JSON values both ways (jsonb
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -20,11 +21,12 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import json_format
 from google.protobuf.message import Message
 
+from gnomon.node.api.grpc.error_details import retry_after_ms
 from gnomon.node.api.grpc.errors import LEADER_METADATA_KEY, REASON_METADATA_KEY
 from gnomon.node.api.http import jsonbytes
 from gnomon.node.api.http.problems import Problem
-from gnomon.node.security.admission import RETRY_AFTER_KEY
 from gnomon.v1 import api_pb2, worker_pb2
+from gnomon.v1.http_rules import HTTP_RULES
 
 if TYPE_CHECKING:
     from google._upb import _message as _upb
@@ -43,7 +45,8 @@ UPDATE_MASK_FIELDS = ("updateMask", "update_mask")
 @dataclass(frozen=True)
 class Route:
     """One HTTP route. `rpc` is "Service.Method" of api.proto, or "" for a route of the HTTP
-    layer itself (events, the OpenAPI document)."""
+    layer itself (events, the OpenAPI document). `summary` "": the RPC's comment's first
+    sentence (openapi.py)."""
 
     method: str
     path: str
@@ -60,6 +63,8 @@ class Route:
     update_mask: bool = False
     # short query parameter names -> the request field they set (`?job=` for job_id)
     query_aliases: dict[str, str] = field(default_factory=dict)
+    # "connect": Connect's unary protocol (errors as Connect's error JSON, connect.py)
+    protocol: str = ""
 
     @property
     def service(self) -> str:
@@ -90,96 +95,51 @@ SERVICE_MODULES: dict[str, Any] = {
 }
 
 
-_JOB = {"job_id": "job.job_id"}
+# What a route does beyond google.api.http's vocabulary, by (method, the binding's path as
+# api.proto writes it).
+ROUTE_EXTRAS: dict[tuple[str, str], dict[str, Any]] = {
+    ("POST", "/v1/jobs"): {"status": 201},  # with Location: /v1/jobs/{id}
+    # PATCH merges the fields `updateMask` names onto the job (patch.py)
+    ("PATCH", "/v1/jobs/{job.job_id}"): {"update_mask": True},
+    ("GET", "/v1/runs"): {"query_aliases": {"job": "job_id", "since": "since_ms",
+                                            "until": "until_ms"}},
+}
+_TEMPLATE_VARIABLE = re.compile(r"{([^}]*)}")
+_FIELD_PATH = re.compile(r"^[a-z_][a-z0-9_]*(\.[a-z_][a-z0-9_]*)*$")
 
-ROUTES: tuple[Route, ...] = (
-    Route("GET", "/v1/cluster", "ClusterService.GetStatus",
-          "This node's status and, as far as it knows, the cluster's"),
-    Route("POST", "/v1/cluster/limits", "ClusterService.SetLimits",
-          "Change the replicated limits", body=True),
-    Route("GET", "/v1/jobs", "JobService.ListJobs", "List jobs (every tenant, or ?tenant=)"),
-    Route("POST", "/v1/jobs", "JobService.CreateJob", "Create a job", body=True, status=201),
-    Route("GET", "/v1/jobs/{job_id}", "JobService.GetJob", "Get a job", _JOB),
-    Route("PUT", "/v1/jobs/{job_id}", "JobService.UpdateJob",
-          "Replace a job's spec (expectedVersion for optimistic concurrency)", _JOB, body=True),
-    Route("PATCH", "/v1/jobs/{job_id}", "JobService.UpdateJob",
-          "Change the spec fields updateMask names, keep the others (conditional on the "
-          "version merged onto unless expectedVersion is given)", _JOB, body=True,
-          update_mask=True),
-    Route("DELETE", "/v1/jobs/{job_id}", "JobService.DeleteJob", "Delete a job", _JOB),
-    Route("POST", "/v1/jobs/{job_id}/pause", "JobService.PauseJob", "Pause a job", _JOB,
-          body=True),
-    Route("POST", "/v1/jobs/{job_id}/resume", "JobService.ResumeJob", "Resume a job", _JOB,
-          body=True),
-    Route("POST", "/v1/jobs/{job_id}/trigger", "JobService.TriggerJob",
-          "Start a run now, outside the schedule", _JOB, body=True),
-    Route("GET", "/v1/jobs/{job_id}/runs", "JobService.ListRuns", "A job's runs, newest first",
-          _JOB),
-    Route("POST", "/v1/jobs/{job_id}/circuit/reset", "JobService.ResetCircuit",
-          "Close a job's circuit breaker by hand", _JOB, body=True),
-    Route("POST", "/v1/jobs/{job_id}/backfill", "JobService.BackfillJob",
-          "Run the slots of [fromMs, toMs) that have not run (trigger backfill, paced)", _JOB,
-          body=True),
-    Route("POST", "/v1/jobs/{job_id}/backfill/cancel", "JobService.CancelBackfill",
-          "Stop a job's running backfill", _JOB, body=True),
-    Route("GET", "/v1/queue-circuits", "JobService.ListQueueCircuits",
-          "The queues' circuit breakers (?tenant=)"),
-    Route("POST", "/v1/tenants/{tenant}/queues/{queue}/circuit", "JobService.SetQueueCircuit",
-          "Give a queue a circuit breaker, replace its rule, or remove it (no breaker)",
-          {"tenant": "tenant", "queue": "queue"}, body=True),
-    Route("GET", "/v1/jobs/{job_id}/schedule/preview", "JobService.PreviewSchedule",
-          "The next instants a job fires at (?count=, ?after_ms=)", _JOB),
-    Route("POST", "/v1/schedules/preview", "JobService.PreviewSchedule",
-          "The next instants a schedule would fire at (validated as CreateJob would)",
-          body=True),
-    Route("GET", "/v1/tenants/{tenant}/jobs", "JobService.ListJobs", "A tenant's jobs",
-          {"tenant": "tenant"}),
-    Route("GET", "/v1/tenants/{tenant}/jobs/{name}", "JobService.GetJob",
-          "Get a job by tenant and name", {"tenant": "job.tenant", "name": "job.name"}),
-    Route("GET", "/v1/runs", "JobService.ListRunsAcrossJobs",
-          "Runs across jobs in memory, filtered (?tenant=, job=, queue=, state=, trigger=, "
-          "since=, until=, late=1, errors=1), sorted (?sort=), paged (?limit=, page_token=)",
-          query_aliases={"job": "job_id", "since": "since_ms", "until": "until_ms"}),
-    Route("GET", "/v1/runs/{run_id}", "JobService.GetRun", "Get a run with its tasks",
-          {"run_id": "run_id"}),
-    Route("POST", "/v1/runs/{run_id}/cancel", "JobService.CancelRun",
-          "Cancel every unfinished task of a run", {"run_id": "run_id"}, body=True),
-    Route("POST", "/v1/runs/{run_id}/rerun", "JobService.RerunRun",
-          "Run a run's dead, cancelled and upstream-failed tasks again", {"run_id": "run_id"},
-          body=True),
-    Route("POST", "/v1/runs/{run_id}/tasks/{task_name}/retry", "JobService.RetryTask",
-          "Run one dead, cancelled or upstream-failed task again (and those it blocks)",
-          {"run_id": "run_id", "task_name": "task_name"}, body=True),
-    Route("POST", "/v1/runs/{run_id}/tasks/{task_name}/cancel", "JobService.CancelTask",
-          "Cancel one live task (its pending dependents become upstream_failed)",
-          {"run_id": "run_id", "task_name": "task_name"}, body=True),
-    Route("GET", "/v1/dlq", "JobService.ListDeadLetters", "The dead-letter queue"),
-    Route("GET", "/v1/tenants/{tenant}/dlq", "JobService.ListDeadLetters",
-          "A tenant's dead letters", {"tenant": "tenant"}),
-    Route("POST", "/v1/dlq/replay", "JobService.ReplayDeadLetters",
-          "Replay dead letters (tasks, a tenant's, or all)", body=True),
-    Route("GET", "/v1/whoami", "AccessService.WhoAmI", "The principal of this request's token"),
-    Route("GET", "/v1/tokens", "AccessService.ListTokens", "API tokens (never their secrets)"),
-    Route("POST", "/v1/tokens", "AccessService.CreateToken",
-          "Create a token; the answer carries its secret, once", body=True),
-    Route("POST", "/v1/tokens/{token_id}/revoke", "AccessService.RevokeToken",
-          "Revoke a token", {"token_id": "token_id"}, body=True),
-    Route("GET", "/v1/tenants", "AccessService.ListTenants", "Tenants and their limits"),
-    Route("POST", "/v1/tenants", "AccessService.CreateTenant", "Create a tenant", body=True),
-    Route("GET", "/v1/tenants/{tenant}", "AccessService.GetTenant", "Get a tenant",
-          {"tenant": "name"}),
-    Route("PUT", "/v1/tenants/{tenant}", "AccessService.UpdateTenant",
-          "Change a tenant's weight and limits", {"tenant": "tenant.name"}, body=True),
-    Route("GET", "/v1/audit", "AccessService.ListAudit",
-          "The audit log of administrative calls, newest first"),
-    Route("GET", "/v1/queues", "OperationsService.ListQueues",
-          "Queues: ready backlog, oldest ready age, leased tasks, the workers serving them"),
-    Route("GET", "/v1/workers", "OperationsService.ListWorkers",
-          "Workers connected to the leader: queues, credits, leases held"),
-    Route("GET", "/v1/active-runs", "OperationsService.ListActiveRuns",
-          "Runs still running, oldest first"),
-    Route("POST", "/v1/cluster/transfer-leadership", "OperationsService.TransferLeadership",
-          "Hand leadership to another node", body=True),
+
+def annotated_routes(rules: tuple[dict[str, str], ...] = HTTP_RULES) -> tuple[Route, ...]:
+    """A route per binding of api.proto's `google.api.http` options (gnomon/v1/http_rules.py,
+    written by `make proto`). A path variable `{job.job_id}` is the aiohttp parameter
+    `{job_id}` (its last name) setting the field `job.job_id`."""
+    out = []
+    for rule in rules:
+        where = f"{rule['rpc']} {rule['method']} {rule['path']}"
+        if rule["body"] not in ("", "*"):
+            raise ValueError(f"{where}: body must be \"*\" or none (a field is not supported)")
+        path, fields = _path_template(rule["path"], where)
+        extras = ROUTE_EXTRAS.get((rule["method"], rule["path"]), {})
+        out.append(Route(rule["method"], path, rule["rpc"], "", fields, body=rule["body"] == "*",
+                         **extras))
+    return tuple(out)
+
+
+def _path_template(template: str, where: str) -> tuple[str, dict[str, str]]:
+    """("/v1/jobs/{job_id}", {"job_id": "job.job_id"}) of "/v1/jobs/{job.job_id}"."""
+    fields: dict[str, str] = {}
+    for variable in _TEMPLATE_VARIABLE.findall(template):
+        if not _FIELD_PATH.match(variable):
+            raise ValueError(f"{where}: {{{variable}}} is not a field path (no patterns)")
+        param = variable.rsplit(".", 1)[-1]
+        if param in fields:
+            raise ValueError(f"{where}: two path variables named {param!r}")
+        fields[param] = variable
+    path = _TEMPLATE_VARIABLE.sub(lambda m: "{" + m.group(1).rsplit(".", 1)[-1] + "}", template)
+    return path, fields
+
+
+# worker.proto has no google.api.http options yet: its HTTP routes are named here.
+WORKER_ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/worker/lease", "WorkerService.LeaseTasks",
           "A worker without a stream: wait up to waitMs for up to capacity tasks of its "
           "queues, each under a lease", body=True),
@@ -189,10 +149,14 @@ ROUTES: tuple[Route, ...] = (
           "Report a lease's task done (accepted, or the reason it was not)", body=True),
     Route("POST", "/v1/worker/fail", "WorkerService.FailLease",
           "Report a lease's task failed (retryable or not)", body=True),
+)
+# Routes of the HTTP layer itself.
+LAYER_ROUTES: tuple[Route, ...] = (
     Route("GET", "/v1/events", "", "Server-sent events: runs and jobs that changed, "
           "cluster role changes"),
     Route("GET", "/v1/openapi.json", "", "This document"),
 )
+ROUTES: tuple[Route, ...] = annotated_routes() + WORKER_ROUTES + LAYER_ROUTES
 
 
 # Services whose every unary RPC is also served at POST /v1/rpc/<Service>/<Method> (the request
@@ -201,15 +165,22 @@ SERVED_SERVICES = ("JobService", "ClusterService", "OperationsService", "AccessS
 
 
 def rpc_routes() -> tuple[Route, ...]:
+    """Each unary RPC of SERVED_SERVICES at POST /v1/rpc/<Service>/<Method> and at Connect's
+    unary path POST /gnomon.v1.<Service>/<Method>."""
     out = []
     for name in SERVED_SERVICES:
         service = api_pb2.DESCRIPTOR.services_by_name.get(name)
-        for m in service.methods if service else ():
+        if service is None:
+            continue
+        for m in service.methods:
             if m.client_streaming or m.server_streaming:
                 continue
-            out.append(Route("POST", f"/v1/rpc/{name}/{m.name}", f"{name}.{m.name}",
-                             f"{name}.{m.name}: the request message's JSON as the body",
-                             body=True))
+            rpc = f"{name}.{m.name}"
+            out.append(Route("POST", f"/v1/rpc/{name}/{m.name}", rpc,
+                             f"{rpc}: the request message's JSON as the body", body=True))
+            out.append(Route("POST", f"/{service.full_name}/{m.name}", rpc,
+                             f"{rpc} by Connect's unary protocol (JSON; errors as Connect's "
+                             "error JSON)", body=True, protocol="connect"))
     return tuple(out)
 
 
@@ -244,10 +215,12 @@ class HttpContext:
     async def abort(self, code: grpc.StatusCode, details: str = "", trailing_metadata=()):
         md = dict(tuple(trailing_metadata or ()) + self._trailing)
         headers = {}
-        if md.get(RETRY_AFTER_KEY, "").isdigit():  # admission control: "retry-after-ms"
-            headers["Retry-After"] = str(max(1, -(-int(md[RETRY_AFTER_KEY]) // 1000)))
+        wait_ms = retry_after_ms(md)  # admission control: "retry-after-ms"
+        if wait_ms is not None:
+            headers["Retry-After"] = str(max(1, -(-wait_ms // 1000)))
         raise Problem(code, details, reason=md.get(REASON_METADATA_KEY, ""),
-                      leader=md.get(LEADER_METADATA_KEY, ""), headers=headers)
+                      leader=md.get(LEADER_METADATA_KEY, ""), headers=headers,
+                      retry_after_ms=wait_ms)
 
 
 def _bad(detail: str) -> Problem:
@@ -273,7 +246,7 @@ def _scalar(f: AnyFieldDescriptor, text: str, where: str):
             raise ValueError
         if t == f.TYPE_ENUM:
             if text.lstrip("-").isdigit():
-                return int(text)
+                return _in_range(int(text), _INT_RANGES[f.TYPE_INT32], where)
             assert enum is not None
             value = enum.values_by_name.get(text) or enum.values_by_name.get(
                 f"{_enum_prefix(enum)}{text.upper()}")
@@ -286,7 +259,7 @@ def _scalar(f: AnyFieldDescriptor, text: str, where: str):
             return text
         if t == f.TYPE_BYTES:
             return text.encode()
-        return int(text)
+        number = int(text)
     except ValueError:
         if t == f.TYPE_ENUM:
             assert enum is not None
@@ -294,6 +267,24 @@ def _scalar(f: AnyFieldDescriptor, text: str, where: str):
         else:
             kind = "true or false" if t == f.TYPE_BOOL else "a number"
         raise _bad(f"{where}: {text!r} is not {kind}") from None
+    return _in_range(number, _INT_RANGES[t], where)
+
+
+def _in_range(number: int, bounds: tuple[int, int], where: str) -> int:
+    """`number`, or a 400 naming the field (protobuf's setattr raised ValueError: a 500)."""
+    low, high = bounds
+    if not low <= number <= high:
+        raise _bad(f"{where}: {number} is out of range ({low} to {high})")
+    return number
+
+
+_D = _descriptor.FieldDescriptor
+_INT_RANGES: dict[int, tuple[int, int]] = {
+    **dict.fromkeys((_D.TYPE_INT32, _D.TYPE_SINT32, _D.TYPE_SFIXED32), (-(2**31), 2**31 - 1)),
+    **dict.fromkeys((_D.TYPE_UINT32, _D.TYPE_FIXED32), (0, 2**32 - 1)),
+    **dict.fromkeys((_D.TYPE_INT64, _D.TYPE_SINT64, _D.TYPE_SFIXED64), (-(2**63), 2**63 - 1)),
+    **dict.fromkeys((_D.TYPE_UINT64, _D.TYPE_FIXED64), (0, 2**64 - 1)),
+}
 
 
 def _enum_prefix(enum: AnyEnumDescriptor) -> str:

@@ -67,6 +67,25 @@ PROBLEM_SCHEMA = {
     "rule": {"type": "string", "description": "the rule it broke (the detail after the field)"},
     "reason": {"type": "string", "description": "the gnomon-reason, when one applies"},
     "leader": {"type": "string", "description": "the leader's gRPC address (not the leader)"},
+    "details": {"type": "array", "items": {
+        "type": "object", "required": ["@type"],
+        "properties": {"@type": {"type": "string"}}},
+        "description": "the google.rpc.Status details the same call carries over gRPC, in "
+                       "their JSON form: ErrorInfo (reason, domain gnomon.dev, metadata), "
+                       "RetryInfo (retryDelay), BadRequest (fieldViolations: field, "
+                       "description)"},
+  }}
+CONNECT_ERROR_SCHEMA = {
+  "type": "object", "required": ["code"],
+  "description": "Connect's error JSON (node/api/http/connect.py)",
+  "properties": {
+    "code": {"type": "string", "description": "the gRPC code in snake_case (not_found)"},
+    "message": {"type": "string", "description": "the gRPC status message, verbatim"},
+    "details": {"type": "array", "items": {
+        "type": "object", "required": ["type", "value"],
+        "properties": {"type": {"type": "string"}, "value": {"type": "string"},
+                       "debug": {"type": "object"}}},
+        "description": "google.rpc details: type name, base64 of the message, its JSON"},
   }}
 
 
@@ -173,6 +192,15 @@ def _patch_schema(request: dict) -> dict:
                            "mask names take the body's values, the others keep theirs"}
 
 
+def summary(route: Route) -> str:
+    """The route's own summary, else the first sentence of its RPC's proto comment."""
+    if route.summary or not route.rpc:
+        return route.summary
+    comment = comments().get(f"gnomon.v1.{route.rpc}", route.rpc)
+    first, sep, _ = comment.partition(". ")
+    return first + "." if sep else comment
+
+
 def operation_id(route: Route) -> str:
     words = re.sub(r"[{}]", "", route.path).strip("/").replace("/", "_").replace(".", "_")
     return f"{route.method.lower()}_{words}"
@@ -182,7 +210,7 @@ def document() -> dict:
     schemas: dict = {}
     paths: dict = {}
     for route in all_routes():
-        op: dict = {"operationId": operation_id(route), "summary": route.summary,
+        op: dict = {"operationId": operation_id(route), "summary": summary(route),
                     "parameters": [{"name": p, "in": "path", "required": True,
                                     "schema": {"type": "string"}} for p in
                                    re.findall(r"{(\w+)}", route.path)]}
@@ -218,13 +246,19 @@ def document() -> dict:
         responses: dict = {}
         if ok is not None:
             responses[str(route.status)] = ok
-        responses["307"] = {"description": "not the leader: repeat the request at Location "
-                                           "(the leader's HTTP address)"}
-        responses["default"] = {"description": "an error", "content": {
-            "application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+        if route.protocol == "connect":
+            responses["default"] = {"description": "an error", "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ConnectError"}}}}
+        else:
+            responses["307"] = {"description": "not the leader: repeat the request at Location "
+                                               "(the leader's HTTP address)"}
+            responses["default"] = {"description": "an error", "content": {
+                "application/problem+json": {
+                    "schema": {"$ref": "#/components/schemas/Problem"}}}}
         op["responses"] = responses
         paths.setdefault(route.path, {})[route.method.lower()] = op
     schemas["Problem"] = PROBLEM_SCHEMA
+    schemas["ConnectError"] = CONNECT_ERROR_SCHEMA
     return {
         "openapi": "3.1.0",
         "info": {"title": "gnomon HTTP/JSON API", "version": "v1",

@@ -8,13 +8,16 @@ both ports; `field` and `rule` split it at the first ": " when it names a field
 from __future__ import annotations
 
 import json
-import re
 from http import HTTPStatus
 
 import grpc
 from aiohttp import web
+from google.protobuf import json_format
 
+from gnomon.node.api.grpc.error_details import rich_status, split_detail
 from gnomon.node.api.grpc.errors import Reason
+
+__all__ = ["HTTP_STATUS", "HTTP_STATUS_BY_REASON", "PROBLEM_TYPE", "Problem", "split_detail"]
 
 PROBLEM_TYPE = "application/problem+json"
 # A body that is not application/json (server.py): INVALID_ARGUMENT, HTTP 415.
@@ -52,28 +55,24 @@ HTTP_STATUS_BY_REASON: dict[str, int] = {
     UNSUPPORTED_MEDIA_TYPE: 415,
 }
 
-_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\[\]-]*$")
-
-
-def split_detail(detail: str) -> tuple[str, str]:
-    """("field", "rule") of a "field: rule" message; ("", detail) when it names no field."""
-    head, sep, rest = detail.partition(": ")
-    if sep and _FIELD.match(head):
-        return head, rest
-    return "", detail
-
-
 class Problem(Exception):
     """An error answer: a gRPC code, its message, and what else the status carried."""
 
     def __init__(self, code: grpc.StatusCode, detail: str, *, reason: str = "",
-                 leader: str = "", headers: dict[str, str] | None = None):
+                 leader: str = "", headers: dict[str, str] | None = None,
+                 retry_after_ms: int | None = None):
         super().__init__(detail)
         self.code = code
         self.detail = detail
         self.reason = reason
         self.leader = leader
         self.headers = dict(headers or {})
+        self.retry_after_ms = retry_after_ms
+
+    def status_proto(self):
+        """The google.rpc.Status the same failure carries over gRPC (error_details.py)."""
+        return rich_status(self.code, self.detail, reason=self.reason, leader=self.leader,
+                           retry_after_ms=self.retry_after_ms)
 
     @property
     def status(self) -> int:
@@ -94,6 +93,11 @@ class Problem(Exception):
             out["reason"] = self.reason
         if self.leader:
             out["leader"] = self.leader
+        # google.rpc's JSON form ("@type": type.googleapis.com/google.rpc.ErrorInfo, ...), as
+        # grpc-gateway writes a status's details.
+        details = [json_format.MessageToDict(d) for d in self.status_proto().details]
+        if details:
+            out["details"] = details
         return out
 
     def response(self) -> web.Response:

@@ -6,15 +6,18 @@ import json
 import logging
 import ssl
 from pathlib import Path
+from typing import Any
 
 import grpc
 from aiohttp import web
+from google.protobuf.message import Message
 
 from gnomon.httpguard.connections import BoundedListener, ConnectionLimits, bounded_requests
 from gnomon.node.api.grpc.access import AccessServicer
 from gnomon.node.api.grpc.cluster import ClusterServicer
 from gnomon.node.api.grpc.jobs import JobServicer
 from gnomon.node.api.grpc.operations import OperationsServicer
+from gnomon.node.api.http import connect
 from gnomon.node.api.http.api import HttpContext, Route, all_routes, build_request, to_json
 from gnomon.node.api.http.auth import authorize, authorize_events, principal
 from gnomon.node.api.http.events import EventHub
@@ -228,6 +231,25 @@ class HttpServer:
             method = getattr(servicer, route.method_name)
 
             async def call(request: web.Request) -> web.Response:
+                if route.protocol == "connect":
+                    try:
+                        return connect.answer(await served(request))
+                    except Problem as p:
+                        return connect.error_response(p)
+                    except NotImplementedError:
+                        return connect.error_response(Problem(
+                            grpc.StatusCode.UNIMPLEMENTED,
+                            f"{request.path}: not implemented by this node"))
+                reply: Any = await served(request)  # Any: the route's own response type
+                resp = web.json_response(to_json(reply), status=route.status)
+                if route.rpc == "JobService.CreateJob" and route.status == 201:
+                    resp.headers["Location"] = f"/v1/jobs/{reply.job.job_id}"
+                return resp
+
+            async def served(request: web.Request) -> Message:
+                """The servicer's reply to this request (Problem for a failure)."""
+                if route.protocol == "connect":
+                    connect.check_version(request)
                 if route.body:
                     _require_json(route, request)
                 # Who calls, before a byte of the body is read: an unauthenticated body
@@ -244,10 +266,7 @@ class HttpServer:
                 context.metadata = access.metadata
                 reply = await method(msg, context)
                 await access.succeeded(msg)
-                resp = web.json_response(to_json(reply), status=route.status)
-                if route.rpc == "JobService.CreateJob":
-                    resp.headers["Location"] = f"/v1/jobs/{reply.job.job_id}"
-                return resp
+                return reply
 
             return call
         if route.path == "/v1/events":
