@@ -42,10 +42,11 @@ def _relay_args(relay: bool) -> list[str]:
 
 def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measure_s: float,
            prof_s: float = 0.0, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-           via_gateway: bool = False, relay: bool = False) -> dict[str, Any]:
+           via_gateway: bool = False, relay: bool = False,
+           overrides: dict[str, str] | None = None) -> dict[str, Any]:
     """A fresh cluster and `procs` x `per_proc` idle streams on its leader (through two
     gateways with `via_gateway`, relaying with `relay`)."""
-    with running_cluster() as (cluster, leader):
+    with running_cluster(overrides) as (cluster, leader):
         since = log_offsets(cluster)
         gateways = []
         try:
@@ -134,6 +135,8 @@ def etcd_keepalives(root: Path, seconds: float, leases: int, processes: int = 2
 
 
 def run(opts: Options) -> Report:
+    if os.environ.get("GNOMON_BENCH_WORKERS_HOLD_S") and not opts.quick:
+        return hold(opts, float(os.environ["GNOMON_BENCH_WORKERS_HOLD_S"]))
     quick = opts.quick
     procs, per_proc = (2, 100) if quick else (4, 2500)
     # GNOMON_BENCH_WORKER_STREAMS: another stream count (2,500 per process), e.g. the 20,000
@@ -232,6 +235,45 @@ def run(opts: Options) -> Report:
     plot(report, opts.out, "heartbeats", "Heartbeat acknowledgements per second",
          "seconds into the window", "acks/s",
          {"2 s interval": p1["series"], "0.25 s interval": p2["series"]})
+    return report
+
+
+def hold(opts: Options, hold_s: float) -> Report:
+    """GNOMON_BENCH_WORKERS_HOLD_S: one phase only, GNOMON_BENCH_WORKER_STREAMS streams held
+    for that long at the interval GNOMON_BENCH_HEARTBEAT_MS (default 10,000: the design
+    documents' fleet heartbeats every 10 s), lease TTL three intervals."""
+    streams = int(os.environ.get("GNOMON_BENCH_WORKER_STREAMS", 50_000))
+    interval_ms = int(os.environ.get("GNOMON_BENCH_HEARTBEAT_MS", 10_000))
+    procs, per_proc = max(1, -(-streams // 2500)), min(streams, 2500)
+    report = Report("workers-hold", False, f"{procs * per_proc:,} idle worker streams held for "
+                    f"{hold_s:.0f} s, heartbeats every {interval_ms / 1000:g} s")
+    report.setup.append(
+        f"{procs} raw-protocol worker processes x {per_proc:,} streams"
+        + (", through two relaying gateways" if opts.via_gateway and opts.relay else
+           ", through two gateways" if opts.via_gateway else ", on the leader")
+        + f"; heartbeat_interval_ms {interval_ms}, lease_ttl_ms {3 * interval_ms}.")
+    with tempfile.TemporaryDirectory(prefix="gnomon-bench-hold-") as tmp:
+        p = _phase(Path(tmp), "hold", procs, per_proc, interval_ms / 1000, hold_s,
+                   connect_timeout_s=max(CONNECT_TIMEOUT_S, procs * per_proc / 200),
+                   via_gateway=opts.via_gateway, relay=opts.relay,
+                   overrides={"heartbeat_interval_ms": str(interval_ms),
+                              "lease_ttl_ms": str(3 * interval_ms)})
+    lead = next(v for k, v in p["cpu"].items() if "leader" in k)
+    report.add("streams: peak open / open at the end / leader changes",
+               f"{p['connected_peak']:,} / {p['connected_at_end']:,} / {p['leader_sessions']}",
+               goal=f"{p['streams']:,} / {p['streams']:,} / 1",
+               met=p["connected_at_end"] >= p["streams"] and p["leader_sessions"] <= 1)
+    report.add("time to open every stream (s)", p["connect_s"] or "not all")
+    report.add(f"heartbeats acked/s (offered {p['offered_hb_per_s']:,.0f}/s)",
+               p["hb_acks_per_s"])
+    report.add("stream sessions / reconnects / errors", f"{p['counts']['sessions']:,} / "
+               f"{p['counts']['reconnects']:,} / {p['counts']['errors']:,}")
+    report.add("leader CPU % of a core / memory per stream (KiB)",
+               f"{lead['core_pct']} / {p['leader_kib_per_stream']}")
+    if "gateways" in p["cpu"]:
+        report.add("gateways CPU % of a core (both)", p["cpu"]["gateways"]["core_pct"])
+    report.add("raw worker processes CPU % of a core", p["cpu"]["raw workers"]["core_pct"])
+    report.data = {"hold": {k: v for k, v in p.items() if k != "series"}}
     return report
 
 
