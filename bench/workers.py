@@ -43,7 +43,8 @@ def _relay_args(relay: bool) -> list[str]:
 def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measure_s: float,
            prof_s: float = 0.0, connect_timeout_s: float = CONNECT_TIMEOUT_S,
            via_gateway: bool = False, relay: bool = False,
-           overrides: dict[str, str] | None = None) -> dict[str, Any]:
+           overrides: dict[str, str] | None = None,
+           gateway_args: tuple[str, ...] = ()) -> dict[str, Any]:
     """A fresh cluster and `procs` x `per_proc` idle streams on its leader (through two
     gateways with `via_gateway`, relaying with `relay`)."""
     with running_cluster(overrides) as (cluster, leader):
@@ -52,7 +53,7 @@ def _phase(root: Path, name: str, procs: int, per_proc: int, hb_s: float, measur
         try:
             if via_gateway:
                 gateways = [GatewayProc(cluster, root / f"{name}-gw{i}.log", *_relay_args(relay),
-                                        relay=relay) for i in (1, 2)]
+                                        *gateway_args, relay=relay) for i in (1, 2)]
                 for gw in gateways:
                     gw.wait_serving()
             out = _streams(cluster, leader, root, name, procs, per_proc, hb_s, measure_s,
@@ -257,7 +258,9 @@ def hold(opts: Options, hold_s: float) -> Report:
                    connect_timeout_s=max(CONNECT_TIMEOUT_S, procs * per_proc / 200),
                    via_gateway=opts.via_gateway, relay=opts.relay,
                    overrides={"heartbeat_interval_ms": str(interval_ms),
-                              "lease_ttl_ms": str(3 * interval_ms)})
+                              "lease_ttl_ms": str(3 * interval_ms)},
+                   # Half the streams each, and room: max_calls counts every stream.
+                   gateway_args=("--max-calls", str(procs * per_proc + 1_000)))
     lead = next(v for k, v in p["cpu"].items() if "leader" in k)
     report.add("streams: peak open / open at the end / leader changes",
                f"{p['connected_peak']:,} / {p['connected_at_end']:,} / {p['leader_sessions']}",
