@@ -1,0 +1,199 @@
+"""OpenTelemetry tracing end to end, against a real node exporting OTLP/HTTP to a receiver in
+this test (real protobuf, decoded with opentelemetry-proto) and a worker in this process
+exporting to an InMemorySpanExporter: one trace from the fire to the worker's execution, the
+client's call continued by the node and linked to the run, per-call metrics, and trace ids in
+the node's JSON log lines (node/ops/DESIGN.md, "Tracing")."""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry import trace  # noqa: E402
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2  # noqa: E402
+from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: E402
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E402
+    InMemorySpanExporter,
+)
+
+from gnomon.client import AsyncClient, JobSpec, OnceSchedule, RunState, TaskContext, Worker, task
+from gnomon.node.local.cluster import LocalCluster, wait_for, wait_for_async
+from gnomon.node.ops.run_spans import attempt_span_id, span_id, trace_id
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+FAR_FUTURE_MS = 4_102_444_800_000
+WAIT_S = 60.0
+
+
+class Receiver:
+    """An OTLP/HTTP trace receiver: every span exported to POST /v1/traces, decoded."""
+
+    def __init__(self) -> None:
+        self.spans: list = []
+        self.lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
+                with receiver.lock:
+                    receiver.spans.extend(s for rs in request.resource_spans
+                                          for ss in rs.scope_spans for s in ss.spans)
+                answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def named(self, name: str) -> list:
+        with self.lock:
+            return [s for s in self.spans if s.name == name]
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory, request) -> Iterator[tuple[LocalCluster, Receiver]]:
+    receiver = Receiver()
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
+           "OTEL_SERVICE_NAME": "gnomon-test-node", "GNOMON_LOG_FORMAT": "json",
+           "GNOMON_HTTP_ACCESS_LOG": "true"}
+    cluster = LocalCluster(tmp_path_factory.mktemp("tracing"), 1,
+                           {"tracing": "otlp"}, env=env,
+                           metrics=True, http=True).start()
+    try:
+        cluster.leader()
+        yield cluster, receiver
+    finally:
+        cluster.stop()
+        if request.session.testsfailed:
+            print(cluster.logs())
+        receiver.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def worker_spans() -> InMemorySpanExporter:
+    """The test process's tracer provider (the worker's and the client's spans)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+def _hex(raw: bytes) -> int:
+    return int.from_bytes(raw, "big")
+
+
+async def test_one_trace_from_the_client_call_to_the_workers_execution(traced, worker_spans):
+    cluster, receiver = traced
+    seen: list[str] = []
+
+    @task(name="main", queue="traced")
+    async def main(ctx: TaskContext) -> str:
+        seen.append(ctx.traceparent)
+        return "ok"
+
+    tracer = trace.get_tracer("test")
+    async with AsyncClient(cluster.servers, timeout_s=30) as client:
+        async with Worker(client, tasks=[main], max_concurrency=1):
+            with tracer.start_as_current_span("caller") as caller:
+                job = await client.create_job(
+                    JobSpec.single("traced", OnceSchedule(FAR_FUTURE_MS), queue="traced"))
+                run_id = (await client.trigger_job(job.job_id)).run_id
+            run = await client.wait_run(run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+    assert run.state is RunState.SUCCEEDED
+    trace_of_run = trace_id(run_id)
+    attempt_id = attempt_span_id(run_id, "main", 1)
+
+    # The worker: its execution span is the attempt span's child, in the run's trace.
+    executions = await wait_for_async(
+        lambda: [s for s in worker_spans.get_finished_spans() if s.name == "gnomon.task main"],
+        timeout_s=WAIT_S, what="the worker's execution span")
+    execution = executions[0]
+    assert execution.context.trace_id == trace_of_run
+    assert execution.parent is not None and execution.parent.span_id == attempt_id
+    assert execution.attributes["gnomon.run_id"] == run_id
+    assert seen == [f"00-{trace_of_run:032x}-{execution.context.span_id:016x}-01"]
+
+    # The node: trigger -> run -> attempt, with the ids derived from the run.
+    wait_for(lambda: receiver.named("gnomon.run") and receiver.named("gnomon.task_attempt"),
+             timeout_s=WAIT_S, what="the run's spans at the receiver")
+    (trigger,) = receiver.named("gnomon.trigger")
+    (run_span,) = receiver.named("gnomon.run")
+    (attempt,) = receiver.named("gnomon.task_attempt")
+    assert {_hex(s.trace_id) for s in (trigger, run_span, attempt)} == {trace_of_run}
+    assert (_hex(trigger.span_id), trigger.parent_span_id) == (span_id(run_id, "fire"), b"")
+    assert _hex(run_span.span_id) == span_id(run_id, "run")
+    assert _hex(run_span.parent_span_id) == _hex(trigger.span_id)
+    assert (_hex(attempt.span_id), _hex(attempt.parent_span_id)) == (attempt_id,
+                                                                     _hex(run_span.span_id))
+
+    # The client's call: the node's server span continues the caller's trace and links the run.
+    calls = wait_for(lambda: receiver.named("gnomon.v1.JobService/TriggerJob"), timeout_s=WAIT_S,
+                     what="the TriggerJob call's span")
+    call = calls[0]
+    assert _hex(call.trace_id) == caller.get_span_context().trace_id
+    assert _hex(call.parent_span_id) == caller.get_span_context().span_id
+    assert [(_hex(link.trace_id), _hex(link.span_id)) for link in call.links] == [
+        (trace_of_run, span_id(run_id, "fire"))]
+
+
+def test_per_call_metrics_access_log_and_trace_ids_in_logs(traced):
+    cluster, receiver = traced
+    node = cluster.nodes[0]
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    request = urllib.request.Request(f"{node.url}/v1/jobs/no-such-job",
+                                     headers={"traceparent": traceparent})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 404
+
+    # The HTTP span continues the header's trace, named by the route's template.
+    spans = wait_for(lambda: [s for s in receiver.named("GET /v1/jobs/{job_id}")
+                              if _hex(s.trace_id) == 0x0af7651916cd43dd8448eb211c80319c],
+                     timeout_s=WAIT_S, what="the HTTP request's span")
+    assert _hex(spans[0].parent_span_id) == 0xb7ad6b7169203331
+
+    # The access line, in JSON, carries the span's ids; the path is the raw one.
+    def access_line() -> dict | None:
+        for line in node.log_path.read_text().splitlines():
+            if '"gnomon.http.access"' in line and "no-such-job" in line:
+                return json.loads(line)
+        return None
+
+    line = wait_for(access_line, timeout_s=WAIT_S, what="the access log line")
+    assert line["http"]["route"] == "/v1/jobs/{job_id}" and line["http"]["status"] == 404
+    assert line["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+    assert line["span_id"] == f"{_hex(spans[0].span_id):016x}"
+
+    # Per-call histograms: route templates and registered methods, never raw paths.
+    scraped = urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=10).read()
+    text = scraped.decode()
+    assert ('gnomon_http_request_duration_seconds_count{method="GET",route="/v1/jobs/{job_id}",'
+            'status="404"}') in text
+    assert "no-such-job" not in text
+    # (cluster.leader() called ListJobs; a follower's answers are UNAVAILABLE)
+    assert ('gnomon_grpc_server_handling_seconds_count{code="OK",method="ListJobs",'
+            'service="gnomon.v1.JobService"}') in text
+
