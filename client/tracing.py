@@ -14,15 +14,23 @@ opentelemetry, and only when the application already did (the client does not de
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import os
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
 
-__all__ = ["EXPORTERS", "active", "configure_exporter", "execution_span", "outgoing_metadata"]
+__all__ = ["EXPORTERS", "active", "carried", "configure_exporter", "execution_span",
+           "outgoing_metadata"]
+
+T = TypeVar("T")
 
 EXPORTERS = ("none", "otlp", "console")
 _PROPAGATED = ("traceparent", "tracestate")
+# The caller's trace context, carried by the blocking Client's calls onto its loop thread
+# (where the caller's active span is not the current one).
+_carried: contextvars.ContextVar[tuple[tuple[str, str], ...]] = contextvars.ContextVar(
+    "gnomon_carried_trace", default=())
 
 
 def active() -> bool:
@@ -36,11 +44,28 @@ def outgoing_metadata() -> tuple[tuple[str, str], ...]:
     () when there is none."""
     if not active():
         return ()
+    carried_here = _carried.get()
+    if carried_here:
+        return carried_here
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     carrier: dict[str, str] = {}
     TraceContextTextMapPropagator().inject(carrier)
     return tuple((k, v) for k, v in carrier.items() if k in _PROPAGATED)
+
+
+def carried(coro: Coroutine[Any, Any, T]) -> Coroutine[Any, Any, T]:
+    """``coro`` carrying this thread's trace context to the thread that will run it (the
+    blocking Client's loop); ``coro`` itself when the application does not trace."""
+    metadata = outgoing_metadata()
+    if not metadata:
+        return coro
+
+    async def with_context() -> T:
+        _carried.set(metadata)  # this task's own context: nothing to reset
+        return await coro
+
+    return with_context()
 
 
 def configure_exporter(mode: str, service_name: str) -> None:

@@ -7,6 +7,7 @@ the node's JSON log lines (node/ops/DESIGN.md, "Tracing")."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -25,9 +26,20 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 
-from gnomon.client import AsyncClient, JobSpec, OnceSchedule, RunState, TaskContext, Worker, task
+from gnomon.client import (
+    AsyncClient,
+    Client,
+    JobSpec,
+    OnceSchedule,
+    RunState,
+    TaskContext,
+    Worker,
+    task,
+)
+from gnomon.client.ready_workers.shell import shell_task
 from gnomon.node.local.cluster import LocalCluster, wait_for, wait_for_async
-from gnomon.node.ops.run_spans import attempt_span_id, span_id, trace_id
+from gnomon.node.ops.run_spans import attempt_span_id, attempt_traceparent, span_id, trace_id
+from tests.support.http import call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -197,3 +209,48 @@ def test_per_call_metrics_access_log_and_trace_ids_in_logs(traced):
     assert ('gnomon_grpc_server_handling_seconds_count{code="OK",method="ListJobs",'
             'service="gnomon.v1.JobService"}') in text
 
+
+
+async def test_shell_tasks_get_traceparent_and_lease_calls_name_the_attempt(traced, worker_spans):
+    """The shell worker hands its execution span to the command as TRACEPARENT; a worker of
+    the HTTP protocol gets the attempt's traceparent with its lease."""
+    cluster, _ = traced
+    node = cluster.nodes[0]
+    script = "import os; print(os.environ['TRACEPARENT'])"
+    async with AsyncClient(cluster.servers, timeout_s=30) as client:
+        async with Worker(client, tasks=[shell_task("traced-shell")], max_concurrency=1):
+            job = await client.create_job(JobSpec.single(
+                "traced-shell", OnceSchedule(FAR_FUTURE_MS), queue="traced-shell",
+                payload={"argv": [sys.executable, "-c", script]}))
+            run_id = (await client.trigger_job(job.job_id)).run_id
+            run = await client.wait_run(run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+        assert run.state is RunState.SUCCEEDED
+        execution = await wait_for_async(
+            lambda: [s for s in worker_spans.get_finished_spans()
+                     if s.attributes.get("gnomon.run_id") == run_id],
+            timeout_s=WAIT_S, what="the shell task's execution span")
+        ids = execution[0].context
+        assert execution[0].parent.span_id == attempt_span_id(run_id, "main", 1)
+        assert run.task("main").output_tail.strip() == f"00-{ids.trace_id:032x}-{ids.span_id:016x}-01"
+
+        polled = await client.create_job(JobSpec.single("traced-poll", OnceSchedule(FAR_FUTURE_MS),
+                                                        queue="traced-poll"))
+        polled_run = (await client.trigger_job(polled.job_id)).run_id
+    ask = {"workerId": "poller", "queues": ["traced-poll"], "capacity": 1, "waitMs": "10000"}
+    leased = call(node.url, "POST", "/v1/worker/lease", ask, timeout=15)
+    assert leased.status == 200, leased.text
+    [leased_task] = leased.json["tasks"]
+    assert leased_task["traceparent"] == attempt_traceparent(polled_run, "main", 1)
+
+
+def test_the_blocking_client_carries_the_callers_trace(traced, worker_spans):
+    """Its calls run on its own loop thread; the caller's span still becomes their parent."""
+    cluster, receiver = traced
+    with Client(cluster.servers, timeout_s=30) as client:
+        with trace.get_tracer("test").start_as_current_span("blocking-caller") as caller:
+            client.list_jobs()
+    ids = caller.get_span_context()
+    calls = wait_for(lambda: [s for s in receiver.named("gnomon.v1.JobService/ListJobs")
+                              if _hex(s.trace_id) == ids.trace_id],
+                     timeout_s=WAIT_S, what="the ListJobs call's span in the caller's trace")
+    assert _hex(calls[0].parent_span_id) == ids.span_id
