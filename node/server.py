@@ -285,7 +285,7 @@ class Node:
         entries; the API ports' spans follow `tracing.enabled()`."""
         try:
             on = tracing.configure(tracing.mode_from_env(self.config.tracing), self.config.node_id)
-        except ImportError as exc:
+        except (ImportError, ValueError) as exc:
             raise SystemExit(str(exc)) from None
         if on:
             self._run_spans = RunSpanCollector()

@@ -43,8 +43,9 @@ def mode_from_env(configured: str, env: Mapping[str, str] = os.environ) -> str:
 
 
 def configure(mode: str, node_id: str) -> bool:
-    """Start tracing with the `mode` exporter; False (and a log line) when it is "none".
-    Raises ImportError, naming the extra, when opentelemetry is not installed."""
+    """Start tracing with the `mode` exporter; False when it is "none". Raises ImportError,
+    naming the extra, when opentelemetry is not installed, ValueError for OTEL_BSP_* values
+    the SDK refuses."""
     if mode == "none":
         return False
     try:
@@ -59,10 +60,16 @@ def configure(mode: str, node_id: str) -> bool:
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
                                 or "gnomon-node", "service.instance.id": node_id})
     provider = TracerProvider(resource=resource, id_generator=ids)
-    provider.add_span_processor(BatchSpanProcessor(_exporter(mode)))
+    try:
+        processor = BatchSpanProcessor(_exporter(mode))
+    except ValueError as exc:  # the SDK's check of OTEL_BSP_* values
+        raise ValueError(f"tracing: {exc} (the OTEL_BSP_* variables)") from None
+    provider.add_span_processor(processor)
     _state.update(tracer=provider.get_tracer("gnomon.node"), provider=provider, ids=ids,
                   otel=trace)
     logs.set_trace_source(_current_ids)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_SdkLogLimit())
     log.info("tracing: on, exporter %s", mode)
     return True
 
@@ -90,6 +97,30 @@ def _exporter(mode: str) -> Any:
             OTLPSpanExporter,
         )
     return OTLPSpanExporter()
+
+
+class _SdkLogLimit(logging.Filter):
+    """At most one line per message of the SDK per `interval_s`: it warns once per dropped
+    span ("Queue full, dropping Span."), which a gone collector turns into a line per call.
+    The next line let through says how many were held back."""
+
+    def __init__(self, interval_s: float = 10.0) -> None:
+        super().__init__()
+        self.interval_s = interval_s
+        self._last: dict[object, tuple[float, int]] = {}  # one key per message template
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.name.startswith("opentelemetry"):
+            return True
+        key = record.msg if isinstance(record.msg, str) else repr(record.msg)
+        at, held = self._last.get(key, (float("-inf"), 0))
+        if record.created - at < self.interval_s:
+            self._last[key] = (at, held + 1)
+            return False
+        self._last[key] = (record.created, 0)
+        if held:
+            record.msg, record.args = f"{record.getMessage()} ({held} more held back)", ()
+        return True
 
 
 def _current_ids() -> tuple[str, str] | None:

@@ -37,7 +37,7 @@ from gnomon.client import (
     task,
 )
 from gnomon.client.ready_workers.shell import shell_task
-from gnomon.node.local.cluster import LocalCluster, wait_for, wait_for_async
+from gnomon.node.local.cluster import LocalCluster, free_ports, wait_for, wait_for_async
 from gnomon.node.ops.run_spans import attempt_span_id, attempt_traceparent, span_id, trace_id
 from tests.support.http import call
 
@@ -254,3 +254,26 @@ def test_the_blocking_client_carries_the_callers_trace(traced, worker_spans):
                               if _hex(s.trace_id) == ids.trace_id],
                      timeout_s=WAIT_S, what="the ListJobs call's span in the caller's trace")
     assert _hex(calls[0].parent_span_id) == ids.span_id
+
+
+def test_a_collector_that_is_gone_costs_a_bounded_queue(tmp_path):
+    """Spans wait for export in a queue of OTEL_BSP_MAX_QUEUE_SIZE: with the collector
+    unreachable the node drops what does not fit, says so without a line per span, and keeps
+    answering."""
+    closed = free_ports(1)[0]  # nothing listens there
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed}",
+           "OTEL_BSP_MAX_QUEUE_SIZE": "16", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "8",
+           "OTEL_BSP_SCHEDULE_DELAY": "600000"}
+    cluster = LocalCluster(tmp_path, 1, {"tracing": "otlp"}, env=env).start()
+    try:
+        node = cluster.leader()
+        for _ in range(100):  # a span each: more than the queue holds
+            cluster.status(node, include_digest=False)
+        assert cluster.status(node, include_digest=False).leader_node_id == node.node_id
+        dropped = wait_for(lambda: [line for line in node.log_path.read_text().splitlines()
+                                    if "Queue full, dropping" in line],
+                           timeout_s=WAIT_S, what="the node to say it drops spans")
+        # The SDK warns per dropped span; the node lets one line through per 10 s.
+        assert len(dropped) <= 2, dropped
+    finally:
+        cluster.stop()
