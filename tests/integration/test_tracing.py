@@ -14,6 +14,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import grpc
 import pytest
 
 pytest.importorskip("opentelemetry.sdk")
@@ -199,12 +200,25 @@ def test_per_call_metrics_access_log_and_trace_ids_in_logs(traced):
     assert line["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
     assert line["span_id"] == f"{_hex(spans[0].span_id):016x}"
 
+    # A malformed traceparent starts a trace of its own; the request is answered as ever.
+    bad = urllib.request.Request(f"{node.url}/v1/jobs/bad-trace", headers={"traceparent": "00-zz"})
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(bad, timeout=10)
+    assert refused.value.code == 404
+    # An unknown gRPC method is counted under "unknown", not its name.
+    with grpc.insecure_channel(node.grpc_addr) as channel:
+        with pytest.raises(grpc.RpcError) as unknown:
+            channel.unary_unary("/gnomon.v1.JobService/NoSuchMethod")(b"", timeout=10)
+    assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
     # Per-call histograms: route templates and registered methods, never raw paths.
     scraped = urllib.request.urlopen(f"http://{node.metrics_addr}/metrics", timeout=10).read()
     text = scraped.decode()
     assert ('gnomon_http_request_duration_seconds_count{method="GET",route="/v1/jobs/{job_id}",'
             'status="404"}') in text
-    assert "no-such-job" not in text
+    assert "no-such-job" not in text and "NoSuchMethod" not in text
+    assert ('gnomon_grpc_server_handling_seconds_count{code="UNIMPLEMENTED",method="unknown",'
+            'service="unknown"}') in text
     # (cluster.leader() called ListJobs; a follower's answers are UNAVAILABLE)
     assert ('gnomon_grpc_server_handling_seconds_count{code="OK",method="ListJobs",'
             'service="gnomon.v1.JobService"}') in text
