@@ -74,13 +74,24 @@ def configure(mode: str, node_id: str) -> bool:
     return True
 
 
-def shutdown() -> None:
-    """Flush what is queued and stop exporting (bounded by the exporter's own timeouts)."""
+SHUTDOWN_WAIT_S = 2.0
+
+
+def shutdown(wait_s: float = SHUTDOWN_WAIT_S) -> None:
+    """Export what is queued and stop, waiting at most `wait_s`: the SDK's own shutdown waits
+    out the exporter's retries (tens of seconds with the collector gone), which would hold the
+    node's bounded shutdown until it gives up."""
     provider = _state.get("provider")
     _state.clear()
     logs.set_trace_source(None)
-    if provider is not None:
-        provider.shutdown()
+    if provider is None:
+        return
+    flusher = threading.Thread(target=provider.shutdown, name="tracing-shutdown", daemon=True)
+    flusher.start()
+    flusher.join(wait_s)
+    if flusher.is_alive():
+        log.warning("tracing: queued spans not exported within %.1fs of stopping (is the "
+                    "collector reachable?); they are dropped", wait_s)
 
 
 def _exporter(mode: str) -> Any:

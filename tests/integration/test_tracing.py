@@ -6,7 +6,9 @@ the node's JSON log lines (node/ops/DESIGN.md, "Tracing")."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 import sys
 import threading
 import urllib.error
@@ -53,6 +55,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.spans: list = []
+        self.sent_by: dict[bytes, str] = {}  # span id -> the node that exported it
         self.lock = threading.Lock()
         receiver = self
 
@@ -61,8 +64,12 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 request = trace_service_pb2.ExportTraceServiceRequest.FromString(body)
                 with receiver.lock:
-                    receiver.spans.extend(s for rs in request.resource_spans
-                                          for ss in rs.scope_spans for s in ss.spans)
+                    for rs in request.resource_spans:
+                        node = next((a.value.string_value for a in rs.resource.attributes
+                                     if a.key == "service.instance.id"), "")
+                        for ss in rs.scope_spans:
+                            receiver.spans.extend(ss.spans)
+                            receiver.sent_by.update((s.span_id, node) for s in ss.spans)
                 answer = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
@@ -84,6 +91,10 @@ class Receiver:
         with self.lock:
             return [s for s in self.spans if s.name == name]
 
+    def of_run(self, name: str, run_id: str) -> list:
+        """The spans called `name` in the trace of `run_id`."""
+        return [s for s in self.named(name) if _hex(s.trace_id) == trace_id(run_id)]
+
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory, request) -> Iterator[tuple[LocalCluster, Receiver]]:
@@ -91,8 +102,9 @@ def traced(tmp_path_factory, request) -> Iterator[tuple[LocalCluster, Receiver]]
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100",
            "OTEL_SERVICE_NAME": "gnomon-test-node", "GNOMON_LOG_FORMAT": "json",
            "GNOMON_HTTP_ACCESS_LOG": "true"}
-    cluster = LocalCluster(tmp_path_factory.mktemp("tracing"), 1,
-                           {"tracing": "otlp"}, env=env,
+    # 3 nodes: the last test kills the leader (a long lease: it must outlive the election).
+    cluster = LocalCluster(tmp_path_factory.mktemp("tracing"), 3,
+                           {"tracing": "otlp", "lease_ttl_ms": "30000"}, env=env,
                            metrics=True, http=True).start()
     try:
         cluster.leader()
@@ -150,11 +162,12 @@ async def test_one_trace_from_the_client_call_to_the_workers_execution(traced, w
     assert seen == [f"00-{trace_of_run:032x}-{execution.context.span_id:016x}-01"]
 
     # The node: trigger -> run -> attempt, with the ids derived from the run.
-    wait_for(lambda: receiver.named("gnomon.run") and receiver.named("gnomon.task_attempt"),
+    wait_for(lambda: receiver.of_run("gnomon.run", run_id)
+             and receiver.of_run("gnomon.task_attempt", run_id),
              timeout_s=WAIT_S, what="the run's spans at the receiver")
-    (trigger,) = receiver.named("gnomon.trigger")
-    (run_span,) = receiver.named("gnomon.run")
-    (attempt,) = receiver.named("gnomon.task_attempt")
+    (trigger,) = receiver.of_run("gnomon.trigger", run_id)
+    (run_span,) = receiver.of_run("gnomon.run", run_id)
+    (attempt,) = receiver.of_run("gnomon.task_attempt", run_id)
     assert {_hex(s.trace_id) for s in (trigger, run_span, attempt)} == {trace_of_run}
     assert (_hex(trigger.span_id), trigger.parent_span_id) == (span_id(run_id, "fire"), b"")
     assert _hex(run_span.span_id) == span_id(run_id, "run")
@@ -163,8 +176,9 @@ async def test_one_trace_from_the_client_call_to_the_workers_execution(traced, w
                                                                      _hex(run_span.span_id))
 
     # The client's call: the node's server span continues the caller's trace and links the run.
-    calls = wait_for(lambda: receiver.named("gnomon.v1.JobService/TriggerJob"), timeout_s=WAIT_S,
-                     what="the TriggerJob call's span")
+    calls = wait_for(lambda: [s for s in receiver.named("gnomon.v1.JobService/TriggerJob")
+                              if _hex(s.trace_id) == caller.get_span_context().trace_id],
+                     timeout_s=WAIT_S, what="the TriggerJob call's span")
     call = calls[0]
     assert _hex(call.trace_id) == caller.get_span_context().trace_id
     assert _hex(call.parent_span_id) == caller.get_span_context().span_id
@@ -174,7 +188,7 @@ async def test_one_trace_from_the_client_call_to_the_workers_execution(traced, w
 
 def test_per_call_metrics_access_log_and_trace_ids_in_logs(traced):
     cluster, receiver = traced
-    node = cluster.nodes[0]
+    node = cluster.leader()
     traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     request = urllib.request.Request(f"{node.url}/v1/jobs/no-such-job",
                                      headers={"traceparent": traceparent})
@@ -229,7 +243,7 @@ async def test_shell_tasks_get_traceparent_and_lease_calls_name_the_attempt(trac
     """The shell worker hands its execution span to the command as TRACEPARENT; a worker of
     the HTTP protocol gets the attempt's traceparent with its lease."""
     cluster, _ = traced
-    node = cluster.nodes[0]
+    node = cluster.leader()
     script = "import os; print(os.environ['TRACEPARENT'])"
     async with AsyncClient(cluster.servers, timeout_s=30) as client:
         async with Worker(client, tasks=[shell_task("traced-shell")], max_concurrency=1):
@@ -289,5 +303,55 @@ def test_a_collector_that_is_gone_costs_a_bounded_queue(tmp_path):
                            timeout_s=WAIT_S, what="the node to say it drops spans")
         # The SDK warns per dropped span; the node lets one line through per 10 s.
         assert len(dropped) <= 2, dropped
+        # Stopping does not wait out the exporter's retries (the node's shutdown is bounded
+        # and gives up with exit code 1 when a step hangs).
+        node.proc.send_signal(signal.SIGTERM)
+        assert node.proc.wait(timeout=WAIT_S) == 0
+        assert "queued spans not exported" in node.log_path.read_text()
     finally:
         cluster.stop()
+
+
+async def test_a_new_leader_ends_the_attempt_in_the_same_trace(traced, worker_spans):
+    """The leader that granted an attempt dies while the worker runs it; the next leader
+    records the attempt's end under the span id the worker was given, in the run's trace.
+    (Last in this file: it kills the shared cluster's leader, and restarts it after.)"""
+    cluster, receiver = traced
+    started, release = asyncio.Event(), asyncio.Event()
+
+    @task(name="main", queue="failover")
+    async def held(ctx: TaskContext) -> str:
+        started.set()
+        await release.wait()
+        return "ok"
+
+    first = cluster.leader()
+    try:
+        async with AsyncClient(cluster.servers, timeout_s=60) as client:
+            async with Worker(client, tasks=[held], max_concurrency=1):
+                job = await client.create_job(
+                    JobSpec.single("failover", OnceSchedule(FAR_FUTURE_MS), queue="failover"))
+                run_id = (await client.trigger_job(job.job_id)).run_id
+                await asyncio.wait_for(started.wait(), WAIT_S)
+                await wait_for_async(lambda: receiver.of_run("gnomon.trigger", run_id),
+                                     timeout_s=WAIT_S, what="the first leader's trigger span",
+                                     interval_s=0.05)
+                cluster.kill(first.node_id)
+                second = await asyncio.to_thread(cluster.leader, 60.0, {first.node_id})
+                release.set()
+                run = await client.wait_run(run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+    finally:
+        release.set()
+        if not first.alive():
+            cluster.start_node(first.node_id)
+    assert run.state is RunState.SUCCEEDED
+    (attempt,) = wait_for(lambda: receiver.of_run("gnomon.task_attempt", run_id),
+                          timeout_s=WAIT_S, what="the attempt's span")
+    assert receiver.sent_by[attempt.span_id] == second.node_id != first.node_id
+    assert _hex(attempt.span_id) == attempt_span_id(run_id, "main", 1)
+    (trigger,) = receiver.of_run("gnomon.trigger", run_id)
+    assert receiver.sent_by[trigger.span_id] == first.node_id
+    (execution,) = [s for s in worker_spans.get_finished_spans()
+                    if s.attributes.get("gnomon.run_id") == run_id]
+    assert execution.parent.span_id == _hex(attempt.span_id)
+    assert execution.context.trace_id == trace_id(run_id)

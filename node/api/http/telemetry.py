@@ -57,7 +57,8 @@ def telemetry_middleware(*, access_log_on: bool) -> Callable[..., Awaitable[web.
             seconds = time.perf_counter() - started
             metrics.HTTP_SECONDS.labels(method, route, str(status)).observe(seconds)
             if access_log_on:
-                access_log.info("%s %s %d %.1fms", method, request.path, status, seconds * 1000,
+                access_log.info("%s %s %d %.1fms", method, request.path[:512], status,
+                                seconds * 1000,
                                 extra=_access_fields(request, method, route, status, seconds))
             if span_cm is not None:
                 span.set_attribute("http.response.status_code", status)
