@@ -13,10 +13,12 @@ opentelemetry, and only when the application already did (the client does not de
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import contextvars
 import os
 import sys
+import threading
 from collections.abc import Coroutine, Iterator
 from typing import Any, TypeVar
 
@@ -98,9 +100,22 @@ def configure_exporter(mode: str, service_name: str) -> None:
 
         exporter = HttpExporter()
     name = os.environ.get("OTEL_SERVICE_NAME") or service_name
-    provider = TracerProvider(resource=Resource.create({"service.name": name}))
+    # The SDK's own handler at exit waits out the exporter's retries (tens of seconds with
+    # the collector gone): the worker waits at most SHUTDOWN_WAIT_S instead.
+    provider = TracerProvider(resource=Resource.create({"service.name": name}),
+                              shutdown_on_exit=False)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
+    atexit.register(_bounded_shutdown, provider, SHUTDOWN_WAIT_S)
+
+
+SHUTDOWN_WAIT_S = 2.0
+
+
+def _bounded_shutdown(provider: Any, wait_s: float) -> None:
+    flusher = threading.Thread(target=provider.shutdown, name="tracing-shutdown", daemon=True)
+    flusher.start()
+    flusher.join(wait_s)
 
 
 @contextlib.contextmanager

@@ -59,7 +59,8 @@ def configure(mode: str, node_id: str) -> bool:
     ids = _derived_ids()
     resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME")
                                 or "gnomon-node", "service.instance.id": node_id})
-    provider = TracerProvider(resource=resource, id_generator=ids)
+    # Stopped by shutdown() within a bound, not by the SDK's unbounded handler at exit.
+    provider = TracerProvider(resource=resource, id_generator=ids, shutdown_on_exit=False)
     try:
         processor = BatchSpanProcessor(_exporter(mode))
     except ValueError as exc:  # the SDK's check of OTEL_BSP_* values

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 import sys
 import threading
 import urllib.error
@@ -310,6 +312,36 @@ def test_a_collector_that_is_gone_costs_a_bounded_queue(tmp_path):
         assert "queued spans not exported" in node.log_path.read_text()
     finally:
         cluster.stop()
+
+
+async def test_the_shell_worker_command_exports_its_spans(traced, tmp_path):
+    """`gnomon worker shell --tracing otlp`: its execution span reaches the collector as the
+    attempt's child, and it stops promptly."""
+    cluster, receiver = traced
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GNOMON_", "OTEL_"))}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.endpoint
+    env["OTEL_BSP_SCHEDULE_DELAY"] = "100"
+    with open(tmp_path / "worker.log", "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "gnomon.client.cli", "--server", cluster.servers, "worker",
+             "shell", "--queue", "traced-cli", "--tracing", "otlp", "--shutdown-grace", "1"],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        async with AsyncClient(cluster.servers, timeout_s=30) as client:
+            job = await client.create_job(JobSpec.single(
+                "traced-cli", OnceSchedule(FAR_FUTURE_MS), queue="traced-cli",
+                payload={"argv": ["true"]}))
+            run_id = (await client.trigger_job(job.job_id)).run_id
+            run = await client.wait_run(run_id, timeout_s=WAIT_S, poll_interval_s=0.1)
+        assert run.state is RunState.SUCCEEDED
+        (execution,) = await asyncio.to_thread(
+            wait_for, lambda: receiver.of_run("gnomon.task main", run_id), timeout_s=WAIT_S,
+            what="the shell worker's span at the collector")
+        assert _hex(execution.parent_span_id) == attempt_span_id(run_id, "main", 1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=WAIT_S)
+    assert code == 0, (tmp_path / "worker.log").read_text()[-2000:]
 
 
 async def test_a_new_leader_ends_the_attempt_in_the_same_trace(traced, worker_spans):
