@@ -1,7 +1,7 @@
 """OpenTelemetry tracing of a node: the one module of the node that imports opentelemetry.
 
 Off by default (`tracing = "none"`): nothing is imported, `enabled()` is False and every hook
-of the callers is one attribute test. `configure("otlp" | "console")` needs the `otel` extra;
+of the callers is that one dict lookup. `configure("otlp" | "console")` needs the `otel` extra;
 the exporter reads the standard variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_
 [TRACES_]PROTOCOL, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_BSP_* for the bounded
 export queue). node/ops/DESIGN.md "Tracing" says which spans exist and why their ids are
@@ -20,8 +20,8 @@ from typing import Any
 from gnomon.node.ops import logs
 from gnomon.node.ops.run_spans import SpanRecord, span_id, trace_id
 
-__all__ = ["MODES", "ServerSpan", "configure", "emit", "enabled", "mode_from_env",
-           "server_span", "shutdown"]
+__all__ = ["MODES", "ServerSpan", "configure", "current_span", "emit", "enabled",
+           "mode_from_env", "server_span", "shutdown"]
 
 log = logging.getLogger(__name__)
 
@@ -186,9 +186,11 @@ def emit(records: list[SpanRecord]) -> None:
                 r.trace_id, r.parent_span_id, is_remote=True,
                 trace_flags=TraceFlags(TraceFlags.SAMPLED))))
         ids.forced.trace_id, ids.forced.span_id = r.trace_id, r.span_id
-        span = tracer.start_span(r.name, context=parent, attributes=r.attributes,
-                                 start_time=r.start_ms * 1_000_000)
-        ids.forced.trace_id = ids.forced.span_id = 0
+        try:
+            span = tracer.start_span(r.name, context=parent, attributes=r.attributes,
+                                     start_time=r.start_ms * 1_000_000)
+        finally:  # never lend these ids to another span
+            ids.forced.trace_id = ids.forced.span_id = 0
         if r.error:
             span.set_status(Status(StatusCode.ERROR, r.error[:512]))
         span.end(end_time=r.end_ms * 1_000_000)
