@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from . import tracing
 from ._access import BlockingAccessCalls
 from ._client import AsyncClient
 from ._models import (
@@ -57,7 +58,7 @@ class _LoopThread:
         if threading.current_thread() is self._thread:
             coro.close()
             raise RuntimeError("a blocking gnomon Client cannot be called from its own loop")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        future = asyncio.run_coroutine_threadsafe(tracing.carried(coro), self._loop)
         try:
             return future.result()
         except BaseException:

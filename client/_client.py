@@ -17,6 +17,7 @@ import grpc.aio
 from gnomon.v1 import api_pb2, api_pb2_grpc
 
 from . import _convert as cv
+from . import tracing
 from ._access import ACCESS_SERVICE, AccessCalls
 from ._errors import DeadlineExceeded, GnomonError, InvalidArgument, error_for_status
 from ._models import (
@@ -867,7 +868,8 @@ class AsyncClient(AccessCalls):
         deadline = start + budget
         failover = Failover(self._router, self._backoff, self._rng, pinned=address is not None)
         addr = address if address is not None else self._router.current()
-        metadata = self._config.metadata or None
+        # The caller's active span, when the application traces (gnomon.client.tracing).
+        metadata = (*self._config.metadata, *tracing.outgoing_metadata()) or None
         attempts = 0
         last: grpc.aio.AioRpcError | None = None
         last_addr = addr

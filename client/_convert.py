@@ -57,7 +57,7 @@ from ._models import (
     TaskState,
 )
 from ._specs import DEFAULT_QUEUE, DEFAULT_TENANT
-from .worker.context import LeaseState, OutputTail, TaskContext
+from .worker.context import LeaseState, OutputTail, TaskContext, TraceParent
 
 _MISFIRE = {
     MisfirePolicy.RUN_ALL: types_pb2.MISFIRE_POLICY_RUN_ALL,
@@ -735,4 +735,5 @@ def task_context_from_assign(
         worker_id=worker_id,
         _lease=lease,
         _output=output,
+        _trace=TraceParent(assign.traceparent),
     )

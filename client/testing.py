@@ -15,7 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 from ._specs import DEFAULT_QUEUE, DEFAULT_TENANT, json_payload
-from .worker.context import DEFAULT_OUTPUT_TAIL_BYTES, LeaseState, OutputTail, TaskContext
+from .worker.context import (
+    DEFAULT_OUTPUT_TAIL_BYTES,
+    LeaseState,
+    OutputTail,
+    TaskContext,
+    TraceParent,
+)
 from .worker.task import TaskDefinition
 
 __all__ = ["make_context", "run_task", "run_task_async"]
@@ -36,9 +42,11 @@ def make_context(
     worker_id: str = "test-worker",
     lease_valid: bool = True,
     cancelled: bool = False,
+    traceparent: str = "",
 ) -> TaskContext:
     """A ``TaskContext`` as a worker would build it. ``payload`` is bytes or a JSON value;
-    ``job_id`` and ``scheduled_for_ms`` are read from ``run_id`` ("<job_id>@<ms>")."""
+    ``job_id`` and ``scheduled_for_ms`` are read from ``run_id`` ("<job_id>@<ms>");
+    ``traceparent`` is what a tracing cluster would hand on (``TaskContext.traceparent``)."""
     name = task_name or (definition.name if definition else "main")
     job_id, _, slot = run_id.partition("@")
     lease = LeaseState()
@@ -58,6 +66,7 @@ def make_context(
         idempotency_key=f"{run_id}:{name}",
         fencing_token=fencing_token,
         deadline_ms=deadline_ms,
+        _trace=TraceParent(traceparent),
         payload=payload if isinstance(payload, bytes) else json_payload(payload),
         worker_id=worker_id,
         _lease=lease,

@@ -104,6 +104,12 @@ class Config:
     # Logs on stderr: "text" or "json" (one event per line either way), and the least level.
     log_format: str = "text"
     log_level: str = "info"
+    # OpenTelemetry traces (the otel extra; node/ops/DESIGN.md "Tracing"): "otlp" (to
+    # OTEL_EXPORTER_OTLP_ENDPOINT), "console" or "none"; unset: OTEL_TRACES_EXPORTER if it
+    # names one of those, else none.
+    tracing: str = ""
+    # One log line per HTTP request (method, route, status, duration; logger gnomon.http.access).
+    http_access_log: bool = False
     # "host:port" of the HTTP/JSON API and dashboard (node/api/http); empty: not served.
     http_addr: str = ""
     # Bounds of the HTTP port's connections (node/api/http/DESIGN.md, "Connections"): a
@@ -300,6 +306,8 @@ class Config:
                               f"{self.tls_reload_interval_ms}")
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format: {self.log_format!r} is not text or json")
+        if self.tracing not in ("", "none", "otlp", "console"):
+            raise ConfigError(f"tracing: {self.tracing!r} is not otlp, console or none")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise ConfigError(f"log_level: {self.log_level!r} is not debug, info, warning "
                               "or error")

@@ -22,6 +22,7 @@ from gnomon.node.api.grpc.error_details import RichErrorDetails
 from gnomon.node.api.grpc.jobs import JobServicer
 from gnomon.node.api.grpc.operations import OperationsApi, OperationsServicer
 from gnomon.node.api.grpc.relay import RelayServicer
+from gnomon.node.api.grpc.telemetry import CallTelemetry
 from gnomon.node.api.grpc.worker import WorkerServicer
 from gnomon.node.clock import SYSTEM_CLOCK, Clock, mono_ms
 from gnomon.node.config import Config
@@ -33,8 +34,9 @@ from gnomon.node.leader.dispatch import Dispatcher
 from gnomon.node.leader.leases import LeaseTable, LeaseTiming
 from gnomon.node.leader.session import Leadership
 from gnomon.node.leader.trigger import TriggerLimits, TriggerLoop
-from gnomon.node.ops import logs, metrics, observe
+from gnomon.node.ops import logs, metrics, observe, tracing
 from gnomon.node.ops.operations import OperationError, TransferTimeout, transfer_leadership
+from gnomon.node.ops.run_spans import RunSpanCollector
 from gnomon.node.process import crash_process
 from gnomon.node.raft.errors import NotCommitted, Overloaded
 from gnomon.node.raft.node import RaftNode
@@ -132,6 +134,19 @@ class Node:
         if self.leadership.ready and _has_work(effects):
             self._to_loop(self._route_effects, effects)
 
+    def _trace_applied(self, batch: Batch, replies: list, effects: Effects) -> None:
+        """The leader turns what an entry closed (a fire, an attempt, a run) into spans, on
+        the loop thread; a failure here is logged, never stops the node."""
+        if not self.leadership.ready:
+            return
+        try:
+            records = self._run_spans.collect(self.replica.state, batch, replies, effects)
+        except Exception:  # noqa: BLE001 - tracing must never stop a replica
+            log.exception("tracing: the spans of an entry were not recorded")
+            return
+        if records:
+            self._to_loop(tracing.emit, records)
+
     def _route_effects(self, effects: Effects) -> None:
         if effects.jobs:
             self.trigger.jobs_changed(effects.jobs)
@@ -198,6 +213,7 @@ class Node:
         )
         self.replica.add_listener(self._observe_applied)
         self.replica.add_listener(self._on_applied)
+        self._start_tracing()
         self.raft = RaftNode(cfg, self.replica, self._on_role)
         logs.set_term_source(self.raft.term)
         self.supervisor.spawn(Backfill(
@@ -265,6 +281,17 @@ class Node:
         await self._stopping.wait()
         await self._shutdown(server)
 
+    def _start_tracing(self) -> None:
+        """With tracing on (node/ops/DESIGN.md "Tracing"): the spans of runs from applied
+        entries; the API ports' spans follow `tracing.enabled()`."""
+        try:
+            on = tracing.configure(tracing.mode_from_env(self.config.tracing), self.config.node_id)
+        except (ImportError, ValueError) as exc:
+            raise SystemExit(str(exc)) from None
+        if on:
+            self._run_spans = RunSpanCollector()
+            self.replica.add_listener(self._trace_applied)
+
     async def _reload_certificate(self, interval_s: float) -> None:
         """The certificates follow their files (node/security/reload.py)."""
         assert self.raft is not None  # spawned by run() after it made the raft node
@@ -324,9 +351,10 @@ class Node:
         options = [*GRPC_OPTIONS, ("grpc.server_handshake_timeout_ms",
                                    self.config.grpc_handshake_timeout_ms)]
         guard = DecodeGuard(drain_s=self.config.stream_refusal_drain_ms / 1000)
-        # Outermost: every abort below (access, decode, servicers) carries rich details.
-        server = grpc.aio.server(options=options,
-                                 interceptors=[RichErrorDetails(), guard, self.access_guard])
+        # Outermost first: CallTelemetry measures calls the guards refuse too; every abort
+        # below it (access, decode, servicers) carries rich details.
+        server = grpc.aio.server(options=options, interceptors=[
+            CallTelemetry(), RichErrorDetails(), guard, self.access_guard])
         api_pb2_grpc.add_AccessServiceServicer_to_server(AccessServicer(self, auth), server)
         api = cast(NodeApi, self)  # started by run() after it made the raft node and proposer
         api_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(api), server)
@@ -395,6 +423,7 @@ class Node:
             ("background tasks", lambda: self.supervisor.cancel_all(timeout_s / 4)),
             ("raft", lambda: asyncio.to_thread(raft.destroy)),
             ("history", lambda: asyncio.to_thread(self.replica.history.close)),
+            ("tracing", lambda: asyncio.to_thread(tracing.shutdown)),
         ], timeout_s)
         if stuck is not None:
             log.error("shutdown did not finish within %.1fs (stuck at: %s); exiting now",

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from .. import tracing
 from .._errors import (
     VERSION_CONFLICT,
     AlreadyExists,
@@ -518,6 +519,10 @@ def _cmd_worker(ctx: CommandContext) -> int:
     a = ctx.args
     if a.concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
+    try:
+        tracing.configure_exporter(a.tracing, f"gnomon-worker-{a.action}")
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
     tasks = worker_tasks(
         a.action,
         queues=a.queue,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -536,6 +537,14 @@ def _add_worker_commands(groups: Any, leaf: Leaf) -> None:
             "after start, e.g. a TLS cluster dialled without --ca (default 60; 0 waits forever)",
         )
         p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+        p.add_argument(
+            "--tracing",
+            choices=["none", "otlp", "console"],
+            default=os.environ.get("OTEL_TRACES_EXPORTER", "none")
+            if os.environ.get("OTEL_TRACES_EXPORTER") in ("otlp", "console") else "none",
+            help="export a span per task execution (the otel extra; OTEL_EXPORTER_OTLP_* "
+            "configure otlp; default: OTEL_TRACES_EXPORTER if otlp or console, else none)",
+        )
     add_worker_list(worker, leaf)
 
 

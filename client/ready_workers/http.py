@@ -13,7 +13,9 @@ Payload (JSON object)::
 The request carries the task in headers: ``Idempotency-Key`` (``<run_id>:<task_name>``, the
 same for every attempt: dedupe on it), ``X-Gnomon-Fencing-Token`` (strictly increasing per
 attempt: reject lower ones), ``X-Gnomon-Run-Id``, ``X-Gnomon-Attempt``, ``X-Gnomon-Job-Id``,
-``X-Gnomon-Task-Name``, ``X-Gnomon-Scheduled-For-Ms``; these override the payload's headers.
+``X-Gnomon-Task-Name``, ``X-Gnomon-Scheduled-For-Ms``, and ``traceparent`` when the cluster
+traces (W3C trace context: the receiver's span joins the run's trace); these override the
+payload's headers.
 With a signing secret (``--signing-secret-file``) it is also signed the Standard Webhooks
 way (``webhook-id``, ``webhook-timestamp``, ``webhook-signature``; signing.py).
 
@@ -124,9 +126,12 @@ _BODY_FIELDS = (
 
 
 def context_headers(ctx: TaskContext) -> dict[str, str]:
-    """``Idempotency-Key`` and the ``X-Gnomon-*`` headers describing the task."""
+    """``Idempotency-Key``, the ``X-Gnomon-*`` headers describing the task and, when the
+    cluster traces, ``traceparent`` (W3C trace context of the worker's execution span)."""
     fields = task_fields(ctx)
     headers = {"Idempotency-Key": ctx.idempotency_key}
+    if ctx.traceparent:
+        headers["traceparent"] = ctx.traceparent
     for name in _HEADER_FIELDS:
         title = "-".join(word.title() for word in name.split("_"))
         headers[f"X-Gnomon-{title}"] = str(fields[name])

@@ -13,8 +13,9 @@ Payload (JSON object)::
 The command sees the task in its environment: ``GNOMON_RUN_ID``, ``GNOMON_JOB_ID``,
 ``GNOMON_TENANT``, ``GNOMON_TASK_NAME``, ``GNOMON_QUEUE``, ``GNOMON_ATTEMPT``,
 ``GNOMON_MAX_ATTEMPTS``, ``GNOMON_SCHEDULED_FOR_MS``, ``GNOMON_IDEMPOTENCY_KEY``,
-``GNOMON_FENCING_TOKEN``, ``GNOMON_DEADLINE_MS`` (0: none) and ``GNOMON_WORKER_ID``; these
-override the payload's ``env``.
+``GNOMON_FENCING_TOKEN``, ``GNOMON_DEADLINE_MS`` (0: none) and ``GNOMON_WORKER_ID``, and
+``TRACEPARENT`` when the cluster traces (the worker's execution span, W3C trace context: a
+traced command continues the run's trace); these override the payload's ``env``.
 
 Every attempt reports the process's exit code (negative: killed by that signal), the tail of
 its output (stdout and stderr interleaved) and its duration: ``gnomon run get RUN`` shows them.
@@ -122,8 +123,11 @@ def parse_shell_payload(payload: bytes) -> ShellCommand:
 
 
 def task_environment(ctx: TaskContext) -> dict[str, str]:
-    """The GNOMON_* variables describing the task."""
-    return {f"GNOMON_{name.upper()}": str(value) for name, value in task_fields(ctx).items()}
+    """The GNOMON_* variables describing the task, and TRACEPARENT when it has one."""
+    env = {f"GNOMON_{name.upper()}": str(value) for name, value in task_fields(ctx).items()}
+    if ctx.traceparent:
+        env["TRACEPARENT"] = ctx.traceparent
+    return env
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -80,6 +80,16 @@ class ExitCode:
         self.value: int | None = None
 
 
+class TraceParent:
+    """The W3C traceparent a task hands on: the attempt's as sent, replaced by the worker's
+    execution span's while one runs (gnomon.client.tracing). One attribute: no lock."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str = "") -> None:
+        self.value = value
+
+
 _INT32 = range(-(2**31), 2**31)
 
 
@@ -109,6 +119,7 @@ class TaskContext:
     _lease: LeaseState = field(default_factory=LeaseState, repr=False)
     _output: OutputTail = field(default_factory=OutputTail, repr=False)
     _exit_code: ExitCode = field(default_factory=ExitCode, repr=False)
+    _trace: TraceParent = field(default_factory=TraceParent, repr=False)
 
     scheduled_for = InstantField("the slot the run fires for", zero_is_epoch=True)
     deadline = InstantField("None: no deadline")
@@ -151,6 +162,14 @@ class TaskContext:
         if code is not None and code not in _INT32:
             raise ValueError(f"exit code {code} is outside the 32-bit range")
         self._exit_code.value = code
+
+    @property
+    def traceparent(self) -> str:
+        """The W3C traceparent of this execution ("" when the cluster does not trace): the
+        worker's execution span when it traces, else the attempt's span. Hand it on to what
+        the task calls (the shell worker sets ``TRACEPARENT``, the HTTP worker the
+        ``traceparent`` header)."""
+        return self._trace.value
 
     @property
     def exit_code(self) -> int | None:

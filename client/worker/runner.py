@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import logging
 import time
 import traceback
@@ -14,8 +15,9 @@ from typing import Any
 from gnomon.v1 import worker_pb2
 
 from .. import _convert as cv
+from .. import tracing
 from .._errors import NonRetryableError
-from .context import LeaseState, OutputTail
+from .context import LeaseState, OutputTail, TaskContext
 from .leases import DEADLINE, SHUTDOWN, HeldLease, LeaseTable
 from .reports import Reports, StatsCounter
 from .stream import WorkerStream
@@ -46,6 +48,12 @@ def fail_message(ex: HeldLease, error: str, *, retryable: bool) -> worker_pb2.Wo
     if ex.ctx.exit_code is not None:
         fail.exit_code = ex.ctx.exit_code
     return worker_pb2.WorkerMessage(fail=fail)
+
+
+def _span_attributes(ctx: TaskContext) -> dict[str, Any]:
+    return {"gnomon.run_id": ctx.run_id, "gnomon.job_id": ctx.job_id, "gnomon.tenant": ctx.tenant,
+            "gnomon.task": ctx.task_name, "gnomon.attempt": ctx.attempt,
+            "gnomon.fencing_token": ctx.fencing_token, "gnomon.worker_id": ctx.worker_id}
 
 
 class TaskRunner:
@@ -181,10 +189,18 @@ class TaskRunner:
 
     async def _call(self, ex: HeldLease) -> Any:
         assert ex.definition is not None
-        if ex.definition.is_async:
-            return await ex.definition.fn(ex.ctx)
-        ex.thread = self._executor.submit(ex.definition.fn, ex.ctx)
-        return await asyncio.wrap_future(ex.thread)
+        ctx = ex.ctx
+        with tracing.execution_span(ctx.traceparent, f"gnomon.task {ctx.task_name}",
+                                    _span_attributes(ctx)) as traceparent:
+            ctx._trace.value = traceparent
+            if ex.definition.is_async:
+                return await ex.definition.fn(ctx)
+            if tracing.active():  # the task's thread continues the execution span
+                ex.thread = self._executor.submit(contextvars.copy_context().run,
+                                                  ex.definition.fn, ctx)
+            else:
+                ex.thread = self._executor.submit(ex.definition.fn, ctx)
+            return await asyncio.wrap_future(ex.thread)
 
     def _result_message(self, ex: HeldLease, result: bytes) -> worker_pb2.WorkerMessage:
         if len(result) > self._max_result_bytes:

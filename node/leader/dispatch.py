@@ -27,7 +27,8 @@ from gnomon.node.core.model import DEFAULT_MAX_ATTEMPTS, TaskState
 from gnomon.node.leader.leases import LeaseTable
 from gnomon.node.leader.outbox import Outbox
 from gnomon.node.leader.ports import LockedState, LoopProposes
-from gnomon.node.ops import logs, metrics
+from gnomon.node.ops import logs, metrics, tracing
+from gnomon.node.ops.run_spans import attempt_traceparent
 from gnomon.node.raft.errors import NotCommitted, Overloaded
 from gnomon.node.tasks import Supervisor
 from gnomon.v1 import worker_pb2
@@ -460,4 +461,6 @@ class Dispatcher:
                 scheduled_for_ms=run.scheduled_for_ms, lease_ttl_ms=inst.lease_ttl_ms,
                 deadline_ms=inst.started_ms + spec.timeout_ms if spec.timeout_ms else 0,
                 max_attempts=spec.retry.max_attempts or DEFAULT_MAX_ATTEMPTS,
+                traceparent=(attempt_traceparent(run.run_id, inst.task_name, inst.attempt)
+                             if tracing.enabled() else ""),
             )

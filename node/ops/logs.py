@@ -1,7 +1,8 @@
 """The node's log records: `--log-format json|text`, `--log-level`, one event per line.
 
 Every record carries the node id and, once Raft runs, the current term; records about a job,
-a run or a lease carry `job`, `run` and `token` (pass `extra=logs.fields(...)`). A record that
+a run or a lease carry `job`, `run` and `token` (pass `extra=logs.fields(...)`); with tracing
+on, a record written while a span is active carries its `trace_id` and `span_id`. A record that
 spans lines (a traceback, a message with newlines) is written on one line: JSON escapes them,
 text replaces them with " | ", so a reader that splits on newlines never sees half a record.
 """
@@ -16,18 +17,27 @@ import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["FORMATS", "LEVELS", "configure", "fields", "set_term_source"]
+__all__ = ["FORMATS", "LEVELS", "configure", "fields", "set_term_source", "set_trace_source"]
 
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
-_FIELDS = ("job", "run", "token", "worker")
+_FIELDS = ("job", "run", "token", "worker", "http", "trace_id", "span_id")
 _term_source: Callable[[], int] | None = None
+# The active span's (trace id, span id) in hex, or None; set by ops.tracing when tracing is on
+# (this module never imports opentelemetry).
+_trace_source: Callable[[], tuple[str, str] | None] | None = None
 
 
 def set_term_source(source: Callable[[], int] | None) -> None:
     """Where records read the current term from (the Raft node, once it runs)."""
     global _term_source
     _term_source = source
+
+
+def set_trace_source(source: Callable[[], tuple[str, str] | None] | None) -> None:
+    """Where records read the active span's ids from (ops.tracing, while tracing is on)."""
+    global _trace_source
+    _trace_source = source
 
 
 def fields(*, job: str | None = None, run: str | None = None, token: int | None = None,
@@ -49,6 +59,10 @@ class _Context(logging.Filter):
                 record.term = int(_term_source())
             except Exception:  # noqa: BLE001 - Raft not started or stopping: no term field
                 pass
+        if _trace_source is not None and not hasattr(record, "trace_id"):
+            ids = _trace_source()
+            if ids is not None:
+                record.trace_id, record.span_id = ids
         return True
 
 
@@ -58,7 +72,8 @@ def _timestamp(record: logging.LogRecord) -> str:
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, node, term, msg, job/run/token, exc."""
+    """One JSON object per line: ts, level, logger, node, term, msg, job/run/token/worker,
+    trace_id/span_id, exc."""
 
     def format(self, record: logging.LogRecord) -> str:
         event = {"ts": _timestamp(record), "level": record.levelname.lower(),

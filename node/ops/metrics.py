@@ -96,6 +96,20 @@ HTTP_ACCEPT_ERRORS = Counter(
     "gnomon_http_accept_errors_total",
     "Times accept failed on the HTTP port (EMFILE, ENFILE, ENOBUFS...) and it paused for "
     "http_accept_backoff_ms", registry=REGISTRY)
+# Per call on the API ports (node/api/grpc/telemetry.py, node/api/http/telemetry.py). Labels
+# are bounded: registered methods only (an unknown method is "unknown"), HTTP route
+# templates, never raw paths.
+_CALL_BUCKETS = (.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30)
+GRPC_SECONDS = Histogram(
+    "gnomon_grpc_server_handling_seconds",
+    "gRPC calls served by this node, from the call's start to its status (a stream: its "
+    "whole life), by service, method and status code",
+    ["service", "method", "code"], buckets=_CALL_BUCKETS, registry=REGISTRY)
+HTTP_SECONDS = Histogram(
+    "gnomon_http_request_duration_seconds",
+    "HTTP requests served by this node, from the handler's start to its response, by "
+    "method, route template (\"unmatched\" for none) and status",
+    ["method", "route", "status"], buckets=_CALL_BUCKETS, registry=REGISTRY)
 
 
 def serve(addr: str) -> None:

@@ -20,6 +20,7 @@ from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, State, dedupe_k
 from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.core.run_query import RunCursor, query_runs, sort_value
 from gnomon.node.leader.backfill import count_slots
+from gnomon.node.ops import tracing
 from gnomon.node.spec.schedules import (
     bounded_first,
     check_schedule,
@@ -391,6 +392,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                                                 self.node.input_limits)
         reply = await self._propose(c.TriggerJob(request.request_id, job_id, overlap, params,
                                                  payloads), request)
+        call_span = tracing.current_span()
+        if call_span is not None and reply.run_id:  # the caller's trace -> the run's own
+            call_span.link_run(reply.run_id)
         return api_pb2.TriggerJobResponse(run=await self._run_proto(reply.run_id))
 
     @translated

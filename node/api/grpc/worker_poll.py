@@ -70,7 +70,8 @@ def _task(assign: worker_pb2.Assign) -> worker_pb2.LeasedTask:
         ttl_ms=assign.lease_ttl_ms, payload=assign.payload, deadline_ms=assign.deadline_ms,
         run_id=lease.run_id, task_name=lease.task_name, job_id=assign.job_id,
         tenant=assign.tenant, queue=assign.queue, attempt=assign.attempt,
-        max_attempts=assign.max_attempts, scheduled_for_ms=assign.scheduled_for_ms)
+        max_attempts=assign.max_attempts, scheduled_for_ms=assign.scheduled_for_ms,
+        traceparent=assign.traceparent)
 
 
 def _assigns(msg: worker_pb2.ServerMessage | None) -> list[worker_pb2.Assign]:

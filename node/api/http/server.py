@@ -25,6 +25,7 @@ from gnomon.node.api.http.openapi import document
 from gnomon.node.api.http.patch import merged_update
 from gnomon.node.api.http.port import REFUSAL, NodePortEvents, incomplete_body
 from gnomon.node.api.http.problems import PROBLEM_TYPE, UNSUPPORTED_MEDIA_TYPE, Problem
+from gnomon.node.api.http.telemetry import telemetry_middleware
 from gnomon.node.config import web_origin
 from gnomon.node.security.grpc_tls import is_loopback
 from gnomon.node.security.reload import ServingCertificate
@@ -41,7 +42,8 @@ MAX_BODY_BYTES = 16 << 20  # as gRPC's max_receive_message_length on the node
 CORS_EXPOSE = {"Access-Control-Expose-Headers": "Location, Retry-After"}
 PREFLIGHT = {
     "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE, OPTIONS",
-    "Access-Control-Allow-Headers": "Content-Type, Idempotency-Key, Authorization",
+    "Access-Control-Allow-Headers": "Content-Type, Idempotency-Key, Authorization, "
+                                    "traceparent, tracestate",
     "Access-Control-Max-Age": "600",
 }
 # The one type a body may have: anything else (text/plain, a form, none) is what a page of
@@ -71,7 +73,10 @@ class HttpServer:
                           "AccessService": AccessServicer(node, node.authenticator),
                           "WorkerService": node.worker_servicer}
         self.events = EventHub(node, max_streams=node.config.http_max_event_streams)
-        self.app = web.Application(middlewares=[self._middleware], client_max_size=MAX_BODY_BYTES)
+        # Outermost first: telemetry times and traces what _middleware answers too.
+        telemetry = telemetry_middleware(access_log_on=node.config.http_access_log)
+        self.app = web.Application(middlewares=[telemetry, self._middleware],
+                                   client_max_size=MAX_BODY_BYTES)
         routes = all_routes()
         for route in routes:
             self.app.router.add_route(route.method, route.path, self._handler(route))

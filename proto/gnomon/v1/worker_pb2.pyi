@@ -124,7 +124,7 @@ class Welcome(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., heartbeat_interval_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., resumed_tokens: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Assign(_message.Message):
-    __slots__ = ("lease", "job_id", "tenant", "queue", "attempt", "idempotency_key", "payload", "scheduled_for_ms", "lease_ttl_ms", "deadline_ms", "max_attempts")
+    __slots__ = ("lease", "job_id", "tenant", "queue", "attempt", "idempotency_key", "payload", "scheduled_for_ms", "lease_ttl_ms", "deadline_ms", "max_attempts", "traceparent")
     LEASE_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,7 @@ class Assign(_message.Message):
     LEASE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
     DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     lease: LeaseRef
     job_id: str
     tenant: str
@@ -147,7 +148,8 @@ class Assign(_message.Message):
     lease_ttl_ms: int
     deadline_ms: int
     max_attempts: int
-    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., payload: _Optional[bytes] = ..., scheduled_for_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, lease: _Optional[_Union[LeaseRef, _Mapping]] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., attempt: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., payload: _Optional[bytes] = ..., scheduled_for_ms: _Optional[int] = ..., lease_ttl_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., max_attempts: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class HeartbeatAck(_message.Message):
     __slots__ = ("valid_tokens", "revoked_tokens")
@@ -208,7 +210,7 @@ class LeaseTasksRequest(_message.Message):
     def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., capacity: _Optional[int] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class LeasedTask(_message.Message):
-    __slots__ = ("lease_id", "fencing_token", "idempotency_key", "ttl_ms", "payload", "deadline_ms", "run_id", "task_name", "job_id", "tenant", "queue", "attempt", "max_attempts", "scheduled_for_ms")
+    __slots__ = ("lease_id", "fencing_token", "idempotency_key", "ttl_ms", "payload", "deadline_ms", "run_id", "task_name", "job_id", "tenant", "queue", "attempt", "max_attempts", "scheduled_for_ms", "traceparent")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     FENCING_TOKEN_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +225,7 @@ class LeasedTask(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_FOR_MS_FIELD_NUMBER: _ClassVar[int]
+    TRACEPARENT_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
     fencing_token: int
     idempotency_key: str
@@ -237,7 +240,8 @@ class LeasedTask(_message.Message):
     attempt: int
     max_attempts: int
     scheduled_for_ms: int
-    def __init__(self, lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., deadline_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_for_ms: _Optional[int] = ...) -> None: ...
+    traceparent: str
+    def __init__(self, lease_id: _Optional[str] = ..., fencing_token: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., ttl_ms: _Optional[int] = ..., payload: _Optional[bytes] = ..., deadline_ms: _Optional[int] = ..., run_id: _Optional[str] = ..., task_name: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., queue: _Optional[str] = ..., attempt: _Optional[int] = ..., max_attempts: _Optional[int] = ..., scheduled_for_ms: _Optional[int] = ..., traceparent: _Optional[str] = ...) -> None: ...
 
 class LeaseTasksResponse(_message.Message):
     __slots__ = ("tasks", "heartbeat_interval_ms", "lease_ttl_ms")
