@@ -121,6 +121,22 @@ def test_a_tenant_token_sees_only_its_tenants_runs(cluster, world):
         client.list_runs_across_jobs(tenants=["acme", "globex"])
 
 
+def test_a_tenant_token_sees_only_its_tenants_job_health(cluster, world):
+    """ListJobs' health view: the tenant's jobs only; its backlog counts only its tasks."""
+    reader, runs, jobs = world["reader"], world["runs"], world["jobs"]
+    status, body = _get(cluster, "/v1/jobs", reader, health="true")
+    assert status == 200, body
+    assert list(body["health"]) == [jobs["acme"]]
+    health = body["health"][jobs["acme"]]
+    assert [r["runId"] for r in health["recentRuns"]] == runs["acme"]
+    [gpu] = health["queues"]
+    # Two running runs wait on "gpu" with no worker; the leader answered: workers known.
+    assert (gpu["queue"], gpu["ready"], gpu["workers"], gpu["workersKnown"]) == (
+        "gpu", "2", 0, True)
+    status, body = _get(cluster, "/v1/jobs", reader, health="true", tenant="globex")
+    assert status == 403 and body["code"] == "PERMISSION_DENIED"
+
+
 @pytest.mark.parametrize("query, field, rule", [
     ({"state": "done"}, "state", "is not one of"),
     ({"limit": 1001}, "limit", "between 0 and 1000"),

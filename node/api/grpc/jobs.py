@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import cast
+from typing import Any, cast
 
 import grpc
 
 from gnomon.node import codec
-from gnomon.node.api.grpc import run_listing
+from gnomon.node.api.grpc import job_health, run_listing
 from gnomon.node.api.grpc.access import request_scope, scoped
 from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import REJECTED_CODES, ServiceError, check, status_of
 from gnomon.node.core import commands as c
 from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.errors import Rejected
+from gnomon.node.core.job_health import job_health as core_job_health
+from gnomon.node.core.job_health import tenant_backlogs
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, State, dedupe_key, queue_key
 from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.core.run_query import RunCursor, query_runs, sort_value
@@ -319,22 +321,39 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         await self.before_read(request.consistency)
         out = api_pb2.ListJobsResponse()
 
+        now, sessions = self._now_ms(), self._worker_sessions() if request.health else None
+
         def page(st: State) -> tuple[list[int], int]:
             order = st.tenant_job_order.get(request.tenant) if request.tenant else st.job_order
             seqs = order.page(after, limit + 1, lambda n: f"j{n}" in st.jobs) if order else []
             size = 0
+            backlogs = tenant_backlogs(st) if request.health else {}
             for i, seq in enumerate(seqs[:limit]):
-                job = codec.job_to_proto(st.jobs[f"j{seq}"])
-                size += job.ByteSize()
+                found = st.jobs[f"j{seq}"]
+                job = codec.job_to_proto(found)
+                health = job_health.health_to_proto(
+                    core_job_health(st, found, backlogs), found.spec.tenant, now_ms=now,
+                    sessions=sessions) if request.health else None
+                size += job.ByteSize() + (health.ByteSize() if health is not None else 0)
                 if size > MAX_PAGE_BYTES and i:
                     return seqs, i
                 out.jobs.append(job)
+                if health is not None:
+                    out.health[found.job_id].CopyFrom(health)
             return seqs, limit
 
         seqs, shown = self.read(page)
         if len(seqs) > shown:
             out.next_after_job_id = f"j{seqs[shown - 1]}"
         return out
+
+    def _worker_sessions(self) -> dict[str, Any] | None:
+        """The leader's worker sessions (leader.dispatch), None on a node that does not lead:
+        workers connect to the leader only."""
+        dispatcher = getattr(self.node, "dispatcher", None)
+        if dispatcher is None or not self.node.leadership.ready:
+            return None
+        return dict(dispatcher.sessions)
 
     @translated
     async def UpdateJob(self, request, context):  # noqa: N802

@@ -99,24 +99,83 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("tenant", "after_job_id", "limit", "consistency")
+    __slots__ = ("tenant", "after_job_id", "limit", "consistency", "health")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     after_job_id: str
     limit: int
     consistency: Consistency
-    def __init__(self, tenant: _Optional[str] = ..., after_job_id: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+    health: bool
+    def __init__(self, tenant: _Optional[str] = ..., after_job_id: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ..., health: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs", "next_after_job_id")
+    __slots__ = ("jobs", "next_after_job_id", "health")
+    class HealthEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: JobHealth
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[JobHealth, _Mapping]] = ...) -> None: ...
     JOBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Job]
     next_after_job_id: str
-    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ...) -> None: ...
+    health: _containers.MessageMap[str, JobHealth]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ..., health: _Optional[_Mapping[str, JobHealth]] = ...) -> None: ...
+
+class JobHealth(_message.Message):
+    __slots__ = ("recent_runs", "succeeded", "failed", "duration_p50_ms", "duration_p99_ms", "lateness_p50_ms", "lateness_p99_ms", "queues")
+    RECENT_RUNS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_P50_MS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_P50_MS_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    recent_runs: _containers.RepeatedCompositeFieldContainer[RecentRun]
+    succeeded: int
+    failed: int
+    duration_p50_ms: int
+    duration_p99_ms: int
+    lateness_p50_ms: int
+    lateness_p99_ms: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueHealth]
+    def __init__(self, recent_runs: _Optional[_Iterable[_Union[RecentRun, _Mapping]]] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., duration_p50_ms: _Optional[int] = ..., duration_p99_ms: _Optional[int] = ..., lateness_p50_ms: _Optional[int] = ..., lateness_p99_ms: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueHealth, _Mapping]]] = ...) -> None: ...
+
+class RecentRun(_message.Message):
+    __slots__ = ("run_id", "state", "duration_ms", "late_ms", "created_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    LATE_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    state: _types_pb2.RunState
+    duration_ms: int
+    late_ms: int
+    created_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., duration_ms: _Optional[int] = ..., late_ms: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class QueueHealth(_message.Message):
+    __slots__ = ("queue", "ready", "oldest_ready_age_ms", "workers", "workers_known")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    ready: int
+    oldest_ready_age_ms: int
+    workers: int
+    workers_known: bool
+    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., oldest_ready_age_ms: _Optional[int] = ..., workers: _Optional[int] = ..., workers_known: _Optional[bool] = ...) -> None: ...
 
 class UpdateJobRequest(_message.Message):
     __slots__ = ("request_id", "job", "spec", "expected_version")

@@ -254,33 +254,147 @@ async function clusterPage() {
   await refresh();
 }
 
+// -- the jobs list: each job's health at a glance (#/jobs?show=warn&sort=success&backlog=1m) --
+// GET /v1/jobs?health=true answers each job's last runs, success counts, duration and fire
+// lateness percentiles and its queues (backlog, workers: the leader's). The page sorts and
+// filters them; the filter, the sort and the backlog threshold live in the URL.
+
+// A run's state as a glyph as well as a colour (never colour alone).
+const RUN_GLYPHS = { succeeded: "✓", failed: "✗", running: "▶", queued: "…", cancelled: "⊘", skipped: "–" };
+const JOB_SHOW_CHOICES = [["", "all"], ["failing", "with failed runs"], ["warn", "with warnings"],
+  ["circuit", "circuit not closed"], ["late", "fires late (p99 over 1 s)"], ["paused", "paused"]];
+const JOB_SORTS = { // key: [header, value of a row (larger sorts later)]
+  name: ["name", (r) => r.job.spec.name.toLowerCase()],
+  success: ["success", (r) => (r.rate === null ? 2 : r.rate)],
+  duration: ["duration p50 / p99", (r) => num(r.health.durationP99Ms)],
+  lateness: ["fire lateness p50 / p99", (r) => num(r.health.latenessP99Ms)],
+  next: ["next fire", (r) => num(r.job.nextFireMs) || Infinity],
+  warnings: ["warnings", (r) => -r.warnings.length],
+};
+const DEFAULT_BACKLOG = "1m";
+
+function durationParam(text) {
+  const m = (text || "").trim().match(/^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/);
+  return m ? Math.round(Number(m[1]) * Object.fromEntries(DURATION_UNITS)[m[2]]) : null;
+}
+
+// What an on-call engineer should look at first: a queue without a worker, an old backlog.
+function jobWarnings(health, backlogMs) {
+  const out = [];
+  for (const q of health.queues || []) {
+    if (q.workersKnown && !num(q.workers)) out.push(`no worker on queue ${q.queue}`);
+    if (num(q.oldestReadyAgeMs) > backlogMs) out.push(`queue ${q.queue}: oldest ready ${fmtDur(q.oldestReadyAgeMs)} (${q.ready} waiting)`);
+  }
+  return out;
+}
+
+function jobRow(job, health, backlogMs) {
+  const ended = num(health.succeeded) + num(health.failed);
+  return { job, health, rate: ended ? num(health.succeeded) / ended : null, warnings: jobWarnings(health, backlogMs),
+    circuit: (job.circuit?.status || "CIRCUIT_STATUS_CLOSED").replace("CIRCUIT_STATUS_", "").toLowerCase().replace("unspecified", "closed") };
+}
+
+function jobShown(r, show) {
+  if (show === "failing") return num(r.health.failed) > 0;
+  if (show === "warn") return r.warnings.length > 0;
+  if (show === "circuit") return r.circuit !== "closed";
+  if (show === "late") return num(r.health.latenessP99Ms) > 1000;
+  if (show === "paused") return !!r.job.paused;
+  return true;
+}
+
+function healthStrip(health) {
+  const runs = health.recentRuns || [];
+  return h("div", { class: "strip mini", role: "list", "aria-label": `last ${runs.length} runs, oldest first` }, runs.map((r) => {
+    const st = STATE_NAMES(r.state);
+    const late = num(r.lateMs) > 1000 ? `, ${fmtDur(r.lateMs)} late` : "";
+    return h("a", { role: "listitem", href: `#/runs/${encodeURIComponent(r.runId)}`, class: `s-${st}${late ? " late" : ""}`, "data-state": st,
+      title: `${r.runId}: ${st}${num(r.durationMs) ? `, ${fmtDur(r.durationMs)}` : ""}${late}`, "aria-label": `run ${r.runId} ${st}${late}`,
+      text: RUN_GLYPHS[st] || "?" });
+  }));
+}
+
+function pair(a, b) { return num(a) || num(b) ? `${fmtDur(a)} / ${fmtDur(b)}` : "—"; }
+
+function jobsFilterForm(q) {
+  const input = (name, label, attrs) => h("label", {}, label, h("input", { id: `jobs-${name}`, name, value: q.get(name) || "", ...attrs }));
+  const select = (name, label, choices) => h("label", {}, label, h("select", { id: `jobs-${name}`, name },
+    choices.map(([value, text]) => h("option", { value, text, selected: (q.get(name) || "") === value }))));
+  const form = h("form", { role: "search", "aria-label": "Filter jobs" },
+    h("div", { class: "row" }, input("tenant", "Tenant", { placeholder: "all tenants" }), input("name", "Name contains", { placeholder: "any" }),
+      select("show", "Show", JOB_SHOW_CHOICES),
+      input("backlog", "Warn at a backlog older than", { placeholder: DEFAULT_BACKLOG, list: "jobs-backlogs" }),
+      h("datalist", { id: "jobs-backlogs" }, ["30s", "1m", "5m", "15m", "1h"].map((x) => h("option", { value: x }))),
+      h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const next = new URLSearchParams();
+    for (const el of form.elements) if (el.name && el.value.trim()) next.set(el.name, el.value.trim());
+    if (q.get("sort")) next.set("sort", q.get("sort"));
+    location.hash = `#/jobs${next.toString() ? `?${next}` : ""}`;
+  });
+  return form;
+}
+
+// A sortable column's header: a button that sorts by it (again: the other way round).
+function sortHeader(q, key) {
+  const [label] = JOB_SORTS[key];
+  const current = (q.get("sort") || "").replace(/^-/, "");
+  const desc = (q.get("sort") || "").startsWith("-");
+  const th = h("th", { scope: "col", "aria-sort": current === key ? (desc ? "descending" : "ascending") : "none" },
+    h("button", { type: "button", class: "sort", "data-sort": key, onclick: () => {
+      const next = new URLSearchParams(q);
+      next.set("sort", current === key && !desc ? `-${key}` : key);
+      location.hash = `#/jobs?${next}`;
+    } }, label, current === key ? (desc ? " ▼" : " ▲") : ""));
+  return th;
+}
+
 async function jobsPage() {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
-  const tenant = h("input", { id: "f-tenant", name: "tenant", value: q.get("tenant") || "", placeholder: "all tenants" });
-  const name = h("input", { id: "f-name", name: "name", value: q.get("name") || "", placeholder: "any" });
   const list = h("div", { id: "jobs" });
   const out = h("div");
   main.replaceChildren(
     h("h1", { text: "Jobs" }),
-    h("section", { class: "card" },
-      h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
-        h("div", { class: "row" }, h("label", {}, "Tenant", tenant), h("label", {}, "Name contains", name),
-          h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Search" }))))),
+    h("section", { class: "card" }, jobsFilterForm(q)),
     h("section", { class: "card" }, out, list),
     h("section", { class: "card" }, h("h2", { text: "New job" }), jobForm(null)),
   );
   refresh = async () => {
-    const path = tenant.value.trim() ? `/v1/tenants/${encodeURIComponent(tenant.value.trim())}/jobs?limit=1000` : "/v1/jobs?limit=1000";
+    const backlogMs = durationParam(q.get("backlog") || DEFAULT_BACKLOG);
+    if (backlogMs === null) { message(out, `backlog: ${JSON.stringify(q.get("backlog"))} is not a duration (30s, 5m, 1h)`); return; }
+    const tenant = (q.get("tenant") || "").trim();
+    const path = tenant ? `/v1/tenants/${encodeURIComponent(tenant)}/jobs?limit=1000&health=true` : "/v1/jobs?limit=1000&health=true";
     const res = await api("GET", path);
-    const needle = name.value.trim().toLowerCase();
-    const jobs = res.jobs.filter((j) => !needle || j.spec.name.toLowerCase().includes(needle));
-    list.replaceChildren(jobs.length ? table(["job", "tenant", "name", "schedule", "next fire", "state", "version", ""],
-      jobs.map((j) => h("tr", { "data-job": j.jobId },
-        h("td", {}, jobLink(j.jobId)), h("td", { text: j.spec.tenant }), h("td", {}, jobLink(j.jobId, j.spec.name)),
-        h("td", { text: schedText(j.spec.schedule) }),
-        h("td", { title: fmtTime(j.nextFireMs), text: num(j.nextFireMs) ? fmtAgo(j.nextFireMs) : "—" }),
-        h("td", { text: j.paused ? "paused" : "active" }), h("td", { text: j.version }),
-        h("td", {}, jobActions(j, out))))) : h("p", { class: "muted", text: "No jobs." }));
+    const needle = (q.get("name") || "").trim().toLowerCase();
+    const sort = q.get("sort") || "";
+    const [, value] = JOB_SORTS[sort.replace(/^-/, "")] || [null, null];
+    const rows = res.jobs.filter((j) => !needle || j.spec.name.toLowerCase().includes(needle))
+      .map((j) => jobRow(j, (res.health || {})[j.jobId] || {}, backlogMs)).filter((r) => jobShown(r, q.get("show") || ""));
+    if (value) {
+      const dir = sort.startsWith("-") ? -1 : 1;
+      rows.sort((a, b) => { const x = value(a), y = value(b); return (x < y ? -1 : x > y ? 1 : 0) * dir; });
+    }
+    const workersUnknown = rows.some((r) => (r.health.queues || []).some((x) => !x.workersKnown));
+    message(out, "");
+    list.replaceChildren(rows.length ? h("div", { class: "scroll" }, h("table", { "aria-label": "Jobs" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col", text: "job" }), sortHeader(q, "name"), h("th", { scope: "col", text: "tenant" }),
+        h("th", { scope: "col", text: "last runs (oldest first)" }), sortHeader(q, "success"), sortHeader(q, "duration"), sortHeader(q, "lateness"),
+        sortHeader(q, "next"), h("th", { scope: "col", text: "circuit" }), sortHeader(q, "warnings"), h("th", { scope: "col", text: "state" }),
+        h("th", { scope: "col", text: "actions" }))),
+      h("tbody", {}, rows.map((r) => h("tr", { "data-job": r.job.jobId },
+        h("td", {}, jobLink(r.job.jobId)), h("td", {}, jobLink(r.job.jobId, r.job.spec.name)), h("td", { text: r.job.spec.tenant }),
+        h("td", {}, healthStrip(r.health)),
+        h("td", { "data-testid": "success", title: `${num(r.health.succeeded)} succeeded, ${num(r.health.failed)} failed of the runs shown`,
+          text: r.rate === null ? "—" : `${Math.round(r.rate * 100)}%` }),
+        h("td", { text: pair(r.health.durationP50Ms, r.health.durationP99Ms) }),
+        h("td", { text: pair(r.health.latenessP50Ms, r.health.latenessP99Ms) }),
+        h("td", { title: fmtTime(r.job.nextFireMs), text: r.job.paused ? "paused" : num(r.job.nextFireMs) ? fmtAgo(r.job.nextFireMs) : "—" }),
+        h("td", {}, r.circuit === "closed" ? "closed" : h("span", { class: `state s-${r.circuit === "open" ? "failed" : "queued"}`, text: r.circuit })),
+        h("td", { class: "wrap", "data-testid": "warnings" }, r.warnings.length ? h("ul", { class: "warnings" }, r.warnings.map((w) => h("li", { text: `⚠ ${w}` }))) : "—"),
+        h("td", { text: r.job.paused ? "paused" : "active" }),
+        h("td", {}, jobActions(r.job, out))))))) : h("p", { class: "muted", text: "No jobs match." }),
+    workersUnknown ? h("p", { class: "muted", text: "Workers are known to the leader only: this answer came from a node that does not lead." }) : "");
   };
   await refresh();
 }
