@@ -5,6 +5,7 @@ from the URL. One cluster for the module; waiting is Playwright's auto-waiting `
 from __future__ import annotations
 
 import re
+from urllib.parse import quote
 
 import pytest
 
@@ -95,6 +96,64 @@ def test_jobs_list_shows_each_jobs_health_sorted_and_filtered(cluster, page):
         pg.goto(f"{follower.url}/#/jobs?name=health-&show=failing")
         expect(rows).to_have_count(1)
         expect(rows.first).to_have_attribute("data-job", bad)
+    finally:
+        worker.close()
+    assert page.script_errors() == []
+
+
+def test_a_runs_timeline_shows_each_attempt_and_its_details_one_click_away(cluster, page):
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader and n.alive())
+    retry = {"maxAttempts": 2, "initialBackoffMs": "200", "maxBackoffMs": "200"}
+    spec = {"name": "timeline", "paused": True, "schedule": {"interval": {"intervalMs": "3600000"}},
+            "tasks": [{"name": "extract", "queue": "tl", "retry": retry},
+                      {"name": "load", "queue": "tl", "dependsOn": ["extract"]}]}
+    r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
+    assert r.status == 201, r.text
+    run_id = _trigger(leader, r.json["job"]["jobId"])
+    worker = RawWorker(leader, "w-tl", ("tl",))
+    try:
+        worker.credits(1)
+        first = worker.next("assign").lease
+        worker.fail(first, "disk full", retryable=True, exit_code=3, output_tail="no space left",
+                    duration_ms=5)
+        worker.next("report_ack")
+        worker.credits(1)
+        second = worker.next("assign").lease  # after the 200 ms back-off
+        assert second.fencing_token > first.fencing_token
+        worker.complete(second)
+        worker.next("report_ack")
+        worker.credits(1)
+        held = worker.next("assign").lease  # load: leased, held while the page looks
+        assert held.task_name == "load"
+
+        pg = page.page
+        pg.goto(f"{follower.url}/#/runs/{quote(run_id, safe='')}")
+        timeline = pg.get_by_test_id("timeline")
+        extract = timeline.locator('g.seg[data-task="extract"]')
+        expect(extract).to_have_count(4)
+        assert [extract.nth(i).get_attribute("data-kind") for i in range(4)] == [
+            "queued", "lease failed", "backoff", "lease succeeded"]
+        load = timeline.locator('g.seg[data-task="load"]')
+        expect(load.last).to_have_attribute("data-kind", "lease held")
+        assert load.first.get_attribute("data-kind") == "upstream"
+        # One click: the failed attempt's worker, token, exit code and output.
+        extract.nth(1).click()
+        detail = pg.get_by_test_id("timeline-detail")
+        expect(detail).to_contain_text(f"fencing token {first.fencing_token}")
+        expect(detail).to_contain_text("worker w-tl")
+        expect(detail).to_contain_text("exit code 3")
+        expect(detail.locator("pre")).to_have_text("no space left")
+        # The keyboard reaches a bar too.
+        extract.nth(3).focus()
+        pg.keyboard.press("Enter")
+        expect(detail).to_contain_text(f"attempt 2 · succeeded · worker w-tl · fencing token "
+                                       f"{second.fencing_token}")
+        # The DAG keeps its full labels, with the time under the lease.
+        node = pg.get_by_test_id("dag").locator('g[data-task="extract"]')
+        expect(node).to_contain_text(f"token {second.fencing_token}")
+        expect(node).to_contain_text(re.compile(r"\d+(\.\d)? m?s"))
+        page.shot("run-timeline")
     finally:
         worker.close()
     assert page.script_errors() == []

@@ -832,6 +832,14 @@ function textWidth(font) {
   return (t) => { measureCtx.font = font; return measureCtx.measureText(t).width; };
 }
 
+// A task's time under its current or last lease (to now while held), for the DAG's label.
+function taskDuration(t) {
+  const start = num(t.startedMs);
+  if (!start) return [];
+  const end = num(t.finishedMs) || (STATE_NAMES(t.state) === "leased" ? Date.now() : 0);
+  return end >= start ? [fmtDur(end - start)] : [];
+}
+
 // The DAG: tasks in columns by depth (longest path from a root), edges from dependencies.
 // Every node shows its whole name and state · attempt · fencing token, wrapped over as many
 // lines as they take (the node grows; a column stacks its nodes by their heights).
@@ -855,7 +863,7 @@ function dagSvg(run, specTasks, onPick) {
   const widthOf = textWidth(`12px ${getComputedStyle(document.body).fontFamily}`);
   const lines = Object.fromEntries(run.tasks.map((t) => [t.taskName, [
     ...wrapUnits([t.taskName], "", W - 2 * PAD, widthOf),
-    ...wrapUnits([STATE_NAMES(t.state), `attempt ${t.attempt}`, `token ${t.fencingToken}`], " · ", W - 2 * PAD, widthOf)]]));
+    ...wrapUnits([STATE_NAMES(t.state), `attempt ${t.attempt}`, `token ${t.fencingToken}`, ...taskDuration(t)], " · ", W - 2 * PAD, widthOf)]]));
   const pos = {};
   let height = 0;
   Object.entries(cols).forEach(([d, ns]) => {
@@ -901,12 +909,111 @@ function taskActions(id, t, out) {
   return null;
 }
 
+// -- a run's timeline: each task's attempts as bars on one time axis ----------------------------
+// From GetRun alone: a task waits for its upstream from the run's creation to `readyMs`, is
+// queued until a lease is granted, holds each lease from its attempt's `startedMs` to
+// `finishedMs` (the part the worker measured as run time drawn darker, at the lease's end),
+// waits out a retry's back-off (and the queue again) between attempts, and ends at `finishedMs`.
+// A bar is a button: its worker, fencing token, exit code and output tail show below.
+const OUTCOME = (o) => (o || "").replace("ATTEMPT_OUTCOME_", "").toLowerCase();
+
+function taskSegments(run, t, now) {
+  const segs = [];
+  const add = (kind, from, to, info) => { if (from && to >= from) segs.push({ kind, from, to, info }); };
+  const created = num(run.createdMs), ready = num(t.readyMs);
+  const attempts = t.attempts || [];
+  if (!ready) { // never ready: waiting for (or failed with) its upstream
+    add("upstream", created, num(t.finishedMs) || now, { what: `${STATE_NAMES(t.state).replace("_", " ")}: waiting for upstream tasks` });
+    return segs;
+  }
+  if (ready > created) add("upstream", created, ready, { what: "waiting for upstream tasks" });
+  let last = ready;
+  for (const a of attempts) {
+    const start = num(a.startedMs), end = num(a.finishedMs);
+    if (last && start > last) add(last === ready ? "queued" : "backoff", last, start, { what: last === ready ? "queued: ready, no lease yet" : "retry back-off, then queued" });
+    add(`lease ${OUTCOME(a.outcome)}`, start, end, { attempt: a });
+    last = end;
+  }
+  const st = STATE_NAMES(t.state);
+  const current = num(t.startedMs) > last ? num(t.startedMs) : 0; // a lease not in `attempts`: held now
+  if (current) {
+    if (last && current > last) add(last === ready ? "queued" : "backoff", last, current, { what: last === ready ? "queued: ready, no lease yet" : "retry back-off, then queued" });
+    const end = num(t.finishedMs) || now;
+    add(st === "leased" ? "lease held" : `lease ${st}`, current, end, { attempt: { attempt: t.attempt, fencingToken: t.fencingToken, workerId: t.workerId, startedMs: current, finishedMs: num(t.finishedMs), outcome: st === "leased" ? "held now" : st } });
+  } else if (st === "retry_wait") add("backoff", last, Math.max(now, num(t.retryAtMs)), { what: `retry back-off until ${fmtTime(t.retryAtMs)}` });
+  else if (st === "ready" && last) add(last === ready ? "queued" : "backoff", last, now, { what: "queued: ready, no lease yet" });
+  return segs;
+}
+
+const segKey = (t, seg) => `${t.taskName}|${seg.kind.startsWith("lease") ? `lease ${seg.info.attempt.attempt}` : seg.kind}|${seg.from}`;
+
+function attemptText(a) {
+  return [`attempt ${a.attempt}`, OUTCOME(a.outcome) || a.outcome, `worker ${a.workerId || "—"}`, `fencing token ${a.fencingToken}`,
+    a.exitCode !== undefined ? `exit code ${a.exitCode}` : null, num(a.durationMs) ? `ran ${fmtDur(a.durationMs)} (worker's measure)` : null,
+    `lease ${fmtTime(a.startedMs)} → ${a.finishedMs ? fmtTime(a.finishedMs) : "now"}`, a.error ? `error: ${a.error}` : null].filter(Boolean).join(" · ");
+}
+
+function timelineSvg(run, onPick) {
+  const now = Math.max(Date.now(), num(run.finishedMs));
+  const rows = run.tasks.map((t) => ({ t, segs: taskSegments(run, t, now) }));
+  const t0 = num(run.createdMs);
+  const t1 = Math.max(t0 + 1, num(run.finishedMs) || now, ...rows.flatMap((r) => r.segs.map((s) => s.to)));
+  const LABEL = 150, W = 720, ROW = 28, TOP = 24, PAD = 8;
+  const x = (ms) => LABEL + ((ms - t0) / (t1 - t0)) * (W - LABEL - PAD);
+  const height = TOP + rows.length * ROW + PAD;
+  const svg = s("svg", { class: "timeline", viewBox: `0 0 ${W} ${height}`, width: W, height, role: "group", "aria-label": `Timeline of run ${run.runId}: ${fmtDur(t1 - t0)} from its creation`, "data-testid": "timeline" });
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+    const at = x(t0 + f * (t1 - t0));
+    svg.append(s("line", { x1: at, x2: at, y1: TOP - 6, y2: height - PAD, class: "tick" }),
+      s("text", { x: Math.min(at, W - 40), y: 12, class: "axis", text: `+${fmtDur(Math.round(f * (t1 - t0)))}` }));
+  }
+  rows.forEach(({ t, segs }, i) => {
+    const y = TOP + i * ROW;
+    svg.append(s("text", { x: 4, y: y + 17, class: "label", text: t.taskName.length > 20 ? `${t.taskName.slice(0, 19)}…` : t.taskName }, s("title", { text: t.taskName })));
+    for (const seg of segs) {
+      const x1 = x(seg.from), w = Math.max(3, x(seg.to) - x1);
+      const name = seg.info.attempt ? `${t.taskName} attempt ${seg.info.attempt.attempt}: ${seg.kind}, ${fmtDur(seg.to - seg.from)}` : `${t.taskName}: ${seg.info.what}, ${fmtDur(seg.to - seg.from)}`;
+      const g = s("g", { class: `seg k-${seg.kind.replace(/ /g, "-")}`, tabindex: "0", role: "button", "aria-label": name, "data-task": t.taskName, "data-kind": seg.kind },
+        s("rect", { x: x1, y: y + 4, width: w, height: ROW - 8 }), s("title", { text: name }));
+      const ran = num(seg.info.attempt?.durationMs);
+      if (ran) g.append(s("rect", { class: "ran", x: x1 + Math.max(0, w - (ran / (t1 - t0)) * (W - LABEL - PAD)), y: y + 8, width: Math.min(w, Math.max(2, (ran / (t1 - t0)) * (W - LABEL - PAD))), height: ROW - 16 }));
+      const pick = () => onPick(t, seg);
+      g.addEventListener("click", pick);
+      g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } });
+      svg.append(g);
+    }
+  });
+  return svg;
+}
+
+// `picked` ({ key }) keeps the selected bar across the page's live refreshes.
+function timelineCard(run, picked) {
+  const detail = h("div", { class: "tl-detail", role: "region", "aria-live": "polite", "aria-label": "Selected bar", "data-testid": "timeline-detail" },
+    h("p", { class: "muted", text: "Select a bar (click, or Tab then Enter) for its worker, fencing token, exit code and output." }));
+  const pick = (t, seg) => {
+    picked.key = segKey(t, seg);
+    const a = seg.info.attempt;
+    detail.replaceChildren(h("h3", { text: `${t.taskName}: ${seg.kind}` }),
+      h("p", { text: a ? attemptText(a) : `${seg.info.what} · ${fmtTime(seg.from)} → ${fmtTime(seg.to)} · ${fmtDur(seg.to - seg.from)}` }),
+      a?.outputTail ? h("pre", { class: "tail", text: a.outputTail }) : "");
+  };
+  const svg = timelineSvg(run, pick);
+  for (const t of run.tasks) for (const seg of taskSegments(run, t, Math.max(Date.now(), num(run.finishedMs)))) if (segKey(t, seg) === picked.key) pick(t, seg);
+  return h("section", { class: "card" }, h("h2", { text: "Timeline" }),
+    h("div", { class: "legend" }, [["upstream", "waiting for upstream"], ["queued", "queued"], ["lease-succeeded", "lease: succeeded"],
+      ["lease-failed", "lease: failed / expired (dashed)"], ["lease-held", "lease held now"], ["backoff", "retry back-off"], ["ran", "run time (worker's measure)"]].map(([k, text]) =>
+      h("span", {}, s("svg", { width: 14, height: 10, "aria-hidden": "true", class: "timeline" },
+        k === "ran" ? s("rect", { class: "ran", x: 0, y: 0, width: 14, height: 10 }) : s("g", { class: `seg k-${k}` }, s("rect", { x: 0, y: 0, width: 14, height: 10 }))), ` ${text}`))),
+    h("div", { class: "scroll" }, svg), detail);
+}
+
 async function runPage(runId) {
   const id = encodeURIComponent(runId);
   const out = h("div");
   const body = h("div");
   main.replaceChildren(h("h1", {}, "Run ", h("span", { text: runId })), out, body);
   let specTasks = null;
+  const picked = { key: "" };
   refresh = async () => {
     const { run } = await api("GET", `/v1/runs/${id}`);
     if (specTasks === null) {
@@ -934,6 +1041,7 @@ async function runPage(runId) {
           await api("POST", `/v1/runs/${id}/rerun`); await refresh();
         }, out) : null)),
       h("section", { class: "card" }, h("h2", { text: "DAG" }), h("div", { class: "scroll" }, dagSvg(run, specTasks, pick))),
+      timelineCard(run, picked),
       h("section", { class: "card" }, h("h2", { text: "Tasks" }),
         table(["task", "state", "attempt", "fencing token", "worker", "ready", "started", "finished", "result", "error", ""],
           run.tasks.map((t) => h("tr", { "data-task": t.taskName },
