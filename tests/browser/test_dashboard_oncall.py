@@ -157,3 +157,45 @@ def test_a_runs_timeline_shows_each_attempt_and_its_details_one_click_away(clust
     finally:
         worker.close()
     assert page.script_errors() == []
+
+
+def test_why_is_it_waiting_names_the_tenant_cap_a_test_set(cluster, page):
+    leader = cluster.leader()
+    follower = next(n for n in cluster.nodes if n is not leader and n.alive())
+    r = call(leader.url, "POST", "/v1/tenants", {"tenant": {"name": "capped", "weight": 1, "maxConcurrency": 1}})
+    assert r.status == 200, r.text
+    spec = {"tenant": "capped", "name": "capped-job", "paused": True,
+            "schedule": {"interval": {"intervalMs": "3600000"}},
+            "tasks": [{"name": "main", "queue": "capq"}, {"name": "after", "queue": "capq",
+                                                          "dependsOn": ["main"]}]}
+    r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
+    assert r.status == 201, r.text
+    job_id = r.json["job"]["jobId"]
+    worker = RawWorker(leader, "w-cap", ("capq",))
+    try:
+        first = _trigger(leader, job_id)
+        worker.credits(2)
+        assert worker.next("assign").lease.run_id == first
+        second = _trigger(leader, job_id)  # ready, with a free slot: the cap holds it
+
+        pg = page.page
+        pg.goto(f"{follower.url}/#/runs/{quote(second, safe='')}")
+        panel = pg.get_by_test_id("waits")
+        cap = panel.locator('li[data-wait="tenant_concurrency"]')
+        expect(cap).to_contain_text("max_concurrency of tenant capped = 1 (now 1)")
+        expect(cap).to_contain_text("gnomon tenant set capped --max-concurrency")
+        expect(cap).to_have_attribute("data-task", "main")
+        expect(panel.locator('li[data-wait="upstream"]')).to_contain_text("main (ready)")
+        expect(panel.get_by_role("heading")).to_have_text("Why is it waiting?")
+        page.shot("run-waits")
+        # Raised, the cap no longer holds it: the panel follows the event stream.
+        r = call(leader.url, "PUT", "/v1/tenants/capped",
+                 {"tenant": {"name": "capped", "weight": 1, "maxConcurrency": 5}})
+        assert r.status == 200, r.text
+        worker.credits(1)
+        assert worker.next("assign").lease.run_id == second
+        expect(panel.locator('li[data-task="main"]')).to_have_attribute("data-wait", "running")
+        expect(cap).to_have_count(0)
+    finally:
+        worker.close()
+    assert page.script_errors() == []

@@ -264,6 +264,7 @@ RULES: dict[str, Rule] = {
     JOBS + "CancelBackfill": Rule(TENANT_WRITER, _job),
     JOBS + "SetQueueCircuit": Rule(TENANT_ADMIN, _queue_tenant),
     JOBS + "ListQueueCircuits": Rule(TENANT_READER, _listing),
+    JOBS + "ExplainRun": Rule(TENANT_READER, _run),
     CLUSTER + "GetStatus": Rule(TENANT_READER, _any),
     CLUSTER + "SetLimits": Rule(ADMIN),
     CLUSTER + "ExportHistory": Rule(ADMIN),

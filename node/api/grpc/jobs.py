@@ -21,6 +21,7 @@ from gnomon.node.core.job_health import tenant_backlogs
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, State, dedupe_key, queue_key
 from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.core.run_query import RunCursor, query_runs, sort_value
+from gnomon.node.core.run_waits import DispatchBounds, WorkerView, explain_run
 from gnomon.node.leader.backfill import count_slots
 from gnomon.node.spec.schedules import (
     bounded_first,
@@ -500,6 +501,32 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 out.next_page_token = run_listing.encode_token(nxt, query.sort)
 
         self.read(page)
+        return out
+
+    @translated
+    async def ExplainRun(self, request, context):  # noqa: N802
+        """What a run waits for (node/core/run_waits.py), the leader's workers and bounds in."""
+        validate_id("run_id", request.run_id)
+        await self.before_read(request.consistency)
+        sessions = self._worker_sessions()
+        workers = None if sessions is None else tuple(
+            WorkerView(tuple(s.queues), s.tenants, s.credits) for s in sessions.values())
+        cfg = self.node.config
+        bounds = DispatchBounds(cfg.queue_caps, cfg.fire_admission_max_ready)
+
+        def explain(st: State):
+            run = st.runs.get(request.run_id)
+            if run is None:
+                return None
+            return codec.run_to_proto(run), explain_run(st, run, workers, bounds)
+
+        found = self.read(explain)
+        run, waits = found if found is not None else (await self._run_proto(request.run_id), [])
+        out = api_pb2.ExplainRunResponse(run=run, workers_known=workers is not None)
+        for w in waits:
+            out.waits.add(kind=api_pb2.WaitKind.Value(f"WAIT_KIND_{w.kind.upper()}"),
+                          task_name=w.task, detail=w.detail, limit=w.limit,
+                          limit_value=w.limit_value, current=w.current, change=w.change)
         return out
 
     @translated

@@ -14,6 +14,23 @@ class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSISTENCY_LINEARIZABLE: _ClassVar[Consistency]
     CONSISTENCY_STALE: _ClassVar[Consistency]
 
+class WaitKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WAIT_KIND_UNSPECIFIED: _ClassVar[WaitKind]
+    WAIT_KIND_SKIPPED: _ClassVar[WaitKind]
+    WAIT_KIND_LATE_FIRE: _ClassVar[WaitKind]
+    WAIT_KIND_OVERLAP: _ClassVar[WaitKind]
+    WAIT_KIND_CIRCUIT_OPEN: _ClassVar[WaitKind]
+    WAIT_KIND_FIRE_ADMISSION: _ClassVar[WaitKind]
+    WAIT_KIND_UPSTREAM: _ClassVar[WaitKind]
+    WAIT_KIND_RETRY_BACKOFF: _ClassVar[WaitKind]
+    WAIT_KIND_NO_WORKER: _ClassVar[WaitKind]
+    WAIT_KIND_NO_FREE_WORKER: _ClassVar[WaitKind]
+    WAIT_KIND_TENANT_CONCURRENCY: _ClassVar[WaitKind]
+    WAIT_KIND_QUEUE_CONCURRENCY: _ClassVar[WaitKind]
+    WAIT_KIND_DISPATCH: _ClassVar[WaitKind]
+    WAIT_KIND_RUNNING: _ClassVar[WaitKind]
+
 class RunSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RUN_SORT_UNSPECIFIED: _ClassVar[RunSort]
@@ -24,11 +41,61 @@ class RunSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 CONSISTENCY_UNSPECIFIED: Consistency
 CONSISTENCY_LINEARIZABLE: Consistency
 CONSISTENCY_STALE: Consistency
+WAIT_KIND_UNSPECIFIED: WaitKind
+WAIT_KIND_SKIPPED: WaitKind
+WAIT_KIND_LATE_FIRE: WaitKind
+WAIT_KIND_OVERLAP: WaitKind
+WAIT_KIND_CIRCUIT_OPEN: WaitKind
+WAIT_KIND_FIRE_ADMISSION: WaitKind
+WAIT_KIND_UPSTREAM: WaitKind
+WAIT_KIND_RETRY_BACKOFF: WaitKind
+WAIT_KIND_NO_WORKER: WaitKind
+WAIT_KIND_NO_FREE_WORKER: WaitKind
+WAIT_KIND_TENANT_CONCURRENCY: WaitKind
+WAIT_KIND_QUEUE_CONCURRENCY: WaitKind
+WAIT_KIND_DISPATCH: WaitKind
+WAIT_KIND_RUNNING: WaitKind
 RUN_SORT_UNSPECIFIED: RunSort
 RUN_SORT_CREATED_DESC: RunSort
 RUN_SORT_CREATED_ASC: RunSort
 RUN_SORT_DURATION_DESC: RunSort
 RUN_SORT_DURATION_ASC: RunSort
+
+class ExplainRunRequest(_message.Message):
+    __slots__ = ("run_id", "consistency")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    consistency: Consistency
+    def __init__(self, run_id: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ExplainRunResponse(_message.Message):
+    __slots__ = ("run", "waits", "workers_known")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    waits: _containers.RepeatedCompositeFieldContainer[RunWait]
+    workers_known: bool
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ..., waits: _Optional[_Iterable[_Union[RunWait, _Mapping]]] = ..., workers_known: _Optional[bool] = ...) -> None: ...
+
+class RunWait(_message.Message):
+    __slots__ = ("kind", "task_name", "detail", "limit", "limit_value", "current", "change")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    kind: WaitKind
+    task_name: str
+    detail: str
+    limit: str
+    limit_value: int
+    current: int
+    change: str
+    def __init__(self, kind: _Optional[_Union[WaitKind, str]] = ..., task_name: _Optional[str] = ..., detail: _Optional[str] = ..., limit: _Optional[str] = ..., limit_value: _Optional[int] = ..., current: _Optional[int] = ..., change: _Optional[str] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
     __slots__ = ("request_id", "spec")

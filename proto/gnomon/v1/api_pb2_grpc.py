@@ -155,6 +155,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.FromString,
                 _registered_method=True)
+        self.ExplainRun = channel.unary_unary(
+                '/gnomon.v1.JobService/ExplainRun',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ExplainRunRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ExplainRunResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -345,6 +350,16 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ExplainRun(self, request, context):
+        """Why a run is where it is: what it and each of its tasks wait for (upstream tasks, a
+        queue without a worker, a concurrency cap, fire admission, an open circuit, the overlap
+        policy, a retry's back-off), from the cluster's state, with each bound's value and where
+        to change it. A run only in the history store has ended: it waits for nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -467,6 +482,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListQueueCircuits,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.SerializeToString,
+            ),
+            'ExplainRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainRun,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ExplainRunRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ExplainRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1118,6 +1138,33 @@ class JobService:
             '/gnomon.v1.JobService/ListQueueCircuits',
             gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/ExplainRun',
+            gnomon_dot_v1_dot_api__pb2.ExplainRunRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ExplainRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1007,6 +1007,28 @@ function timelineCard(run, picked) {
     h("div", { class: "scroll" }, svg), detail);
 }
 
+// -- why is it late? (GET /v1/runs/{id}/waits): what the run and its tasks wait for -------------
+const WAIT_TITLES = { SKIPPED: "skipped", LATE_FIRE: "fired late", OVERLAP: "overlap policy", CIRCUIT_OPEN: "circuit open",
+  FIRE_ADMISSION: "fire admission", UPSTREAM: "upstream tasks", RETRY_BACKOFF: "retry back-off", NO_WORKER: "no worker",
+  NO_FREE_WORKER: "no free worker", TENANT_CONCURRENCY: "tenant concurrency cap", QUEUE_CONCURRENCY: "queue concurrency cap",
+  DISPATCH: "about to be leased", RUNNING: "running" };
+
+function waitsCard(res) {
+  const waits = res.waits || [];
+  if (!waits.length) return "";
+  const blocking = waits.filter((w) => !["WAIT_KIND_RUNNING", "WAIT_KIND_DISPATCH"].includes(w.kind));
+  return h("section", { class: "card", "aria-labelledby": "waits-title", "data-testid": "waits" },
+    h("h2", { id: "waits-title", text: blocking.length ? "Why is it waiting?" : "Where it is" }),
+    h("ul", { class: "waits" }, waits.map((w) => {
+      const kind = (w.kind || "").replace("WAIT_KIND_", "");
+      return h("li", { "data-wait": kind.toLowerCase(), "data-task": w.taskName || "" },
+        h("b", { text: `${w.taskName ? `${w.taskName}: ` : "run: "}${WAIT_TITLES[kind] || kind.toLowerCase()}` }), " — ", w.detail,
+        w.limit ? h("div", { class: "limit" }, "bound: ", h("code", { text: w.limit }), ` = ${w.limitValue} (now ${w.current})`) : "",
+        w.change ? h("div", { class: "muted" }, "change: ", h("code", { text: w.change })) : "");
+    })),
+    res.workersKnown ? "" : h("p", { class: "muted", text: "Workers are known to the leader only: this answer came from a node that does not lead." }));
+}
+
 async function runPage(runId) {
   const id = encodeURIComponent(runId);
   const out = h("div");
@@ -1016,6 +1038,9 @@ async function runPage(runId) {
   const picked = { key: "" };
   refresh = async () => {
     const { run } = await api("GET", `/v1/runs/${id}`);
+    const ended = ["succeeded", "failed", "cancelled"].includes(STATE_NAMES(run.state));
+    const waits = ended && !(run.trigger === "RUN_TRIGGER_SCHEDULE" && num(run.createdMs) - num(run.scheduledForMs) - num(run.fireDelayMs) > 1000)
+      ? { waits: [] } : await api("GET", `/v1/runs/${id}/waits`).catch((e) => ({ waits: [], error: e.message }));
     if (specTasks === null) {
       try { specTasks = (await api("GET", `/v1/jobs/${encodeURIComponent(run.jobId)}`)).job.spec.tasks; }
       catch { specTasks = []; } // a deleted job: tasks without edges
@@ -1040,6 +1065,7 @@ async function runPage(runId) {
         ["failed", "cancelled"].includes(STATE_NAMES(run.state)) ? action("Re-run", async () => {
           await api("POST", `/v1/runs/${id}/rerun`); await refresh();
         }, out) : null)),
+      waitsCard(waits),
       h("section", { class: "card" }, h("h2", { text: "DAG" }), h("div", { class: "scroll" }, dagSvg(run, specTasks, pick))),
       timelineCard(run, picked),
       h("section", { class: "card" }, h("h2", { text: "Tasks" }),
