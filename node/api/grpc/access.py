@@ -296,7 +296,7 @@ AUDITED = frozenset({
     ACCESS + "CreateToken", ACCESS + "RevokeToken", ACCESS + "CreateTenant",
     ACCESS + "UpdateTenant", CLUSTER + "SetLimits", OPS + "TransferLeadership",
     OPS + "AddNode", OPS + "RemoveNode",
-    JOBS + "DeleteJob",
+    JOBS + "DeleteJob", JOBS + "ReplayDeadLetters",
 })
 MAX_AUDIT_DETAIL_CHARS = 2000
 # Calls that create runs: refused while the tenant's queued tasks are at max_queued_tasks.

@@ -42,6 +42,7 @@ from gnomon.node.storage.state_codec import decode_run
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 MAX_PAGE = 1000
+MAX_REASON_CHARS = 500  # a replay's reason, kept in the audit log
 # A page of jobs stays under this many bytes (the rest follows via next_after_job_id), below
 # gRPC's default 4 MiB receive limit: 1000 jobs of up to 100 tasks with 64 KiB payloads would
 # not fit even the 16 MiB limit of the node and the SDK.
@@ -651,6 +652,9 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def ReplayDeadLetters(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
+        if len(request.reason) > MAX_REASON_CHARS or not request.reason.isprintable():
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               f"reason: at most {MAX_REASON_CHARS} printable characters")
         keys = [c.TaskKey(t.run_id, t.task_name) for t in request.tasks]
         if not keys:
             if not (request.all or request.tenant):

@@ -437,16 +437,18 @@ class TaskRef(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ...) -> None: ...
 
 class ReplayDeadLettersRequest(_message.Message):
-    __slots__ = ("request_id", "tasks", "tenant", "all")
+    __slots__ = ("request_id", "tasks", "tenant", "all", "reason")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ALL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskRef]
     tenant: str
     all: bool
-    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., tenant: _Optional[str] = ..., all: _Optional[bool] = ...) -> None: ...
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., tenant: _Optional[str] = ..., all: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReplayDeadLettersResponse(_message.Message):
     __slots__ = ("replayed",)

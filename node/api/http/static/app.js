@@ -1087,31 +1087,90 @@ async function runPage(runId) {
   await refresh();
 }
 
+// -- dead letters as a work list (#/dlq?tenant=&group=job|error) ------------------------------
+// Grouped by job or by error class (the error's first line, digits as N), several selected
+// (a group's checkbox selects it all) and replayed with a reason, which the audit log keeps
+// (ReplayDeadLetters is an audited call). Discarding has no API in the cluster yet.
+const errorClass = (e) => ((e || "no error text").split("\n")[0].replace(/\d+/g, "N").trim().slice(0, 80)) || "no error text";
+const DLQ_GROUPS = [["job", "job"], ["error", "error class"], ["", "none"]];
+
 async function dlqPage() {
-  const tenant = h("input", { id: "dlq-tenant", name: "tenant", placeholder: "all tenants" });
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const group = q.get("group") ?? "job";
+  const tenant = h("input", { id: "dlq-tenant", name: "tenant", placeholder: "all tenants", value: q.get("tenant") || "" });
+  const groupBy = h("select", { id: "dlq-group", name: "group" }, DLQ_GROUPS.map(([v, t]) => h("option", { value: v, text: t, selected: v === group })));
+  const reason = h("input", { id: "dlq-reason", name: "reason", maxlength: "500", placeholder: "e.g. disk freed on db-3", "aria-describedby": "dlq-reason-help" });
   const list = h("div", { id: "dlq" });
   const out = h("div");
+  const selected = new Set();
+  const count = h("span", { "data-testid": "dlq-selected", role: "status", text: "0 selected" });
+  const replay = h("button", { type: "button", class: "primary", text: "Replay selected", disabled: true });
+  const filter = h("form", { role: "search", "aria-label": "Filter dead letters" },
+    h("div", { class: "row" }, h("label", { for: "dlq-tenant" }, "Tenant", tenant), h("label", { for: "dlq-group" }, "Group by", groupBy),
+      h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
+  filter.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const next = new URLSearchParams();
+    if (tenant.value.trim()) next.set("tenant", tenant.value.trim());
+    next.set("group", groupBy.value);
+    location.hash = `#/dlq?${next}`;
+  });
   main.replaceChildren(h("h1", { text: "Dead letters" }),
-    h("section", { class: "card" }, h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
-      h("div", { class: "row" }, h("label", { for: "dlq-tenant" }, "Tenant", tenant),
-        h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Filter" })),
-        h("div", { class: "btn-cell" }, action("Replay all shown", async () => {
-          const t = tenant.value.trim();
-          const r = await api("POST", "/v1/dlq/replay", t ? { tenant: t } : { all: true });
-          message(out, `Replayed ${r.replayed.length} tasks`, true); await refresh();
-        }, out))))),
+    h("section", { class: "card" }, filter),
+    h("section", { class: "card" }, h("form", { "aria-label": "Replay the selected dead letters", onsubmit: (e) => { e.preventDefault(); replay.click(); } },
+      h("div", { class: "row" }, h("label", { for: "dlq-reason" }, "Reason (kept in the audit log)", reason),
+        h("div", { class: "btn-cell" }, count), h("div", { class: "btn-cell" }, replay)),
+      h("p", { id: "dlq-reason-help", class: "muted", text: "Replaying starts a fresh attempt series for each selected task (same idempotency key). Discarding a dead letter has no API in the cluster yet." }))),
     h("section", { class: "card" }, out, list));
+  const sync = () => {
+    count.textContent = `${selected.size} selected`;
+    replay.disabled = !selected.size;
+    for (const box of list.querySelectorAll("input[data-key]")) box.checked = selected.has(box.dataset.key);
+    for (const box of list.querySelectorAll("input[data-group]")) {
+      const keys = JSON.parse(box.dataset.keys);
+      box.checked = keys.every((k) => selected.has(k));
+      box.indeterminate = !box.checked && keys.some((k) => selected.has(k));
+    }
+  };
+  replay.addEventListener("click", async () => {
+    if (!reason.value.trim()) { message(out, "reason: say why you replay them (it goes to the audit log)"); reason.setAttribute("aria-invalid", "true"); reason.focus(); return; }
+    reason.removeAttribute("aria-invalid");
+    replay.disabled = true;
+    try {
+      const tasks = [...selected].map((k) => { const i = k.lastIndexOf(":"); return { runId: k.slice(0, i), taskName: k.slice(i + 1) }; });
+      const r = await api("POST", "/v1/dlq/replay", { tasks, reason: reason.value.trim() });
+      selected.clear();
+      message(out, `Replayed ${r.replayed.length} task${r.replayed.length === 1 ? "" : "s"}`, true);
+      await refresh();
+    } catch (e) { message(out, e.message); } finally { sync(); }
+  });
   refresh = async () => {
     const t = tenant.value.trim();
-    const res = await api("GET", t ? `/v1/tenants/${encodeURIComponent(t)}/dlq` : "/v1/dlq");
-    list.replaceChildren(res.deadLetters.length ? table(["run", "task", "job", "tenant", "attempts", "error", "dead since", ""],
-      res.deadLetters.map((d) => h("tr", { "data-dead": `${d.runId}:${d.taskName}` },
-        h("td", {}, runLink(d.runId)), h("td", { text: d.taskName }), h("td", {}, jobLink(d.jobId)), h("td", { text: d.tenant }),
-        h("td", { text: d.attempts }), h("td", { class: "wrap", text: d.lastError }), h("td", { text: fmtTime(d.deadMs) }),
-        h("td", {}, action("Replay", async () => {
-          await api("POST", "/v1/dlq/replay", { tasks: [{ runId: d.runId, taskName: d.taskName }] });
-          message(out, `Replayed ${d.runId}:${d.taskName}`, true); await refresh();
-        }, out))))) : h("p", { class: "muted", "data-testid": "dlq-empty", text: "The dead-letter queue is empty." }));
+    const res = await api("GET", t ? `/v1/tenants/${encodeURIComponent(t)}/dlq?limit=1000` : "/v1/dlq?limit=1000");
+    const letters = res.deadLetters;
+    const present = new Set(letters.map((d) => `${d.runId}:${d.taskName}`));
+    for (const k of [...selected]) if (!present.has(k)) selected.delete(k);
+    const groups = new Map();
+    for (const d of letters) {
+      const key = group === "job" ? `job ${d.jobId}` : group === "error" ? errorClass(d.lastError) : "all";
+      (groups.get(key) || groups.set(key, []).get(key)).push(d);
+    }
+    const row = (d) => {
+      const key = `${d.runId}:${d.taskName}`;
+      const box = h("input", { type: "checkbox", "data-key": key, "aria-label": `select ${key}` });
+      box.addEventListener("change", () => { if (box.checked) selected.add(key); else selected.delete(key); sync(); });
+      return h("tr", { "data-dead": key }, h("td", {}, box), h("td", {}, runLink(d.runId)), h("td", { text: d.taskName }), h("td", {}, jobLink(d.jobId)),
+        h("td", { text: d.tenant }), h("td", { text: d.attempts }), h("td", { class: "wrap", text: d.lastError }), h("td", { text: fmtTime(d.deadMs) }));
+    };
+    list.replaceChildren(...(letters.length ? [...groups].map(([name, items]) => {
+      const keys = items.map((d) => `${d.runId}:${d.taskName}`);
+      const all = h("input", { type: "checkbox", "data-group": name, "data-keys": JSON.stringify(keys), "aria-label": `select all of ${name}` });
+      all.addEventListener("change", () => { for (const k of keys) { if (all.checked) selected.add(k); else selected.delete(k); } sync(); });
+      return h("section", { class: "dlq-group", "data-group": name, "aria-label": name },
+        h("h2", {}, h("label", { class: "check" }, all, ` ${name} — ${items.length} dead letter${items.length === 1 ? "" : "s"}`)),
+        table(["", "run", "task", "job", "tenant", "attempts", "error", "dead since"], items.map(row)));
+    }) : [h("p", { class: "muted", "data-testid": "dlq-empty", text: "The dead-letter queue is empty." })]));
+    sync();
   };
   await refresh();
 }
