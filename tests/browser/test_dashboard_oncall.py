@@ -4,6 +4,8 @@ from the URL. One cluster for the module; waiting is Playwright's auto-waiting `
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from urllib.parse import quote
 
@@ -199,3 +201,100 @@ def test_why_is_it_waiting_names_the_tenant_cap_a_test_set(cluster, page):
     finally:
         worker.close()
     assert page.script_errors() == []
+
+
+# The pages an on-call engineer goes through, each audited with axe-core, at a desktop width
+# and at a phone's 390 px; `{job}` and `{run}` are filled in from the cluster.
+PAGES = ["cluster", "jobs", "jobs/{job}", "runs", "runs/{run}", "dlq", "queues"]
+AXE_RUN = """async () => (await axe.run(document, {resultTypes: ['violations']})).violations
+  .filter(v => ['serious', 'critical'].includes(v.impact))
+  .map(v => `${v.impact} ${v.id}: ${v.help} (${v.nodes.slice(0, 3).map(n => n.target.join(' '))
+  .join(' | ')})`)"""
+FIRST_PAINT = """() => {
+  const fcp = performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint');
+  return fcp ? Math.round(fcp.startTime) : null;
+}"""
+
+
+FOCUSABLE = ("a[href], button:not([disabled]), input:not([disabled]), select, textarea, "
+             "summary, [tabindex='0']")
+MARK_FOCUSED = """() => {
+  const el = document.activeElement;
+  const style = getComputedStyle(el);
+  const ring = el instanceof SVGElement ? getComputedStyle(el.querySelector('rect')).strokeWidth
+    : style.outlineStyle !== 'none' && style.outlineWidth;
+  el.setAttribute('data-reached', ring && ring !== '0px' && ring !== '1px' ? 'visible' : 'no-ring');
+}"""
+
+
+def _tab_through(pg) -> dict[str, list[str]]:
+    """Tab from the top through the page: the focusable elements never reached, and those
+    reached without a visible focus ring."""
+    count = pg.evaluate(f"() => [...document.querySelectorAll(`{FOCUSABLE}`)]"
+                        ".filter(e => e.getClientRects().length).length")
+    pg.evaluate("() => document.activeElement && document.activeElement.blur()")
+    for _ in range(count + 2):
+        pg.keyboard.press("Tab")
+        pg.evaluate(MARK_FOCUSED)
+    return pg.evaluate(f"""() => {{
+      const all = [...document.querySelectorAll(`{FOCUSABLE}`)].filter(e => e.getClientRects().length);
+      const name = e => e.getAttribute('aria-label') || e.textContent.trim().slice(0, 30) || e.id || e.tagName;
+      return {{unreached: all.filter(e => !e.hasAttribute('data-reached')).map(name),
+               no_ring: all.filter(e => e.getAttribute('data-reached') === 'no-ring').map(name)}};
+    }}""")
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_every_page_passes_an_accessibility_audit(cluster, browser, width):
+    """No serious or critical axe-core violation on any page; at 390 px no page scrolls
+    sideways. Prints each page's weight and first contentful paint (bench/RESULTS.md)."""
+    from tests.browser.conftest import OUTPUT, Page
+    from tests.support.browser import AXE
+
+    if not os.path.exists(AXE):
+        pytest.skip(f"no axe-core at {AXE} (.ci/run installs it with npm; GNOMON_AXE overrides)")
+    leader = cluster.leader()
+    job = _job(leader, f"audited-{width}", "a11y")
+    run = _trigger(leader, job)  # waiting for a worker: the run page has reasons to show
+    context = browser.new_context(viewport={"width": width, "height": 900},
+                                  is_mobile=width < 500, has_touch=width < 500)
+    # An init script, not a <script> tag: the page's Content-Security-Policy stays on.
+    context.add_init_script(path=AXE)
+    figures, found = {}, {}
+    try:
+        page = Page(context.new_page(), f"a11y-{width}")
+        pg = page.page
+        pg.set_default_timeout(20_000)
+        # No cache: each page's weight is all it loads, as on a first visit (the bytes of
+        # every finished request: the event stream never finishes and is not counted).
+        cdp = context.new_cdp_session(pg)
+        cdp.send("Network.enable")
+        cdp.send("Network.setCacheDisabled", {"cacheDisabled": True})
+        loaded: list[int] = []
+        pg.on("requestfinished", lambda r: loaded.append(
+            r.sizes()["responseBodySize"] + r.sizes()["responseHeadersSize"]))
+        for name in PAGES:
+            path = name.format(job=job, run=quote(run, safe=""))
+            pg.goto(f"{leader.url}/#/{path}")
+            pg.wait_for_load_state("networkidle")
+            loaded.clear()
+            pg.reload()  # a fresh navigation per page: its own weight and paint
+            expect(pg.locator("main h1")).to_be_visible()
+            expect(pg.locator("#live")).to_have_text("live")
+            pg.wait_for_load_state("networkidle")
+            figures[name] = {"bytes": sum(loaded), "requests": len(loaded),
+                             "first_contentful_paint_ms": pg.evaluate(FIRST_PAINT)}
+            found[name] = pg.evaluate(AXE_RUN)
+            if width > 500 and name in ("jobs", "runs/{run}"):  # the pages with most actions
+                assert _tab_through(pg) == {"unreached": [], "no_ring": []}, name
+            if width < 500:
+                assert pg.evaluate("document.documentElement.scrollWidth") <= width, name
+        assert page.script_errors() == []
+    finally:
+        context.close()
+    assert {k: v for k, v in found.items() if v} == {}
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    (OUTPUT / f"dashboard-weight-{width}.json").write_text(json.dumps(figures, indent=1))
+    for name, f in figures.items():
+        print(f"{width}px {name}: {f['bytes']} bytes in {f['requests']} requests, first "
+              f"contentful paint {f['first_contentful_paint_ms']} ms")

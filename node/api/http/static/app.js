@@ -158,8 +158,11 @@ function fmtDur(ms) {
 const badge = (state) => h("span", { class: `state s-${STATE_NAMES(state)}`, text: STATE_NAMES(state) });
 const runLink = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}`, text: id });
 const jobLink = (id, text) => h("a", { href: `#/jobs/${encodeURIComponent(id)}`, text: text || id });
+// A table in a region that scrolls sideways on a narrow screen: focusable, so the keyboard
+// scrolls it too (a region with nothing focusable in it could not be reached).
 function table(headers, rows, attrs) {
-  return h("div", { class: "scroll" }, h("table", attrs,
+  const label = attrs?.["aria-label"] || `table of ${headers.filter(Boolean).slice(0, 3).join(", ")}`;
+  return h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": label }, h("table", attrs,
     h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", text: x })))),
     h("tbody", {}, rows)));
 }
@@ -377,7 +380,7 @@ async function jobsPage() {
     }
     const workersUnknown = rows.some((r) => (r.health.queues || []).some((x) => !x.workersKnown));
     message(out, "");
-    list.replaceChildren(rows.length ? h("div", { class: "scroll" }, h("table", { "aria-label": "Jobs" },
+    list.replaceChildren(rows.length ? h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": "Jobs" }, h("table", { "aria-label": "Jobs" },
       h("thead", {}, h("tr", {}, h("th", { scope: "col", text: "job" }), sortHeader(q, "name"), h("th", { scope: "col", text: "tenant" }),
         h("th", { scope: "col", text: "last runs (oldest first)" }), sortHeader(q, "success"), sortHeader(q, "duration"), sortHeader(q, "lateness"),
         sortHeader(q, "next"), h("th", { scope: "col", text: "circuit" }), sortHeader(q, "warnings"), h("th", { scope: "col", text: "state" }),
@@ -877,7 +880,7 @@ function dagSvg(run, specTasks, onPick) {
   });
   const width = P * 2 + (Object.keys(cols).length) * (W + GX) - GX;
   const color = { succeeded: "#2e7d32", dead: "#c62828", upstream_failed: "#c62828", leased: "#1565c0", ready: "#8d6e00", pending: "#8d6e00", retry_wait: "#8d6e00", cancelled: "#757575" };
-  const svg = s("svg", { class: "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `DAG of run ${run.runId}`, "data-testid": "dag" });
+  const svg = s("svg", { class: "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": `DAG of run ${run.runId}`, "data-testid": "dag" });
   for (const n of names) for (const d of deps[n] || []) {
     if (!pos[d]) continue;
     const a = pos[d], b = pos[n];
