@@ -98,6 +98,17 @@ def test_jobs_list_shows_each_jobs_health_sorted_and_filtered(cluster, page):
         pg.goto(f"{follower.url}/#/jobs?name=health-&show=failing")
         expect(rows).to_have_count(1)
         expect(rows.first).to_have_attribute("data-job", bad)
+
+        # The queues page: the waiting task's backlog against the page's thresholds.
+        pg.goto(f"{follower.url}/#/queues?amber=1ms&red=1h")
+        stuck_queue = pg.locator('tr[data-queue="nobody-serves"]')
+        expect(stuck_queue).to_have_attribute("data-level", "amber")
+        expect(stuck_queue).to_contain_text("⚠ over 1ms")
+        expect(stuck_queue).to_contain_text("⚠ none")  # no worker
+        expect(pg.locator('tr[data-queue="hq"]')).to_contain_text("w-health")
+        pg.goto(f"{follower.url}/#/queues?amber=1ms&red=2ms")
+        expect(stuck_queue).to_have_attribute("data-level", "red")
+        expect(pg.locator("#queues-red")).to_have_value("2ms")
     finally:
         worker.close()
     assert page.script_errors() == []
@@ -206,6 +217,8 @@ def test_why_is_it_waiting_names_the_tenant_cap_a_test_set(cluster, page):
 # The pages an on-call engineer goes through, each audited with axe-core, at a desktop width
 # and at a phone's 390 px; `{job}` and `{run}` are filled in from the cluster.
 PAGES = ["cluster", "jobs", "jobs/{job}", "runs", "runs/{run}", "dlq", "queues"]
+DOC_NAMES = {"jobs/{job}": "job", "runs/{run}": "run", "dlq": "dead-letters"} | {
+    p: p for p in ("cluster", "jobs", "runs", "queues")}
 AXE_RUN = """async () => (await axe.run(document, {resultTypes: ['violations']})).violations
   .filter(v => ['serious', 'critical'].includes(v.impact))
   .map(v => `${v.impact} ${v.id}: ${v.help} (${v.nodes.slice(0, 3).map(n => n.target.join(' '))
@@ -285,6 +298,8 @@ def test_every_page_passes_an_accessibility_audit(cluster, browser, width):
             figures[name] = {"bytes": sum(loaded), "requests": len(loaded),
                              "first_contentful_paint_ms": pg.evaluate(FIRST_PAINT)}
             found[name] = pg.evaluate(AXE_RUN)
+            if width > 500 or name == "jobs":
+                page.docs_shot(DOC_NAMES[name] + ("" if width > 500 else "-phone"))
             if width > 500 and name in ("jobs", "runs/{run}"):  # the pages with most actions
                 assert _tab_through(pg) == {"unreached": [], "no_ring": []}, name
             if width < 500:

@@ -933,7 +933,7 @@ function taskSegments(run, t, now) {
   let last = ready;
   for (const a of attempts) {
     const start = num(a.startedMs), end = num(a.finishedMs);
-    if (last && start > last) add(last === ready ? "queued" : "backoff", last, start, { what: last === ready ? "queued: ready, no lease yet" : "retry back-off, then queued" });
+    if (last && start >= last) add(last === ready ? "queued" : "backoff", last, start, { what: last === ready ? "queued: ready, no lease yet" : "retry back-off, then queued" });
     add(`lease ${OUTCOME(a.outcome)}`, start, end, { attempt: a });
     last = end;
   }
@@ -1178,21 +1178,47 @@ async function dlqPage() {
   await refresh();
 }
 
+// A queue's backlog against the page's thresholds (#/queues?amber=1m&red=5m): the level in
+// words and a colour, never a colour alone.
+function backlogLevel(ageMs, amberMs, redMs) {
+  if (ageMs > redMs) return ["red", `✖ over ${humanMs(redMs)}`];
+  if (ageMs > amberMs) return ["amber", `⚠ over ${humanMs(amberMs)}`];
+  return ["ok", "ok"];
+}
+
 async function queuesPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const amberMs = durationParam(params.get("amber") || "1m"), redMs = durationParam(params.get("red") || "5m");
   const box = h("div");
-  main.replaceChildren(h("h1", { text: "Queues & workers" }), box);
+  const form = h("form", { role: "search", "aria-label": "Backlog thresholds" },
+    h("div", { class: "row" }, h("label", {}, "Amber at an oldest ready task older than", h("input", { id: "queues-amber", name: "amber", value: params.get("amber") || "", placeholder: "1m" })),
+      h("label", {}, "Red at", h("input", { id: "queues-red", name: "red", value: params.get("red") || "", placeholder: "5m" })),
+      h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const next = new URLSearchParams();
+    for (const el of form.elements) if (el.name && el.value.trim()) next.set(el.name, el.value.trim());
+    location.hash = `#/queues${next.toString() ? `?${next}` : ""}`;
+  });
+  main.replaceChildren(h("h1", { text: "Queues & workers" }), h("section", { class: "card" }, form), box);
   refresh = async () => {
+    if (amberMs === null || redMs === null) { message(box, "amber, red: a duration such as 30s, 5m, 1h"); return; }
     const [q, w, a] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/workers"),
       api("GET", "/v1/active-runs?limit=50")]);
     box.replaceChildren(
-      h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "leased", "workers"],
-        q.queues.map((x) => h("tr", { "data-queue": x.queue }, h("td", { text: x.queue }), h("td", { text: x.ready }),
-          h("td", { text: num(x.oldestReadyAgeMs) ? fmtDur(x.oldestReadyAgeMs) : "—" }), h("td", { text: x.leased }),
-          h("td", { text: x.workers.join(", ") })))) : h("p", { class: "muted", text: "No queued or running tasks." })),
+      h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "backlog", "leased", "workers"],
+        q.queues.map((x) => {
+          const [level, text] = backlogLevel(num(x.oldestReadyAgeMs), amberMs, redMs);
+          return h("tr", { "data-queue": x.queue, "data-level": level }, h("td", { text: x.queue }), h("td", { text: x.ready }),
+            h("td", { text: num(x.oldestReadyAgeMs) ? fmtDur(x.oldestReadyAgeMs) : "—" }),
+            h("td", {}, h("span", { class: `level l-${level}`, text })), h("td", { text: x.leased }),
+            h("td", { text: x.workers.length ? x.workers.join(", ") : "⚠ none" }));
+        })) : h("p", { class: "muted", text: "No queued or running tasks." })),
       h("section", { class: "card" }, h("h2", { text: "Workers" }),
         w.workers.length ? table(["worker", "queues", "credits", "leases held"],
           w.workers.map((x) => h("tr", { "data-worker": x.workerId }, h("td", { text: x.workerId }),
-            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld })))) : h("p", { class: "muted", text: "No workers connected to the leader." })),
+            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld })))) : h("p", { class: "muted", text: "No workers connected to the leader." }),
+        h("p", { class: "muted", text: "Draining a worker (no new leases, finish those held) has no API in the cluster yet: stop the worker, its leases expire and are retried." })),
       h("section", { class: "card" }, h("h2", { text: "Active runs (oldest first)" }),
         a.runs.length ? table(["run", "job", "tenant", "scheduled for", "tasks"],
           a.runs.map((r) => h("tr", {}, h("td", {}, runLink(r.runId)), h("td", {}, jobLink(r.jobId)), h("td", { text: r.tenant }),
