@@ -106,6 +106,14 @@ def test_jobs_list_shows_each_jobs_health_sorted_and_filtered(cluster, page):
         expect(stuck_queue).to_contain_text("⚠ over 1ms")
         expect(stuck_queue).to_contain_text("⚠ none")  # no worker
         expect(pg.locator('tr[data-queue="hq"]')).to_contain_text("w-health")
+        worker_row = pg.locator('tr[data-worker="w-health"]')
+        expect(worker_row.get_by_test_id("heartbeat")).to_have_text("none yet")
+        expect(worker_row).to_contain_text("127.0.0.1")  # the stream's peer: straight here
+        worker.heartbeat([])
+        worker.next("heartbeat_ack")
+        pg.reload()
+        expect(worker_row.get_by_test_id("heartbeat")).not_to_have_text("none yet")
+        assert worker_row.get_by_test_id("connected").text_content() != "—"
         pg.goto(f"{follower.url}/#/queues?amber=1ms&red=2ms")
         expect(stuck_queue).to_have_attribute("data-level", "red")
         expect(pg.locator("#queues-red")).to_have_value("2ms")

@@ -167,7 +167,8 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
         out = api_pb2.ListWorkersResponse(from_leader=True)
         for worker_id, s in sorted(self.node.dispatcher.sessions.items()):
             out.workers.add(worker_id=worker_id, queues=list(s.queues), credits=s.credits,
-                            leases_held=held.get(worker_id, 0))
+                            leases_held=held.get(worker_id, 0), connected_ms=s.connected_ms,
+                            last_heartbeat_ms=s.last_heartbeat_ms, peer=s.peer)
         return out
 
     @translated

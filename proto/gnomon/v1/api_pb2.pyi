@@ -675,16 +675,22 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "queues", "credits", "leases_held")
+    __slots__ = ("worker_id", "queues", "credits", "leases_held", "connected_ms", "last_heartbeat_ms", "peer")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     LEASES_HELD_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     credits: int
     leases_held: int
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., credits: _Optional[int] = ..., leases_held: _Optional[int] = ...) -> None: ...
+    connected_ms: int
+    last_heartbeat_ms: int
+    peer: str
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., credits: _Optional[int] = ..., leases_held: _Optional[int] = ..., connected_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ..., peer: _Optional[str] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers", "from_leader")

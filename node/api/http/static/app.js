@@ -151,6 +151,9 @@ function fmtAgo(ms) {
   const t = a < 90 ? `${a}s` : a < 5400 ? `${Math.round(a / 60)}m` : a < 172800 ? `${Math.round(a / 3600)}h` : `${Math.round(a / 86400)}d`;
   return d >= 0 ? `in ${t}` : `${t} ago`;
 }
+// How long ago an instant of the leader's clock was ("just now" for one a little ahead of
+// this browser's clock).
+function sinceText(ms) { const t = fmtAgo(ms); return t.startsWith("in ") ? "just now" : t; }
 function fmtDur(ms) {
   ms = num(ms);
   return ms < 1000 ? `${ms} ms` : ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
@@ -1215,9 +1218,12 @@ async function queuesPage() {
             h("td", { text: x.workers.length ? x.workers.join(", ") : "⚠ none" }));
         })) : h("p", { class: "muted", text: "No queued or running tasks." })),
       h("section", { class: "card" }, h("h2", { text: "Workers" }),
-        w.workers.length ? table(["worker", "queues", "credits", "leases held"],
+        w.workers.length ? table(["worker", "queues", "free slots", "leases held", "connected", "last heartbeat", "came through"],
           w.workers.map((x) => h("tr", { "data-worker": x.workerId }, h("td", { text: x.workerId }),
-            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld })))) : h("p", { class: "muted", text: "No workers connected to the leader." }),
+            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld }),
+            h("td", { "data-testid": "connected", title: fmtTime(x.connectedMs), text: num(x.connectedMs) ? sinceText(x.connectedMs) : "—" }),
+            h("td", { "data-testid": "heartbeat", title: fmtTime(x.lastHeartbeatMs), text: num(x.lastHeartbeatMs) ? sinceText(x.lastHeartbeatMs) : "none yet" }),
+            h("td", { text: x.peer === "relay" ? "a gateway's relay" : x.peer || "—" })))) : h("p", { class: "muted", text: "No workers connected to the leader." }),
         h("p", { class: "muted", text: "Draining a worker (no new leases, finish those held) has no API in the cluster yet: stop the worker, its leases expire and are retried." })),
       h("section", { class: "card" }, h("h2", { text: "Active runs (oldest first)" }),
         a.runs.length ? table(["run", "job", "tenant", "scheduled for", "tasks"],
