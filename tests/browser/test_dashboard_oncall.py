@@ -305,6 +305,9 @@ def test_every_page_passes_an_accessibility_audit(cluster, browser, width):
             pg.wait_for_load_state("networkidle")
             figures[name] = {"bytes": sum(loaded), "requests": len(loaded),
                              "first_contentful_paint_ms": pg.evaluate(FIRST_PAINT)}
+            if name == "cluster":  # the leader this node found at its start, at least
+                expect(pg.locator("tr[data-change]").first).to_be_visible()
+                assert "apply lag" in pg.locator("main").text_content()
             found[name] = pg.evaluate(AXE_RUN)
             if width > 500 or name == "jobs":
                 page.docs_shot(DOC_NAMES[name] + ("" if width > 500 else "-phone"))

@@ -530,8 +530,22 @@ class NodeStatus(_message.Message):
     http_address: str
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., connected: _Optional[bool] = ..., match_index_known: _Optional[bool] = ..., http_address: _Optional[str] = ...) -> None: ...
 
+class LeaderChange(_message.Message):
+    __slots__ = ("at_ms", "term", "leader_node_id", "previous_leader_node_id", "cause")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    term: int
+    leader_node_id: str
+    previous_leader_node_id: str
+    cause: str
+    def __init__(self, at_ms: _Optional[int] = ..., term: _Optional[int] = ..., leader_node_id: _Optional[str] = ..., previous_leader_node_id: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
+
 class GetStatusResponse(_message.Message):
-    __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version", "limits", "limits_version", "dead_letters_evicted")
+    __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version", "limits", "limits_version", "dead_letters_evicted", "leader_changes")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -548,6 +562,7 @@ class GetStatusResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CHANGES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     leader_node_id: str
     leader_grpc_address: str
@@ -564,7 +579,8 @@ class GetStatusResponse(_message.Message):
     limits: _types_pb2.ClusterLimits
     limits_version: int
     dead_letters_evicted: int
-    def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ...) -> None: ...
+    leader_changes: _containers.RepeatedCompositeFieldContainer[LeaderChange]
+    def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ..., leader_changes: _Optional[_Iterable[_Union[LeaderChange, _Mapping]]] = ...) -> None: ...
 
 class AddNodeRequest(_message.Message):
     __slots__ = ("node_id", "raft_address", "grpc_address", "http_address", "catch_up_timeout_ms")

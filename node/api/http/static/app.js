@@ -231,6 +231,7 @@ async function clusterPage() {
       h("section", { class: "card" }, h("div", { class: "kv" },
         [["answering node", st.nodeId], ["leader", st.leaderNodeId || "none"], ["term", st.term],
           ["commit index", st.commitIndex], ["applied index", st.appliedIndex],
+          ["apply lag (entries)", Math.max(0, num(st.commitIndex) - num(st.appliedIndex))],
           ["cluster time", fmtTime(st.clockMs)], ["jobs", st.jobs], ["active runs", st.activeRuns],
           ["dead letters", st.deadLetters], ["version", st.version]].map(([k, v]) =>
           h("div", { "data-testid": `kv-${k.replace(/ /g, "-")}` }, h("b", { text: k }), String(v)))),
@@ -249,6 +250,14 @@ async function clusterPage() {
               : h("td", { text: "—", title: "known to the leader only" }),
             h("td", { text: n.connected ? "connected" : "unreachable" }))),
           { "data-testid": "nodes" })),
+      h("section", { class: "card" }, h("h2", { text: `Leader changes seen by node ${st.nodeId}` }),
+        (st.leaderChanges || []).length ? table(["seen at", "term", "leader", "before", "cause"],
+          st.leaderChanges.map((c, i) => h("tr", { "data-change": i },
+            h("td", { title: fmtTime(c.atMs), text: `${fmtTime(c.atMs)} (${sinceText(c.atMs)})` }), h("td", { text: c.term }),
+            h("td", { text: c.leaderNodeId || "none" }), h("td", { text: c.previousLeaderNodeId || "—" }), h("td", { class: "wrap", text: c.cause }))),
+          { "aria-label": "Leader changes" })
+          : h("p", { class: "muted", text: "None seen yet." }),
+        h("p", { class: "muted", text: "Each node records the changes it saw (node-local): open another node's dashboard for its view." })),
       h("section", { class: "card" }, h("h2", { text: "Replicated limits" }),
         h("div", { class: "kv" }, Object.entries(st.limits || {}).map(([k, v]) => {
           const [text, raw] = limitText(k, v);
