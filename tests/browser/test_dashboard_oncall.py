@@ -15,7 +15,8 @@ from tests.support.cluster import RawWorker
 from tests.support.http import call
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
-expect = pytest.importorskip("playwright.sync_api").expect
+sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
 
 
 def _job(leader, name: str, queue: str) -> str:
@@ -265,6 +266,15 @@ def _tab_through(pg) -> dict[str, list[str]]:
     }}""")
 
 
+def _settle(pg) -> None:
+    """Wait for the page's requests to end (Playwright's network idle), for at most 5 s: the
+    figures are measurements, and a page that keeps fetching is measured as it stands."""
+    try:
+        pg.wait_for_load_state("networkidle", timeout=5_000)
+    except sync_api.TimeoutError:
+        pass
+
+
 @pytest.mark.parametrize("width", [1280, 390])
 def test_every_page_passes_an_accessibility_audit(cluster, browser, width):
     """No serious or critical axe-core violation on any page; at 390 px no page scrolls
@@ -297,12 +307,12 @@ def test_every_page_passes_an_accessibility_audit(cluster, browser, width):
         for name in PAGES:
             path = name.format(job=job, run=quote(run, safe=""))
             pg.goto(f"{leader.url}/#/{path}")
-            pg.wait_for_load_state("networkidle")
+            _settle(pg)
             loaded.clear()
             pg.reload()  # a fresh navigation per page: its own weight and paint
             expect(pg.locator("main h1")).to_be_visible()
             expect(pg.locator("#live")).to_have_text("live")
-            pg.wait_for_load_state("networkidle")
+            _settle(pg)
             figures[name] = {"bytes": sum(loaded), "requests": len(loaded),
                              "first_contentful_paint_ms": pg.evaluate(FIRST_PAINT)}
             if name == "cluster":  # the leader this node found at its start, at least
