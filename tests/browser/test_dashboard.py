@@ -209,10 +209,20 @@ def test_dead_letters_grouped_selected_and_replayed_with_a_reason(cluster, page)
     for run_id in runs[:2]:
         run = call(leader.url, "GET", f"/v1/runs/{quote(run_id, safe='')}").json["run"]
         assert run["tasks"][0]["state"] in ("TASK_STATE_READY", "TASK_STATE_LEASED")
+    page.shot("dlq-replayed")
+    # Discard: the letter leaves the queue, its task stays dead; both reasons are audited.
+    pg.get_by_role("checkbox", name=f"select {runs[2]}:main").check()
+    pg.get_by_label("Reason (kept in the audit log)").fill("db retired, nothing to redo")
+    pg.get_by_role("button", name="Discard selected").click()
+    expect(pg.get_by_role("status").filter(has_text="Discarded 1 task")).to_be_visible()
+    expect(timeout).to_have_count(0)
+    run = call(leader.url, "GET", f"/v1/runs/{quote(runs[2], safe='')}").json["run"]
+    assert run["tasks"][0]["state"] == "TASK_STATE_DEAD"
     entries = call(leader.url, "GET", "/v1/audit").json["entries"]
     assert any(e["action"] == "JobService.ReplayDeadLetters" and "disk freed on db-3" in e["detail"]
                and runs[0] in e["detail"] for e in entries), entries[:3]
-    page.shot("dlq-replayed")
+    assert any(e["action"] == "JobService.DiscardDeadLetters" and runs[2] in e["detail"]
+               and "db retired" in e["detail"] for e in entries), entries[:3]
     assert page.script_errors() == []
 
 

@@ -19,7 +19,7 @@ from gnomon.node.core.errors import Rejected
 from gnomon.node.core.job_health import job_health as core_job_health
 from gnomon.node.core.job_health import tenant_backlogs
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, State, dedupe_key, queue_key
-from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
+from gnomon.node.core.results import Discarded, Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.core.run_query import RunCursor, query_runs, sort_value
 from gnomon.node.core.run_waits import DispatchBounds, WorkerView, explain_run
 from gnomon.node.leader.backfill import count_slots
@@ -96,7 +96,8 @@ _REPLIES: dict[type, type | tuple[type, ...]] = {
     c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
     c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply, c.RerunRun: RunReply,
     c.CancelTask: RunReply, c.ResetCircuit: (JobReply, Done), c.ReplayDeadLetters: Replayed,
-    c.StartBackfill: JobReply, c.CancelBackfill: JobReply, c.SetQueueCircuit: Done}
+    c.StartBackfill: JobReply, c.CancelBackfill: JobReply, c.SetQueueCircuit: Done,
+    c.DiscardDeadLetters: Discarded}
 
 
 def _answering(command, reply):
@@ -652,9 +653,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def ReplayDeadLetters(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
-        if len(request.reason) > MAX_REASON_CHARS or not request.reason.isprintable():
-            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"reason: at most {MAX_REASON_CHARS} printable characters")
+        _check_reason(request.reason)
         keys = [c.TaskKey(t.run_id, t.task_name) for t in request.tasks]
         if not keys:
             if not (request.all or request.tenant):
@@ -668,6 +667,27 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         reply = await self._propose(c.ReplayDeadLetters(request.request_id, tuple(keys)), request)
         return api_pb2.ReplayDeadLettersResponse(
             replayed=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
+
+    @translated
+    async def DiscardDeadLetters(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        _check_reason(request.reason)
+        if not request.tasks:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               "tasks: name at least one dead letter to discard")
+        for i, t in enumerate(request.tasks):
+            validate_id(f"tasks[{i}].run_id", t.run_id)
+            validate_id(f"tasks[{i}].task_name", t.task_name)
+        keys = tuple(c.TaskKey(t.run_id, t.task_name) for t in request.tasks)
+        reply = await self._propose(c.DiscardDeadLetters(request.request_id, keys), request)
+        return api_pb2.DiscardDeadLettersResponse(
+            discarded=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
+
+
+def _check_reason(reason: str) -> None:
+    if len(reason) > MAX_REASON_CHARS or not reason.isprintable():
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"reason: at most {MAX_REASON_CHARS} printable characters")
 
 
 def _as_written(job, job_id: str, version: int, spec) -> types_pb2.Job:

@@ -161,6 +161,8 @@ ROUTES: tuple[Route, ...] = (
           "A tenant's dead letters", {"tenant": "tenant"}),
     Route("POST", "/v1/dlq/replay", "JobService.ReplayDeadLetters",
           "Replay dead letters (tasks, a tenant's, or all)", body=True),
+    Route("POST", "/v1/dlq/discard", "JobService.DiscardDeadLetters",
+          "Drop dead letters for good (their tasks stay dead), with a reason", body=True),
     Route("GET", "/v1/whoami", "AccessService.WhoAmI", "The principal of this request's token"),
     Route("GET", "/v1/tokens", "AccessService.ListTokens", "API tokens (never their secrets)"),
     Route("POST", "/v1/tokens", "AccessService.CreateToken",

@@ -450,6 +450,22 @@ class ReplayDeadLettersRequest(_message.Message):
     reason: str
     def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., tenant: _Optional[str] = ..., all: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class DiscardDeadLettersRequest(_message.Message):
+    __slots__ = ("request_id", "tasks", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskRef]
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DiscardDeadLettersResponse(_message.Message):
+    __slots__ = ("discarded",)
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    discarded: _containers.RepeatedCompositeFieldContainer[TaskRef]
+    def __init__(self, discarded: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ...) -> None: ...
+
 class ReplayDeadLettersResponse(_message.Message):
     __slots__ = ("replayed",)
     REPLAYED_FIELD_NUMBER: _ClassVar[int]

@@ -110,6 +110,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.DiscardDeadLetters = channel.unary_unary(
+                '/gnomon.v1.JobService/DiscardDeadLetters',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersResponse.FromString,
+                _registered_method=True)
         self.PreviewSchedule = channel.unary_unary(
                 '/gnomon.v1.JobService/PreviewSchedule',
                 request_serializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.SerializeToString,
@@ -281,6 +286,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DiscardDeadLetters(self, request, context):
+        """Drops dead-lettered tasks from the queue for good, all named or none (NOT_FOUND names
+        the first that is not there); they stay DEAD in their runs. Audited, with its reason.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PreviewSchedule(self, request, context):
         """The next instants a schedule (given, or a job's) fires at, in UTC and local time, with
         DST notes. Changes nothing; any node answers.
@@ -437,6 +450,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ReplayDeadLetters,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.SerializeToString,
+            ),
+            'DiscardDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscardDeadLetters,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersResponse.SerializeToString,
             ),
             'PreviewSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.PreviewSchedule,
@@ -895,6 +913,33 @@ class JobService:
             '/gnomon.v1.JobService/ReplayDeadLetters',
             gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiscardDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/DiscardDeadLetters',
+            gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -20,6 +20,7 @@ class FakeLookup:
     ("BackfillJob", TENANT_WRITER), ("CancelBackfill", TENANT_WRITER),
     ("SetQueueCircuit", TENANT_ADMIN), ("ListQueueCircuits", TENANT_READER),
     ("ResetCircuit", TENANT_WRITER), ("ExplainRun", TENANT_READER),
+    ("DiscardDeadLetters", TENANT_WRITER),
 ])
 def test_every_new_rpc_has_a_rule(method, role):
     assert RULES[JOBS + method].role == role

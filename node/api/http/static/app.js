@@ -1104,8 +1104,8 @@ async function runPage(runId) {
 
 // -- dead letters as a work list (#/dlq?tenant=&group=job|error) ------------------------------
 // Grouped by job or by error class (the error's first line, digits as N), several selected
-// (a group's checkbox selects it all) and replayed with a reason, which the audit log keeps
-// (ReplayDeadLetters is an audited call). Discarding has no API in the cluster yet.
+// (a group's checkbox selects it all) and replayed or discarded with a reason, which the audit
+// log keeps (ReplayDeadLetters and DiscardDeadLetters are audited calls).
 const errorClass = (e) => ((e || "no error text").split("\n")[0].replace(/\d+/g, "N").trim().slice(0, 80)) || "no error text";
 const DLQ_GROUPS = [["job", "job"], ["error", "error class"], ["", "none"]];
 
@@ -1120,6 +1120,7 @@ async function dlqPage() {
   const selected = new Set();
   const count = h("span", { "data-testid": "dlq-selected", role: "status", text: "0 selected" });
   const replay = h("button", { type: "button", class: "primary", text: "Replay selected", disabled: true });
+  const discard = h("button", { type: "button", class: "danger", text: "Discard selected", disabled: true });
   const filter = h("form", { role: "search", "aria-label": "Filter dead letters" },
     h("div", { class: "row" }, h("label", { for: "dlq-tenant" }, "Tenant", tenant), h("label", { for: "dlq-group" }, "Group by", groupBy),
       h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
@@ -1132,14 +1133,14 @@ async function dlqPage() {
   });
   main.replaceChildren(h("h1", { text: "Dead letters" }),
     h("section", { class: "card" }, filter),
-    h("section", { class: "card" }, h("form", { "aria-label": "Replay the selected dead letters", onsubmit: (e) => { e.preventDefault(); replay.click(); } },
+    h("section", { class: "card" }, h("form", { "aria-label": "Replay or discard the selected dead letters", onsubmit: (e) => { e.preventDefault(); replay.click(); } },
       h("div", { class: "row" }, h("label", { for: "dlq-reason" }, "Reason (kept in the audit log)", reason),
-        h("div", { class: "btn-cell" }, count), h("div", { class: "btn-cell" }, replay)),
-      h("p", { id: "dlq-reason-help", class: "muted", text: "Replaying starts a fresh attempt series for each selected task (same idempotency key). Discarding a dead letter has no API in the cluster yet." }))),
+        h("div", { class: "btn-cell" }, count), h("div", { class: "btn-cell" }, replay), h("div", { class: "btn-cell" }, discard)),
+      h("p", { id: "dlq-reason-help", class: "muted", text: "Replaying starts a fresh attempt series for each selected task (same idempotency key). Discarding drops them from the queue for good: the tasks stay dead in their runs." }))),
     h("section", { class: "card" }, out, list));
   const sync = () => {
     count.textContent = `${selected.size} selected`;
-    replay.disabled = !selected.size;
+    replay.disabled = discard.disabled = !selected.size;
     for (const box of list.querySelectorAll("input[data-key]")) box.checked = selected.has(box.dataset.key);
     for (const box of list.querySelectorAll("input[data-group]")) {
       const keys = JSON.parse(box.dataset.keys);
@@ -1147,18 +1148,21 @@ async function dlqPage() {
       box.indeterminate = !box.checked && keys.some((k) => selected.has(k));
     }
   };
-  replay.addEventListener("click", async () => {
-    if (!reason.value.trim()) { message(out, "reason: say why you replay them (it goes to the audit log)"); reason.setAttribute("aria-invalid", "true"); reason.focus(); return; }
+  // Replay or discard the selection: a reason first (the audit log keeps it), then one call.
+  const act = (verb, path, field) => async () => {
+    if (!reason.value.trim()) { message(out, `reason: say why you ${verb.toLowerCase()} them (it goes to the audit log)`); reason.setAttribute("aria-invalid", "true"); reason.focus(); return; }
     reason.removeAttribute("aria-invalid");
-    replay.disabled = true;
+    replay.disabled = discard.disabled = true;
     try {
       const tasks = [...selected].map((k) => { const i = k.lastIndexOf(":"); return { runId: k.slice(0, i), taskName: k.slice(i + 1) }; });
-      const r = await api("POST", "/v1/dlq/replay", { tasks, reason: reason.value.trim() });
+      const r = await api("POST", path, { tasks, reason: reason.value.trim() });
       selected.clear();
-      message(out, `Replayed ${r.replayed.length} task${r.replayed.length === 1 ? "" : "s"}`, true);
+      message(out, `${verb}ed ${r[field].length} task${r[field].length === 1 ? "" : "s"}`, true);
       await refresh();
     } catch (e) { message(out, e.message); } finally { sync(); }
-  });
+  };
+  replay.addEventListener("click", act("Replay", "/v1/dlq/replay", "replayed"));
+  discard.addEventListener("click", act("Discard", "/v1/dlq/discard", "discarded"));
   refresh = async () => {
     const t = tenant.value.trim();
     const res = await api("GET", t ? `/v1/tenants/${encodeURIComponent(t)}/dlq?limit=1000` : "/v1/dlq?limit=1000");
