@@ -560,15 +560,33 @@ class Client(BlockingAccessCalls):
         *,
         tenant: str | None = None,
         all: bool = False,
+        reason: str = "",
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> list[TaskRef]:
         """Start a fresh attempt series (same idempotency key) for dead-lettered tasks: the
         named ``tasks``, or every one of ``tenant``, or with ``all=True`` every one of every
-        tenant. Returns the tasks replayed."""
+        tenant. ``reason`` goes to the audit log. Returns the tasks replayed."""
         return self._run(
             self._async.replay_dead_letters(
-                tasks, tenant=tenant, all=all, request_id=request_id, timeout_s=timeout_s
+                tasks, tenant=tenant, all=all, reason=reason, request_id=request_id,
+                timeout_s=timeout_s
+            )
+        )
+
+    def discard_dead_letters(
+        self,
+        tasks: Iterable[TaskRef | tuple[str, str]],
+        *,
+        reason: str = "",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[TaskRef]:
+        """Drop the named dead letters from the queue for good (all or none; the tasks stay
+        dead in their runs). ``reason`` goes to the audit log. Returns the tasks dropped."""
+        return self._run(
+            self._async.discard_dead_letters(
+                tasks, reason=reason, request_id=request_id, timeout_s=timeout_s
             )
         )
 

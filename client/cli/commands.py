@@ -438,12 +438,23 @@ def _cmd_dlq_replay(ctx: CommandContext) -> int:
         raise UsageError("give task refs (RUN:TASK ...), or --tenant T, or --all (one of them)")
     refs = [parse_task_ref(r) for r in a.refs]
     replayed = ctx.client.replay_dead_letters(
-        refs or None, tenant=a.tenant, all=a.all, request_id=a.request_id
+        refs or None, tenant=a.tenant, all=a.all, reason=a.reason, request_id=a.request_id
     )
     lines = [f"replayed {len(replayed)} task(s)"] + [
         f"  {r.run_id}:{r.task_name}" for r in replayed
     ]
     ctx.emit("\n".join(lines), {"replayed": [task_ref_json(r) for r in replayed]})
+    return EXIT_OK
+
+
+def _cmd_dlq_discard(ctx: CommandContext) -> int:
+    a = ctx.args
+    refs = [parse_task_ref(r) for r in a.refs]
+    dropped = ctx.client.discard_dead_letters(refs, reason=a.reason, request_id=a.request_id)
+    lines = [f"discarded {len(dropped)} dead letter(s); the tasks stay dead"] + [
+        f"  {r.run_id}:{r.task_name}" for r in dropped
+    ]
+    ctx.emit("\n".join(lines), {"discarded": [task_ref_json(r) for r in dropped]})
     return EXIT_OK
 
 
@@ -590,6 +601,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("run", "cancel"): _cmd_run_cancel,
     ("dlq", "list"): _cmd_dlq_list,
     ("dlq", "replay"): _cmd_dlq_replay,
+    ("dlq", "discard"): _cmd_dlq_discard,
     ("cluster", "status"): _cmd_cluster_status,
     ("cluster", "limits"): _cmd_cluster_limits,
     ("worker", "shell"): _cmd_worker,

@@ -40,7 +40,7 @@ commands:
   job backfill JOB --from T --to T [--watch]               run a past range's slots
   job export|import                                        job specs as YAML (GitOps)
   run list|get|cancel|active|rerun|cancel-task|retry-task   inspect, cancel and re-run runs
-  dlq list|replay                                          the dead-letter queue
+  dlq list|replay|discard                                  the dead-letter queue
   cluster status|limits|transfer-leader|add-node|remove-node
                                                            nodes, leader, limits, members
   backup create                                            online backup of the state
@@ -458,6 +458,11 @@ def _add_dlq_commands(groups: Any, leaf: Leaf) -> None:
     p.add_argument("refs", nargs="*", metavar="RUN:TASK", help="task refs, as dlq list prints them")
     p.add_argument("--tenant", help="every dead letter of this tenant")
     p.add_argument("--all", action="store_true", help="every dead letter")
+    p.add_argument("--reason", default="", help="why (kept in the audit log)")
+    _add_request_id(p)
+    p = leaf(dlq, "discard", "drop dead letters for good (the tasks stay dead)")
+    p.add_argument("refs", nargs="+", metavar="RUN:TASK", help="task refs, as dlq list prints them")
+    p.add_argument("--reason", default="", help="why (kept in the audit log)")
     _add_request_id(p)
 
 

@@ -121,8 +121,12 @@ class FakeClient:
     def _list_dead_letters(self, tenant=None, *, limit=100):
         return [DeadLetter("j1@5", "load", "j1", attempts=3, last_error="boom", dead_ms=T0)]
 
-    def _replay_dead_letters(self, tasks=None, *, tenant=None, all=False, request_id=None):
+    def _replay_dead_letters(self, tasks=None, *, tenant=None, all=False, reason="",
+                             request_id=None):
         return list(tasks or [TaskRef("j1@5", "load")])
+
+    def _discard_dead_letters(self, tasks, *, reason="", request_id=None):
+        return list(tasks)
 
 
 def run(fake: FakeClient, *argv: str, env: dict[str, str] | None = None, monkeypatch=None):

@@ -604,8 +604,13 @@ def test_dlq(fake):
             {"run_id": "j2@manual-3", "task_name": "a.b"},
         ]
     }
-    assert run(fake, "dlq", "replay", "--all")[0] == 0
+    assert run(fake, "dlq", "replay", "--all", "--reason", "disk freed")[0] == 0
     assert fake.method_calls("replay_dead_letters")[-1][1]["all"] is True
+    assert fake.method_calls("replay_dead_letters")[-1][1]["reason"] == "disk freed"
+    code, out, _ = run(fake, "dlq", "discard", "j1@5:load", "--reason", "obsolete")
+    assert code == 0 and "discarded 1 dead letter(s)" in out and "j1@5:load" in out
+    assert fake.method_calls("discard_dead_letters")[-1][1]["reason"] == "obsolete"
+    assert run(fake, "dlq", "discard")[0] == 2  # at least one task ref
     for argv in (
         ["dlq", "replay"],
         ["dlq", "replay", "--all", "--tenant", "t"],
