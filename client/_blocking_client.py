@@ -28,6 +28,7 @@ from ._models import (
     Run,
     RunPage,
     RunSort,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskRef,
@@ -552,6 +553,19 @@ class Client(BlockingAccessCalls):
             self._async.list_dead_letters(
                 tenant, limit=limit, consistency=consistency, timeout_s=timeout_s
             )
+        )
+
+    def explain_run(
+        self,
+        run_id: str,
+        *,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> tuple[Run, list[RunWait]]:
+        """Why a run is where it is: the run, and what it and each of its tasks wait for
+        (empty once it ended), each bound with its value and where to change it."""
+        return self._run(
+            self._async.explain_run(run_id, consistency=consistency, timeout_s=timeout_s)
         )
 
     def replay_dead_letters(

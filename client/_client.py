@@ -34,6 +34,7 @@ from ._models import (
     Run,
     RunPage,
     RunSort,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskRef,
@@ -421,6 +422,20 @@ class AsyncClient(AccessCalls):
         req = api_pb2.GetRunRequest(run_id=run_id, consistency=cv.consistency_to_proto(consistency))
         resp = await self._call(_JOBS, "GetRun", req, timeout_s=timeout_s)
         return cv.run_from_proto(resp.run)
+
+    async def explain_run(
+        self,
+        run_id: str,
+        *,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> tuple[Run, list[RunWait]]:
+        """Why a run is where it is: the run, and what it and each of its tasks wait for
+        (empty once it ended), each bound with its value and where to change it."""
+        req = api_pb2.ExplainRunRequest(run_id=run_id,
+                                        consistency=cv.consistency_to_proto(consistency))
+        resp = await self._call(_JOBS, "ExplainRun", req, timeout_s=timeout_s)
+        return cv.run_from_proto(resp.run), [cv.run_wait_from_proto(w) for w in resp.waits]
 
     async def list_runs(
         self,

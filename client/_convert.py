@@ -49,6 +49,7 @@ from ._models import (
     RunSort,
     RunState,
     RunTrigger,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskInstance,
@@ -491,6 +492,14 @@ def dead_letter_to_proto(dl: DeadLetter) -> types_pb2.DeadLetter:
         attempts=dl.attempts,
         last_error=dl.last_error,
         dead_ms=dl.dead_ms,
+    )
+
+
+def run_wait_from_proto(msg: api_pb2.RunWait) -> RunWait:
+    return RunWait(
+        kind=api_pb2.WaitKind.Name(msg.kind).removeprefix("WAIT_KIND_").lower(),
+        task_name=msg.task_name, detail=msg.detail, limit=msg.limit,
+        limit_value=msg.limit_value, current=msg.current, change=msg.change,
     )
 
 

@@ -415,6 +415,22 @@ class RunPage:
 
 
 @dataclass(frozen=True, slots=True)
+class RunWait:
+    """One reason a run or a task waits (``explain_run``): its kind (``no_worker``,
+    ``tenant_concurrency``, ``upstream``, ...), the task ("" for the run), the reason in
+    words, the bound that holds it back with its value and current count, and where to
+    change it."""
+
+    kind: str
+    task_name: str = ""
+    detail: str = ""
+    limit: str = ""
+    limit_value: int = 0
+    current: int = 0
+    change: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A task that failed for good; replay it with ``replay_dead_letters``."""
 

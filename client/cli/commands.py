@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import os
@@ -48,6 +49,7 @@ from .render import (
     render_limits,
     render_preview,
     render_run,
+    render_run_waits,
     render_runs,
     run_json,
     task_ref_json,
@@ -390,6 +392,14 @@ def _cmd_run_get(ctx: CommandContext) -> int:
     return EXIT_OK
 
 
+def _cmd_run_waits(ctx: CommandContext) -> int:
+    run, waits = ctx.client.explain_run(ctx.args.run_id)
+    ctx.emit(render_run_waits(run, waits),
+             {"run_id": run.run_id, "state": run.state.value,
+              "waits": [dataclasses.asdict(w) for w in waits]})
+    return EXIT_OK
+
+
 def _cmd_run_cancel(ctx: CommandContext) -> int:
     run = ctx.client.cancel_run(
         ctx.args.run_id, reason=ctx.args.reason, request_id=ctx.args.request_id
@@ -598,6 +608,7 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("run", "retry-task"): _cmd_run_retry_task,
     ("run", "list"): _cmd_run_list,
     ("run", "get"): _cmd_run_get,
+    ("run", "waits"): _cmd_run_waits,
     ("run", "cancel"): _cmd_run_cancel,
     ("dlq", "list"): _cmd_dlq_list,
     ("dlq", "replay"): _cmd_dlq_replay,

@@ -25,6 +25,7 @@ from .._models import (
     LimitsUpdate,
     Run,
     RunTrigger,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskInstance,
@@ -506,6 +507,16 @@ def run_json(run: Run) -> dict[str, Any]:
 
 
 # --- dead letters and cluster ----------------------------------------------------------------
+
+
+def render_run_waits(run: Run, waits: Sequence[RunWait]) -> str:
+    head = f"run {run.run_id} is {run.state.value}"
+    if not waits:
+        return f"{head}: it waits for nothing"
+    rows = [[w.task_name or "(run)", w.kind,
+             f"{w.limit} = {w.limit_value} (now {w.current})" if w.limit else "",
+             w.detail, w.change] for w in waits]
+    return head + "\n" + table(["TASK", "WAITS FOR", "BOUND", "DETAIL", "CHANGE"], rows)
 
 
 def render_dead_letters(items: Sequence[DeadLetter]) -> str:

@@ -16,6 +16,7 @@ from gnomon.client import (
     Run,
     RunPage,
     RunState,
+    RunWait,
     SchedulePreview,
     TaskRef,
 )
@@ -127,6 +128,11 @@ class FakeClient:
 
     def _discard_dead_letters(self, tasks, *, reason="", request_id=None):
         return list(tasks)
+
+    def _explain_run(self, run_id, *, consistency="linearizable"):
+        return self.runs[run_id], [RunWait(
+            "tenant_concurrency", "load", "tenant acme holds 2 leases, its max_concurrency",
+            "max_concurrency of tenant acme", 2, 2, "gnomon tenant set acme --max-concurrency N")]
 
 
 def run(fake: FakeClient, *argv: str, env: dict[str, str] | None = None, monkeypatch=None):

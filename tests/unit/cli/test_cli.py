@@ -556,6 +556,16 @@ def _attempted_run() -> Run:
     return Run("j1@7", "j1", state=RunState.SUCCEEDED, tasks=(task,))
 
 
+def test_run_waits_prints_each_reason_with_its_bound_and_json(fake):
+    fake.runs["j1@5"] = Run("j1@5", "j1", state=RunState.RUNNING)
+    code, out, _ = run(fake, "run", "waits", "j1@5")
+    assert code == 0 and out.startswith("run j1@5 is running")
+    assert "tenant_concurrency" in out and "max_concurrency of tenant acme = 2 (now 2)" in out
+    code, out, _ = run(fake, "run", "waits", "j1@5", "--json")
+    data = json.loads(out)
+    assert data["state"] == "running" and data["waits"][0]["limit_value"] == 2
+
+
 def test_run_get_shows_attempts_and_the_latest_output(fake):
     fake.runs["j1@7"] = _attempted_run()
     code, out, _ = run(fake, "run", "get", "j1@7")

@@ -62,6 +62,7 @@ PUBLIC = [
     "RunSort",
     "RunState",
     "RunTrigger",
+    "RunWait",
     "Schedule",
     "SchedulePreview",
     "TLSConfig",
