@@ -36,6 +36,7 @@ from ._models import (
     IntervalSchedule,
     Job,
     JobSpec,
+    LeaderChange,
     LimitsUpdate,
     MisfirePolicy,
     NodeStatus,
@@ -589,6 +590,10 @@ def cluster_status_to_proto(status: ClusterStatus) -> api_pb2.GetStatusResponse:
         limits=cluster_limits_to_proto(status.limits),
         limits_version=status.limits_version,
         dead_letters_evicted=status.dead_letters_evicted,
+        leader_changes=[api_pb2.LeaderChange(
+            at_ms=c.at_ms, term=c.term, leader_node_id=c.leader_node_id,
+            previous_leader_node_id=c.previous_leader_node_id, cause=c.cause)
+            for c in status.leader_changes],
     )
 
 
@@ -610,6 +615,9 @@ def cluster_status_from_proto(msg: api_pb2.GetStatusResponse) -> ClusterStatus:
         limits=cluster_limits_from_proto(msg.limits),
         limits_version=msg.limits_version,
         dead_letters_evicted=msg.dead_letters_evicted,
+        leader_changes=tuple(LeaderChange(c.at_ms, c.term, c.leader_node_id,
+                                          c.previous_leader_node_id, c.cause)
+                             for c in msg.leader_changes),
     )
 
 

@@ -513,6 +513,18 @@ class LimitsUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """A leader change as the answering node saw it (node-local): when (its wall clock), the
+    term, the new leader ("" none known), the one before, and the cause it can tell."""
+
+    at_ms: int
+    term: int
+    leader_node_id: str = ""
+    previous_leader_node_id: str = ""
+    cause: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
     """The answering node's view of the cluster. ``limits_version`` 0 means the first leader
     has not set the replicated limits yet."""
@@ -535,8 +547,11 @@ class ClusterStatus:
     limits_version: int = 0
     dead_letters_evicted: int = 0
     """Dead letters that left the queue because of ``limits.max_dead_letters``."""
+    leader_changes: tuple[LeaderChange, ...] = ()
+    """The leader changes the answering node saw, newest first."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "leader_changes", tuple(self.leader_changes))
 
     clock = InstantField("the cluster's time, which never goes back")

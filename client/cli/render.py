@@ -8,6 +8,7 @@ lower-case names, and bytes (payloads, results) follow ``spec.bytes_to_data``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -587,7 +588,14 @@ def render_cluster(status: ClusterStatus) -> str:
             for n in status.nodes
         ],
     )
-    return f"{head}\n\n{nodes}"
+    if not status.leader_changes:
+        return f"{head}\n\n{nodes}"
+    changes = table(
+        ["SEEN AT", "TERM", "LEADER", "BEFORE", "CAUSE"],
+        [[fmt_time(c.at_ms), c.term, c.leader_node_id or "none", c.previous_leader_node_id or "-",
+          c.cause] for c in status.leader_changes],
+    )
+    return f"{head}\n\n{nodes}\n\nleader changes seen by {status.node_id}:\n{changes}"
 
 
 def cluster_json(status: ClusterStatus) -> dict[str, Any]:
@@ -618,6 +626,7 @@ def cluster_json(status: ClusterStatus) -> dict[str, Any]:
             }
             for n in status.nodes
         ],
+        "leader_changes": [dataclasses.asdict(c) for c in status.leader_changes],
     }
 
 

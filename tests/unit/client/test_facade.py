@@ -41,6 +41,7 @@ PUBLIC = [
     "InvalidArgument",
     "Job",
     "JobSpec",
+    "LeaderChange",
     "LimitsUpdate",
     "MisfirePolicy",
     "NewToken",
