@@ -29,6 +29,7 @@ from ._models import (
     Run,
     RunPage,
     RunSort,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskRef,
@@ -555,21 +556,52 @@ class Client(BlockingAccessCalls):
             )
         )
 
+    def explain_run(
+        self,
+        run_id: str,
+        *,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> tuple[Run, list[RunWait]]:
+        """Why a run is where it is: the run, and what it and each of its tasks wait for
+        (empty once it ended), each bound with its value and where to change it."""
+        return self._run(
+            self._async.explain_run(run_id, consistency=consistency, timeout_s=timeout_s)
+        )
+
     def replay_dead_letters(
         self,
         tasks: Iterable[TaskRef | tuple[str, str]] | None = None,
         *,
         tenant: str | None = None,
         all: bool = False,
+        reason: str = "",
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> list[TaskRef]:
         """Start a fresh attempt series (same idempotency key) for dead-lettered tasks: the
         named ``tasks``, or every one of ``tenant``, or with ``all=True`` every one of every
-        tenant. Returns the tasks replayed."""
+        tenant. ``reason`` goes to the audit log. Returns the tasks replayed."""
         return self._run(
             self._async.replay_dead_letters(
-                tasks, tenant=tenant, all=all, request_id=request_id, timeout_s=timeout_s
+                tasks, tenant=tenant, all=all, reason=reason, request_id=request_id,
+                timeout_s=timeout_s
+            )
+        )
+
+    def discard_dead_letters(
+        self,
+        tasks: Iterable[TaskRef | tuple[str, str]],
+        *,
+        reason: str = "",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[TaskRef]:
+        """Drop the named dead letters from the queue for good (all or none; the tasks stay
+        dead in their runs). ``reason`` goes to the audit log. Returns the tasks dropped."""
+        return self._run(
+            self._async.discard_dead_letters(
+                tasks, reason=reason, request_id=request_id, timeout_s=timeout_s
             )
         )
 

@@ -35,6 +35,7 @@ from ._models import (
     Run,
     RunPage,
     RunSort,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskRef,
@@ -423,6 +424,20 @@ class AsyncClient(AccessCalls):
         resp = await self._call(_JOBS, "GetRun", req, timeout_s=timeout_s)
         return cv.run_from_proto(resp.run)
 
+    async def explain_run(
+        self,
+        run_id: str,
+        *,
+        consistency: Consistency = "linearizable",
+        timeout_s: float | None = None,
+    ) -> tuple[Run, list[RunWait]]:
+        """Why a run is where it is: the run, and what it and each of its tasks wait for
+        (empty once it ended), each bound with its value and where to change it."""
+        req = api_pb2.ExplainRunRequest(run_id=run_id,
+                                        consistency=cv.consistency_to_proto(consistency))
+        resp = await self._call(_JOBS, "ExplainRun", req, timeout_s=timeout_s)
+        return cv.run_from_proto(resp.run), [cv.run_wait_from_proto(w) for w in resp.waits]
+
     async def list_runs(
         self,
         job_id: str | None = None,
@@ -691,21 +706,41 @@ class AsyncClient(AccessCalls):
         *,
         tenant: str | None = None,
         all: bool = False,
+        reason: str = "",
         request_id: str | None = None,
         timeout_s: float | None = None,
     ) -> list[TaskRef]:
         """Start a fresh attempt series (same idempotency key) for dead-lettered tasks: the
         named ``tasks``, or every one of ``tenant``, or with ``all=True`` every one of every
-        tenant. Returns the tasks replayed."""
+        tenant. ``reason`` goes to the audit log. Returns the tasks replayed."""
         refs = cv.task_refs_to_proto(tasks or ())
         chosen = sum((bool(refs), tenant is not None, all))
         if chosen != 1:
             raise InvalidArgument("name the tasks to replay, or a tenant, or pass all=True (one)")
         req = api_pb2.ReplayDeadLettersRequest(
-            request_id=request_id or _new_request_id(), tasks=refs, tenant=tenant or "", all=all
+            request_id=request_id or _new_request_id(), tasks=refs, tenant=tenant or "", all=all,
+            reason=reason,
         )
         resp = await self._call(_JOBS, "ReplayDeadLetters", req, timeout_s=timeout_s)
         return [cv.task_ref_from_proto(r) for r in resp.replayed]
+
+    async def discard_dead_letters(
+        self,
+        tasks: Iterable[TaskRef | tuple[str, str]],
+        *,
+        reason: str = "",
+        request_id: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[TaskRef]:
+        """Drop the named dead letters from the queue for good (all or none; the tasks stay
+        dead in their runs). ``reason`` goes to the audit log. Returns the tasks dropped."""
+        refs = cv.task_refs_to_proto(tasks)
+        if not refs:
+            raise InvalidArgument("tasks: name at least one dead letter to discard")
+        req = api_pb2.DiscardDeadLettersRequest(
+            request_id=request_id or _new_request_id(), tasks=refs, reason=reason)
+        resp = await self._call(_JOBS, "DiscardDeadLetters", req, timeout_s=timeout_s)
+        return [cv.task_ref_from_proto(r) for r in resp.discarded]
 
     # --- cluster -----------------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from ._models import (
     IntervalSchedule,
     Job,
     JobSpec,
+    LeaderChange,
     LimitsUpdate,
     MisfirePolicy,
     NodeStatus,
@@ -49,6 +50,7 @@ from ._models import (
     RunSort,
     RunState,
     RunTrigger,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskInstance,
@@ -494,6 +496,14 @@ def dead_letter_to_proto(dl: DeadLetter) -> types_pb2.DeadLetter:
     )
 
 
+def run_wait_from_proto(msg: api_pb2.RunWait) -> RunWait:
+    return RunWait(
+        kind=api_pb2.WaitKind.Name(msg.kind).removeprefix("WAIT_KIND_").lower(),
+        task_name=msg.task_name, detail=msg.detail, limit=msg.limit,
+        limit_value=msg.limit_value, current=msg.current, change=msg.change,
+    )
+
+
 def dead_letter_from_proto(msg: types_pb2.DeadLetter) -> DeadLetter:
     return DeadLetter(
         run_id=msg.run_id,
@@ -580,6 +590,10 @@ def cluster_status_to_proto(status: ClusterStatus) -> api_pb2.GetStatusResponse:
         limits=cluster_limits_to_proto(status.limits),
         limits_version=status.limits_version,
         dead_letters_evicted=status.dead_letters_evicted,
+        leader_changes=[api_pb2.LeaderChange(
+            at_ms=c.at_ms, term=c.term, leader_node_id=c.leader_node_id,
+            previous_leader_node_id=c.previous_leader_node_id, cause=c.cause)
+            for c in status.leader_changes],
     )
 
 
@@ -601,6 +615,9 @@ def cluster_status_from_proto(msg: api_pb2.GetStatusResponse) -> ClusterStatus:
         limits=cluster_limits_from_proto(msg.limits),
         limits_version=msg.limits_version,
         dead_letters_evicted=msg.dead_letters_evicted,
+        leader_changes=tuple(LeaderChange(c.at_ms, c.term, c.leader_node_id,
+                                          c.previous_leader_node_id, c.cause)
+                             for c in msg.leader_changes),
     )
 
 

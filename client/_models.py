@@ -415,6 +415,22 @@ class RunPage:
 
 
 @dataclass(frozen=True, slots=True)
+class RunWait:
+    """One reason a run or a task waits (``explain_run``): its kind (``no_worker``,
+    ``tenant_concurrency``, ``upstream``, ...), the task ("" for the run), the reason in
+    words, the bound that holds it back with its value and current count, and where to
+    change it."""
+
+    kind: str
+    task_name: str = ""
+    detail: str = ""
+    limit: str = ""
+    limit_value: int = 0
+    current: int = 0
+    change: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A task that failed for good; replay it with ``replay_dead_letters``."""
 
@@ -497,6 +513,18 @@ class LimitsUpdate:
 
 
 @dataclass(frozen=True, slots=True)
+class LeaderChange:
+    """A leader change as the answering node saw it (node-local): when (its wall clock), the
+    term, the new leader ("" none known), the one before, and the cause it can tell."""
+
+    at_ms: int
+    term: int
+    leader_node_id: str = ""
+    previous_leader_node_id: str = ""
+    cause: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterStatus:
     """The answering node's view of the cluster. ``limits_version`` 0 means the first leader
     has not set the replicated limits yet."""
@@ -519,8 +547,11 @@ class ClusterStatus:
     limits_version: int = 0
     dead_letters_evicted: int = 0
     """Dead letters that left the queue because of ``limits.max_dead_letters``."""
+    leader_changes: tuple[LeaderChange, ...] = ()
+    """The leader changes the answering node saw, newest first."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "nodes", tuple(self.nodes))
+        object.__setattr__(self, "leader_changes", tuple(self.leader_changes))
 
     clock = InstantField("the cluster's time, which never goes back")

@@ -68,6 +68,12 @@ class WorkerInfo:
     queues: tuple[str, ...] = ()
     credits: int = 0
     leases_held: int = 0
+    connected_ms: int = 0
+    """When the leader accepted its stream (the leader's wall clock)."""
+    last_heartbeat_ms: int = 0
+    """Its last heartbeat at the leader (0: none yet)."""
+    peer: str = ""
+    """Where its stream came from: an address, or ``relay`` through a gateway's relay."""
 
 
 @dataclass(frozen=True)
@@ -100,7 +106,8 @@ def queues_from_proto(m: api_pb2.ListQueuesResponse) -> list[QueueInfo]:
 
 
 def workers_from_proto(m: api_pb2.ListWorkersResponse) -> list[WorkerInfo]:
-    return [WorkerInfo(w.worker_id, tuple(w.queues), w.credits, w.leases_held)
+    return [WorkerInfo(w.worker_id, tuple(w.queues), w.credits, w.leases_held,
+                       w.connected_ms, w.last_heartbeat_ms, w.peer)
             for w in m.workers]
 
 

@@ -68,6 +68,7 @@ COMMAND_FIELDS: dict[type, str] = {
     c.BackfillStep: "backfill_step",
     c.CancelBackfill: "cancel_backfill",
     c.SetQueueCircuit: "set_queue_circuit",
+    c.DiscardDeadLetters: "discard_dead_letters",
 }
 COMMAND_CLASSES: dict[str, type] = {name: cls for cls, name in COMMAND_FIELDS.items()}
 # Repeated scalar fields of commands (tuples in the dataclasses).
@@ -632,7 +633,7 @@ def batch_from_bytes(data: bytes) -> c.Batch:
 _REPLY_CLASSES = {
     cls.__name__: cls
     for cls in (r.JobReply, r.JobsReply, r.RunReply, r.Done, r.Replayed, r.LimitsReply, Rejected,
-                access.TokenReply, access.TenantReply)
+                access.TokenReply, access.TenantReply, r.Discarded)
 }
 
 
@@ -651,7 +652,7 @@ def reply_to_bytes(reply: object) -> bytes:
 
 def _reply_from_fields(fields: dict) -> object:
     cls = _REPLY_CLASSES[fields.pop("type")]
-    if cls is r.Replayed:
+    if cls in (r.Replayed, r.Discarded):
         fields["tasks"] = tuple(tuple(t) for t in fields["tasks"])
     elif cls is r.JobsReply:
         fields["items"] = tuple(_reply_from_fields(i) for i in fields["items"])

@@ -209,6 +209,8 @@ class Config:
     # stream not yet taken by its servicer (beyond: that stream ends RESOURCE_EXHAUSTED), and
     # frames queued towards one gateway (a full queue makes its streams' writes wait).
     max_relays: int = 64
+    # Leader changes this node remembers for GetStatus (node-local, never replicated).
+    leader_history_max_entries: int = 20
     relay_max_streams: int = 50_000
     relay_max_frames: int = 4_096
     relay_stream_buffer_messages: int = 2_048
@@ -337,7 +339,7 @@ class Config:
                      "worker_max_pending_reports", "worker_stall_timeout_ms",
                      "worker_max_heartbeat_leases", "worker_max_polls", "max_relays",
                      "relay_max_streams", "relay_max_frames", "relay_stream_buffer_messages",
-                     "relay_down_max_frames"):
+                     "relay_down_max_frames", "leader_history_max_entries"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: must be >= 1, got {getattr(self, name)}")
         if self.worker_poll_max_wait_ms < 0:

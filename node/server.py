@@ -35,6 +35,7 @@ from gnomon.node.leader.leases import LeaseTable, LeaseTiming
 from gnomon.node.leader.session import Leadership
 from gnomon.node.leader.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.ops import logs, metrics, observe, tracing
+from gnomon.node.ops.leader_history import LeaderHistory
 from gnomon.node.ops.operations import OperationError, TransferTimeout, transfer_leadership
 from gnomon.node.ops.run_spans import RunSpanCollector
 from gnomon.node.process import crash_process
@@ -104,6 +105,7 @@ class Node:
         self.supervisor = Supervisor(crash_process)
         self._stopping = asyncio.Event()
         self._entries = observe.EntryCounter()
+        self.leader_history = LeaderHistory(config.leader_history_max_entries)
         # Written on the tick thread after each entry; the health window starts at the start.
         self.last_apply_mono = mono_ms()
 
@@ -320,6 +322,9 @@ class Node:
             if leader_id != leader_seen:
                 metrics.LEADER_CHANGES.inc()
             leader_seen = leader_id
+            fresh = self.fresh_leader()
+            self.leader_history.observe(self.clock.wall_ms(), self.raft.term(),
+                                        fresh.node_id if fresh is not None else "")
             serving, why = observe.health_verdict(self)
             if serving != last:
                 status = (health_pb2.HealthCheckResponse.SERVING if serving

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import difflib
 import json
 import os
@@ -49,6 +50,7 @@ from .render import (
     render_limits,
     render_preview,
     render_run,
+    render_run_waits,
     render_runs,
     run_json,
     task_ref_json,
@@ -392,6 +394,14 @@ def _cmd_run_get(ctx: CommandContext) -> int:
     return EXIT_OK
 
 
+def _cmd_run_waits(ctx: CommandContext) -> int:
+    run, waits = ctx.client.explain_run(ctx.args.run_id)
+    ctx.emit(render_run_waits(run, waits),
+             {"run_id": run.run_id, "state": run.state.value,
+              "waits": [dataclasses.asdict(w) for w in waits]})
+    return EXIT_OK
+
+
 def _cmd_run_cancel(ctx: CommandContext) -> int:
     run = ctx.client.cancel_run(
         ctx.args.run_id, reason=ctx.args.reason, request_id=ctx.args.request_id
@@ -440,12 +450,23 @@ def _cmd_dlq_replay(ctx: CommandContext) -> int:
         raise UsageError("give task refs (RUN:TASK ...), or --tenant T, or --all (one of them)")
     refs = [parse_task_ref(r) for r in a.refs]
     replayed = ctx.client.replay_dead_letters(
-        refs or None, tenant=a.tenant, all=a.all, request_id=a.request_id
+        refs or None, tenant=a.tenant, all=a.all, reason=a.reason, request_id=a.request_id
     )
     lines = [f"replayed {len(replayed)} task(s)"] + [
         f"  {r.run_id}:{r.task_name}" for r in replayed
     ]
     ctx.emit("\n".join(lines), {"replayed": [task_ref_json(r) for r in replayed]})
+    return EXIT_OK
+
+
+def _cmd_dlq_discard(ctx: CommandContext) -> int:
+    a = ctx.args
+    refs = [parse_task_ref(r) for r in a.refs]
+    dropped = ctx.client.discard_dead_letters(refs, reason=a.reason, request_id=a.request_id)
+    lines = [f"discarded {len(dropped)} dead letter(s); the tasks stay dead"] + [
+        f"  {r.run_id}:{r.task_name}" for r in dropped
+    ]
+    ctx.emit("\n".join(lines), {"discarded": [task_ref_json(r) for r in dropped]})
     return EXIT_OK
 
 
@@ -594,9 +615,11 @@ COMMANDS: dict[tuple[str, str | None], Callable[[CommandContext], int]] = {
     ("run", "retry-task"): _cmd_run_retry_task,
     ("run", "list"): _cmd_run_list,
     ("run", "get"): _cmd_run_get,
+    ("run", "waits"): _cmd_run_waits,
     ("run", "cancel"): _cmd_run_cancel,
     ("dlq", "list"): _cmd_dlq_list,
     ("dlq", "replay"): _cmd_dlq_replay,
+    ("dlq", "discard"): _cmd_dlq_discard,
     ("cluster", "status"): _cmd_cluster_status,
     ("cluster", "limits"): _cmd_cluster_limits,
     ("worker", "shell"): _cmd_worker,

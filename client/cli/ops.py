@@ -326,11 +326,15 @@ def _cmd_queue_list(ctx: Any) -> int:
 
 def _cmd_worker_list(ctx: Any) -> int:
     workers = ctx.client.list_workers()
-    rows = [[w.worker_id, ",".join(w.queues), w.credits, w.leases_held] for w in workers]
-    ctx.emit(table(["WORKER", "QUEUES", "CREDITS", "LEASES HELD"], rows) if rows
+    rows = [[w.worker_id, ",".join(w.queues), w.credits, w.leases_held,
+             fmt_time(w.connected_ms), fmt_time(w.last_heartbeat_ms) if w.last_heartbeat_ms
+             else "none yet", w.peer] for w in workers]
+    ctx.emit(table(["WORKER", "QUEUES", "CREDITS", "LEASES HELD", "CONNECTED",
+                    "LAST HEARTBEAT", "CAME THROUGH"], rows) if rows
              else "no workers connected",
              [{"worker_id": w.worker_id, "queues": list(w.queues), "credits": w.credits,
-               "leases_held": w.leases_held} for w in workers])
+               "leases_held": w.leases_held, "connected_ms": w.connected_ms,
+               "last_heartbeat_ms": w.last_heartbeat_ms, "peer": w.peer} for w in workers])
     return EXIT_OK
 
 

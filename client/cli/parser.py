@@ -40,8 +40,9 @@ commands:
   job create|get|list|update|delete|pause|resume|trigger|preview|reset-circuit   manage jobs
   job backfill JOB --from T --to T [--watch]               run a past range's slots
   job export|import                                        job specs as YAML (GitOps)
-  run list|get|cancel|active|rerun|cancel-task|retry-task   inspect, cancel and re-run runs
-  dlq list|replay                                          the dead-letter queue
+  run list|get|waits|cancel|active|rerun|cancel-task|retry-task
+                                                           inspect (why one waits), cancel and re-run runs
+  dlq list|replay|discard                                  the dead-letter queue
   cluster status|limits|transfer-leader|add-node|remove-node
                                                            nodes, leader, limits, members
   backup create                                            online backup of the state
@@ -429,6 +430,8 @@ def _add_run_commands(groups: Any, leaf: Leaf) -> None:
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--output", action="store_true", help="print the output tail of every attempt")
     _add_wait(p)
+    p = leaf(run, "waits", "why a run waits: each task's reason, the bound and where to change it")
+    p.add_argument("run_id", metavar="RUN")
     p = leaf(run, "cancel", "cancel a run's unfinished tasks (running ones are stopped)")
     p.add_argument("run_id", metavar="RUN")
     p.add_argument("--reason", default="cancelled from the gnomon CLI")
@@ -459,6 +462,11 @@ def _add_dlq_commands(groups: Any, leaf: Leaf) -> None:
     p.add_argument("refs", nargs="*", metavar="RUN:TASK", help="task refs, as dlq list prints them")
     p.add_argument("--tenant", help="every dead letter of this tenant")
     p.add_argument("--all", action="store_true", help="every dead letter")
+    p.add_argument("--reason", default="", help="why (kept in the audit log)")
+    _add_request_id(p)
+    p = leaf(dlq, "discard", "drop dead letters for good (the tasks stay dead)")
+    p.add_argument("refs", nargs="+", metavar="RUN:TASK", help="task refs, as dlq list prints them")
+    p.add_argument("--reason", default="", help="why (kept in the audit log)")
     _add_request_id(p)
 
 

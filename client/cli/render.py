@@ -8,6 +8,7 @@ lower-case names, and bytes (payloads, results) follow ``spec.bytes_to_data``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -25,6 +26,7 @@ from .._models import (
     LimitsUpdate,
     Run,
     RunTrigger,
+    RunWait,
     Schedule,
     SchedulePreview,
     TaskInstance,
@@ -508,6 +510,16 @@ def run_json(run: Run) -> dict[str, Any]:
 # --- dead letters and cluster ----------------------------------------------------------------
 
 
+def render_run_waits(run: Run, waits: Sequence[RunWait]) -> str:
+    head = f"run {run.run_id} is {run.state.value}"
+    if not waits:
+        return f"{head}: it waits for nothing"
+    rows = [[w.task_name or "(run)", w.kind,
+             f"{w.limit} = {w.limit_value} (now {w.current})" if w.limit else "",
+             w.detail, w.change] for w in waits]
+    return head + "\n" + table(["TASK", "WAITS FOR", "BOUND", "DETAIL", "CHANGE"], rows)
+
+
 def render_dead_letters(items: Sequence[DeadLetter]) -> str:
     if not items:
         return "no dead letters"
@@ -576,7 +588,14 @@ def render_cluster(status: ClusterStatus) -> str:
             for n in status.nodes
         ],
     )
-    return f"{head}\n\n{nodes}"
+    if not status.leader_changes:
+        return f"{head}\n\n{nodes}"
+    changes = table(
+        ["SEEN AT", "TERM", "LEADER", "BEFORE", "CAUSE"],
+        [[fmt_time(c.at_ms), c.term, c.leader_node_id or "none", c.previous_leader_node_id or "-",
+          c.cause] for c in status.leader_changes],
+    )
+    return f"{head}\n\n{nodes}\n\nleader changes seen by {status.node_id}:\n{changes}"
 
 
 def cluster_json(status: ClusterStatus) -> dict[str, Any]:
@@ -607,6 +626,7 @@ def cluster_json(status: ClusterStatus) -> dict[str, Any]:
             }
             for n in status.nodes
         ],
+        "leader_changes": [dataclasses.asdict(c) for c in status.leader_changes],
     }
 
 

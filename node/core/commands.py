@@ -210,6 +210,16 @@ class ReplayDeadLetters:
 
 
 @dataclass(frozen=True, slots=True)
+class DiscardDeadLetters:
+    """Drop tasks from the dead-letter queue for good: they stay DEAD in their runs."""
+
+    request_id: str
+    tasks: tuple[TaskKey, ...]
+    request_scope: str = ""
+    request_fingerprint: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
 class Barrier:
     pass
 
@@ -315,6 +325,7 @@ Command = (
     | FailTask
     | ExpireLeases
     | ReplayDeadLetters
+    | DiscardDeadLetters
     | Barrier
     | SetLimits
     | CheckpointLeases

@@ -53,7 +53,15 @@ class Replayed:
     tasks: tuple[tuple[str, str], ...]
 
 
-Reply = JobReply | JobsReply | RunReply | Done | Granted | Replayed | LimitsReply | Rejected
+@dataclass(frozen=True, slots=True)
+class Discarded:
+    """DiscardDeadLetters: the (run_id, task_name) dropped from the queue, each once."""
+
+    tasks: tuple[tuple[str, str], ...]
+
+
+Reply = (JobReply | JobsReply | RunReply | Done | Granted | Replayed | Discarded | LimitsReply
+         | Rejected)
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from gnomon.node.core.commands import (
     CancelTask,
     CheckpointLeases,
     CompleteTask,
+    DiscardDeadLetters,
     ExpireLeases,
     FailTask,
     GrantLeases,
@@ -29,7 +30,7 @@ from gnomon.node.core.model import (
     TaskInstance,
     TaskState,
 )
-from gnomon.node.core.results import Done, Granted, Replayed, Reply, RunReply
+from gnomon.node.core.results import Discarded, Done, Granted, Replayed, Reply, RunReply
 from gnomon.node.core.retry import backoff_ms, effective_max_attempts
 from gnomon.node.core.runs import (
     _end_lease,
@@ -316,4 +317,21 @@ def _replay_one(ctx: Ctx, run_id: str, task_name: str) -> None:
             del ctx.state.pinned[run.job_id]
 
 
-HANDLER_PAIRS = [(GrantLeases, _grant_leases), (CompleteTask, _complete_task), (FailTask, _fail_task), (ExpireLeases, _expire_leases), (CheckpointLeases, _checkpoint_leases), (ReplayDeadLetters, _replay_dead_letters), (CancelTask, _cancel_task)]
+def _discard_dead_letters(ctx: Ctx, cmd: DiscardDeadLetters) -> Reply:
+    """All named dead letters leave the queue, or none (NOT_FOUND naming the first missing).
+    Their tasks stay DEAD; a run kept in memory only for them (pinned) may leave memory."""
+    dead_letters = ctx.state.dead_letters
+    for index, key in enumerate(cmd.tasks):
+        if (key.run_id, key.task_name) not in dead_letters:
+            return Rejected(Code.NOT_FOUND, f"tasks[{index}]: no dead letter for task "
+                            f"{key.task_name!r} of run {key.run_id!r}")
+    keys = tuple(dict.fromkeys((key.run_id, key.task_name) for key in cmd.tasks))
+    for run_id, task_name in keys:
+        del dead_letters[(run_id, task_name)]
+        run = ctx.state.runs.get(run_id)
+        if run is not None:
+            _unpin_if_free(ctx, run)
+    return Discarded(tasks=keys)
+
+
+HANDLER_PAIRS = [(GrantLeases, _grant_leases), (CompleteTask, _complete_task), (FailTask, _fail_task), (ExpireLeases, _expire_leases), (CheckpointLeases, _checkpoint_leases), (ReplayDeadLetters, _replay_dead_letters), (DiscardDeadLetters, _discard_dead_letters), (CancelTask, _cancel_task)]

@@ -95,6 +95,11 @@ class WorkerSession:
     # What is queued for it, bounded (node/leader/outbox.py); a full outbox is granted nothing.
     outbox: Outbox = field(default_factory=Outbox)
     closed: bool = False
+    # For operators (ListWorkers): when the stream was accepted and last heartbeated (wall ms
+    # of the leader), and where it came from (the peer address, "relay" through a gateway's).
+    connected_ms: int = 0
+    last_heartbeat_ms: int = 0
+    peer: str = ""
 
     def send(self, msg: worker_pb2.ServerMessage) -> bool:
         """Queue `msg` if the session is open and its outbox has room."""

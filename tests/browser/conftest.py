@@ -3,7 +3,8 @@
 No browser download: Playwright launches /usr/bin/chromium (`.ci/run` installs the package;
 GNOMON_CHROMIUM overrides the path). Each browser gets a fresh temporary profile. Screenshots
 go to .gnomon/test-output/browser/ under the repository (GNOMON_TEST_OUTPUT overrides the
-folder), one PNG per page and test, named <test>-<page>.png.
+folder), one PNG per page and test, named <test>-<page>.png. With GNOMON_DOCS_SCREENSHOTS=1
+the accessibility audit also writes each page to docs/dashboard-<page>.png (the README's).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from tests.support.browser import ARGS, CHROMIUM
 from tests.support.cluster import module_cluster
 
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 OUTPUT = Path(os.environ.get("GNOMON_TEST_OUTPUT",
                              Path(__file__).resolve().parents[2] / ".gnomon" / "test-output")
               ) / "browser"
@@ -61,6 +63,12 @@ class Page:
         path = OUTPUT / f"{self.name}-{label}.png"
         self.page.screenshot(path=str(path), full_page=True)
         return path
+
+    def docs_shot(self, name: str) -> None:
+        """With GNOMON_DOCS_SCREENSHOTS=1: the visible part of the page as
+        docs/dashboard-<name>.png (the README's pictures)."""
+        if os.environ.get("GNOMON_DOCS_SCREENSHOTS"):
+            self.page.screenshot(path=str(DOCS / f"dashboard-{name}.png"))
 
     def script_errors(self) -> list[str]:
         """Errors of the page's own code: uncaught exceptions and console.error calls, not

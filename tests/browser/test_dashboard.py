@@ -170,33 +170,59 @@ def test_open_a_run_and_see_its_dag_change_live(cluster, page):
     assert page.script_errors() == []
 
 
-def test_replay_a_dead_letter(cluster, page):
+def test_dead_letters_grouped_selected_and_replayed_with_a_reason(cluster, page):
     leader, follower = _follower(cluster)
     job = _job(leader, "doomed", [{"name": "main", "queue": "dlq", "retry": {"maxAttempts": 1}}])
-    run_id = _trigger(leader, job)
+    errors = ["disk 3 full", "disk 7 full", "timeout talking to db"]
+    runs = [_trigger(leader, job) for _ in errors]
     worker = RawWorker(leader, "w-dlq", ("dlq",))
     try:
-        worker.credits(1)
-        assign = worker.next("assign")
-        worker.fail(assign.lease, "disk on fire", retryable=False)
-        worker.next("report_ack")
+        for _ in errors:
+            worker.credits(1)
+            assign = worker.next("assign")
+            worker.fail(assign.lease, errors[runs.index(assign.lease.run_id)], retryable=False)
+            worker.next("report_ack")
     finally:
         worker.close()
-    wait_for(lambda: any(d["runId"] == run_id for d in
-                         call(leader.url, "GET", "/v1/dlq").json["deadLetters"]),
-             timeout_s=20, what="the dead letter")
+    wait_for(lambda: {d["runId"] for d in call(leader.url, "GET", "/v1/dlq").json["deadLetters"]}
+             >= set(runs), timeout_s=20, what="the dead letters")
+    too_long = call(leader.url, "POST", "/v1/dlq/replay",
+                    {"tasks": [{"runId": runs[0], "taskName": "main"}], "reason": "x" * 501})
+    assert too_long.status == 400 and too_long.json["field"] == "reason", too_long.text
     pg = page.page
-    pg.goto(f"{follower.url}/#/dlq")
-    row = pg.locator(f'tr[data-dead="{run_id}:main"]')
-    expect(row).to_contain_text("disk on fire")
+    pg.goto(f"{follower.url}/#/dlq?group=error")
+    disk = pg.locator('section[data-group="disk N full"]')  # one error class, digits as N
+    expect(disk.locator("tr[data-dead]")).to_have_count(2)
+    timeout = pg.locator(f'tr[data-dead="{runs[2]}:main"]')
+    expect(timeout).to_contain_text("timeout talking to db")
     page.shot("dlq")
-    row.get_by_role("button", name="Replay").click()
-    expect(row).to_have_count(0)
-    expect(pg.get_by_role("status").filter(has_text="Replayed")).to_be_visible()
-    run = call(leader.url, "GET", f"/v1/runs/{quote(run_id, safe='')}").json["run"]
-    assert run["state"] == "RUN_STATE_RUNNING"
-    assert run["tasks"][0]["state"] == "TASK_STATE_READY"
+    disk.get_by_role("checkbox", name="select all of disk N full").check()
+    expect(pg.get_by_test_id("dlq-selected")).to_have_text("2 selected")
+    pg.get_by_role("button", name="Replay selected").click()  # no reason: refused, unchanged
+    expect(pg.get_by_role("alert")).to_contain_text("reason")
+    expect(disk.locator("tr[data-dead]")).to_have_count(2)
+    pg.get_by_label("Reason (kept in the audit log)").fill("disk freed on db-3")
+    pg.get_by_role("button", name="Replay selected").click()
+    expect(pg.get_by_role("status").filter(has_text="Replayed 2 tasks")).to_be_visible()
+    expect(disk).to_have_count(0)
+    expect(timeout).to_be_visible()
+    for run_id in runs[:2]:
+        run = call(leader.url, "GET", f"/v1/runs/{quote(run_id, safe='')}").json["run"]
+        assert run["tasks"][0]["state"] in ("TASK_STATE_READY", "TASK_STATE_LEASED")
     page.shot("dlq-replayed")
+    # Discard: the letter leaves the queue, its task stays dead; both reasons are audited.
+    pg.get_by_role("checkbox", name=f"select {runs[2]}:main").check()
+    pg.get_by_label("Reason (kept in the audit log)").fill("db retired, nothing to redo")
+    pg.get_by_role("button", name="Discard selected").click()
+    expect(pg.get_by_role("status").filter(has_text="Discarded 1 task")).to_be_visible()
+    expect(timeout).to_have_count(0)
+    run = call(leader.url, "GET", f"/v1/runs/{quote(runs[2], safe='')}").json["run"]
+    assert run["tasks"][0]["state"] == "TASK_STATE_DEAD"
+    entries = call(leader.url, "GET", "/v1/audit").json["entries"]
+    assert any(e["action"] == "JobService.ReplayDeadLetters" and "disk freed on db-3" in e["detail"]
+               and runs[0] in e["detail"] for e in entries), entries[:3]
+    assert any(e["action"] == "JobService.DiscardDeadLetters" and runs[2] in e["detail"]
+               and "db retired" in e["detail"] for e in entries), entries[:3]
     assert page.script_errors() == []
 
 

@@ -197,6 +197,9 @@ def test_human_output(servers):
     status = ok_json(servers, "cluster", "status")
     assert len(status["nodes"]) == 3 and status["leader_node_id"]
     assert sorted(n["role"] for n in status["nodes"]) == ["follower", "follower", "leader"]
+    # The answering node saw the leader it knows now come in (its record of changes).
+    assert any(c["leader_node_id"] == status["leader_node_id"] for c in status["leader_changes"])
+    assert "leader changes seen by" in proc.stdout
 
 
 def test_dag_file_create_and_update(servers, tmp_path):

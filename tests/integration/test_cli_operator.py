@@ -99,6 +99,9 @@ def test_lists_of_active_runs_queues_and_workers_and_the_idle_queue_warning(clus
         assert code == 0, err
         assert [w["worker_id"] for w in json.loads(out)] == ["w-lists"]
         assert json.loads(out)[0]["queues"] == ["busy-q"]
+        listed_worker = json.loads(out)[0]
+        assert listed_worker["connected_ms"] > 0 and listed_worker["last_heartbeat_ms"] == 0
+        assert listed_worker["peer"].startswith("ipv4:127.0.0.1:")  # straight to the leader
         code, out, err = cli("-s", s, "--json", "run", "active")
         assert code == 0, err
         assert any(r["job_id"] for r in json.loads(out))

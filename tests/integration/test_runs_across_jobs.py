@@ -121,6 +121,22 @@ def test_a_tenant_token_sees_only_its_tenants_runs(cluster, world):
         client.list_runs_across_jobs(tenants=["acme", "globex"])
 
 
+def test_a_tenant_token_sees_only_its_tenants_job_health(cluster, world):
+    """ListJobs' health view: the tenant's jobs only; its backlog counts only its tasks."""
+    reader, runs, jobs = world["reader"], world["runs"], world["jobs"]
+    status, body = _get(cluster, "/v1/jobs", reader, health="true")
+    assert status == 200, body
+    assert list(body["health"]) == [jobs["acme"]]
+    health = body["health"][jobs["acme"]]
+    assert [r["runId"] for r in health["recentRuns"]] == runs["acme"]
+    [gpu] = health["queues"]
+    # Two running runs wait on "gpu" with no worker; the leader answered: workers known.
+    assert (gpu["queue"], gpu["ready"], gpu["workers"], gpu["workersKnown"]) == (
+        "gpu", "2", 0, True)
+    status, body = _get(cluster, "/v1/jobs", reader, health="true", tenant="globex")
+    assert status == 403 and body["code"] == "PERMISSION_DENIED"
+
+
 @pytest.mark.parametrize("query, field, rule", [
     ({"state": "done"}, "state", "is not one of"),
     ({"limit": 1001}, "limit", "between 0 and 1000"),
@@ -162,3 +178,23 @@ def test_cli_run_list_across_jobs(cluster, world):
     code, out, err = cli(*base, "--token-file", admin_file, "--json", "run", "list",
                          world["jobs"]["acme"])
     assert code == 0 and sorted(r["run_id"] for r in json.loads(out)) == sorted(runs["acme"])
+
+
+def test_why_a_run_waits_over_the_sdk_and_the_cli(cluster, world):
+    """ExplainRun end to end: a running run of acme on queue gpu with no worker; the reader
+    of acme may ask, not about globex's run."""
+    run_id = world["runs"]["acme"][1]
+    with _client(cluster, world["reader"]) as reader:
+        run, waits = reader.explain_run(run_id)
+        assert run.run_id == run_id
+        assert [(w.kind, w.task_name) for w in waits] == [("no_worker", "main")]
+        assert "queue gpu for tenant acme" in waits[0].detail
+        with pytest.raises(PermissionDenied):
+            reader.explain_run(world["runs"]["globex"][1])
+    files = cluster.client_tls()
+    code, out, err = cli("--server", cluster.leader().grpc_addr, "--ca", files["ca_file"],
+                         "--cert", files["cert_file"], "--key", files["key_file"],
+                         "--token-file", str(cluster.root / "tls" / "admin.token"),
+                         "run", "waits", run_id)
+    assert code == 0, err
+    assert "WAITS FOR" in out and "no_worker" in out and "--queue gpu" in out

@@ -154,6 +154,9 @@ def _cross_tenant_requests(world):
         ("ResumeJob", api_pb2.ResumeJobRequest(request_id="r", job=job)),
         ("TriggerJob", api_pb2.TriggerJobRequest(request_id="t", job=job)),
         ("GetRun", api_pb2.GetRunRequest(run_id=run_id)),
+        ("ExplainRun", api_pb2.ExplainRunRequest(run_id=run_id)),
+        ("DiscardDeadLetters", api_pb2.DiscardDeadLettersRequest(
+            request_id="dd", tasks=[api_pb2.TaskRef(run_id=run_id, task_name="main")])),
         ("ListRuns", api_pb2.ListRunsRequest(job=job)),
         ("CancelRun", api_pb2.CancelRunRequest(request_id="cr", run_id=run_id)),
         ("ListDeadLetters", api_pb2.ListDeadLettersRequest(tenant="globex")),

@@ -148,9 +148,11 @@ class RawWorker:
             fails=[self.pb.Fail(lease=lease, error=error, retryable=retryable)
                    for lease, error, retryable in fails])))
 
-    def fail(self, lease, error: str, retryable: bool) -> None:
-        self._out.put(self.pb.WorkerMessage(fail=self.pb.Fail(lease=lease, error=error,
-                                                               retryable=retryable)))
+    def fail(self, lease, error: str, retryable: bool, *, exit_code: int | None = None,
+             output_tail: str = "", duration_ms: int = 0) -> None:
+        self._out.put(self.pb.WorkerMessage(fail=self.pb.Fail(
+            lease=lease, error=error, retryable=retryable, exit_code=exit_code,
+            output_tail=output_tail, duration_ms=duration_ms)))
 
     def close(self) -> None:
         self._out.put(None)

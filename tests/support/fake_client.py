@@ -16,6 +16,7 @@ from gnomon.client import (
     Run,
     RunPage,
     RunState,
+    RunWait,
     SchedulePreview,
     TaskRef,
 )
@@ -121,8 +122,17 @@ class FakeClient:
     def _list_dead_letters(self, tenant=None, *, limit=100):
         return [DeadLetter("j1@5", "load", "j1", attempts=3, last_error="boom", dead_ms=T0)]
 
-    def _replay_dead_letters(self, tasks=None, *, tenant=None, all=False, request_id=None):
+    def _replay_dead_letters(self, tasks=None, *, tenant=None, all=False, reason="",
+                             request_id=None):
         return list(tasks or [TaskRef("j1@5", "load")])
+
+    def _discard_dead_letters(self, tasks, *, reason="", request_id=None):
+        return list(tasks)
+
+    def _explain_run(self, run_id, *, consistency="linearizable"):
+        return self.runs[run_id], [RunWait(
+            "tenant_concurrency", "load", "tenant acme holds 2 leases, its max_concurrency",
+            "max_concurrency of tenant acme", 2, 2, "gnomon tenant set acme --max-concurrency N")]
 
 
 def run(fake: FakeClient, *argv: str, env: dict[str, str] | None = None, monkeypatch=None):

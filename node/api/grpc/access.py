@@ -219,6 +219,11 @@ def _replay(p, r, look):
     return _listing(p, r, look)
 
 
+def _tasks(p, r, look):
+    """The tenants of the runs of the tasks named (none named: refused by the servicer)."""
+    return sorted({look.run(t.run_id) for t in r.tasks})
+
+
 def _preview(p, r, look):
     return [look.job(r.job)] if r.HasField("job") else [r.tenant or DEFAULT_TENANT]
 
@@ -255,6 +260,7 @@ RULES: dict[str, Rule] = {
     JOBS + "CancelRun": Rule(TENANT_WRITER, _run),
     JOBS + "ListDeadLetters": Rule(TENANT_READER, _listing),
     JOBS + "ReplayDeadLetters": Rule(TENANT_WRITER, _replay),
+    JOBS + "DiscardDeadLetters": Rule(TENANT_WRITER, _tasks),
     JOBS + "PreviewSchedule": Rule(TENANT_READER, _preview),
     JOBS + "RerunRun": Rule(TENANT_WRITER, _run),
     JOBS + "CancelTask": Rule(TENANT_WRITER, _run),
@@ -264,6 +270,7 @@ RULES: dict[str, Rule] = {
     JOBS + "CancelBackfill": Rule(TENANT_WRITER, _job),
     JOBS + "SetQueueCircuit": Rule(TENANT_ADMIN, _queue_tenant),
     JOBS + "ListQueueCircuits": Rule(TENANT_READER, _listing),
+    JOBS + "ExplainRun": Rule(TENANT_READER, _run),
     CLUSTER + "GetStatus": Rule(TENANT_READER, _any),
     CLUSTER + "SetLimits": Rule(ADMIN),
     CLUSTER + "ExportHistory": Rule(ADMIN),
@@ -295,7 +302,7 @@ AUDITED = frozenset({
     ACCESS + "CreateToken", ACCESS + "RevokeToken", ACCESS + "CreateTenant",
     ACCESS + "UpdateTenant", CLUSTER + "SetLimits", OPS + "TransferLeadership",
     OPS + "AddNode", OPS + "RemoveNode",
-    JOBS + "DeleteJob",
+    JOBS + "DeleteJob", JOBS + "ReplayDeadLetters", JOBS + "DiscardDeadLetters",
 })
 MAX_AUDIT_DETAIL_CHARS = 2000
 # Calls that create runs: refused while the tenant's queued tasks are at max_queued_tasks.

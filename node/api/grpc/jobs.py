@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import cast
+from typing import Any, cast
 
 import grpc
 
 from gnomon.node import codec
-from gnomon.node.api.grpc import run_listing
+from gnomon.node.api.grpc import job_health, run_listing
 from gnomon.node.api.grpc.access import request_scope, scoped
 from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import REJECTED_CODES, ServiceError, check, status_of
 from gnomon.node.core import commands as c
 from gnomon.node.core.apply import reused_request_id
 from gnomon.node.core.errors import Rejected
+from gnomon.node.core.job_health import job_health as core_job_health
+from gnomon.node.core.job_health import tenant_backlogs
 from gnomon.node.core.model import DEFAULT_TENANT, ScheduleKind, State, dedupe_key, queue_key
-from gnomon.node.core.results import Done, JobReply, JobsReply, Replayed, RunReply
+from gnomon.node.core.results import Discarded, Done, JobReply, JobsReply, Replayed, RunReply
 from gnomon.node.core.run_query import RunCursor, query_runs, sort_value
+from gnomon.node.core.run_waits import DispatchBounds, WorkerView, explain_run
 from gnomon.node.leader.backfill import count_slots
 from gnomon.node.ops import tracing
 from gnomon.node.spec.schedules import (
@@ -40,6 +43,7 @@ from gnomon.node.storage.state_codec import decode_run
 from gnomon.v1 import api_pb2, api_pb2_grpc, types_pb2
 
 MAX_PAGE = 1000
+MAX_REASON_CHARS = 500  # a replay's reason, kept in the audit log
 # A page of jobs stays under this many bytes (the rest follows via next_after_job_id), below
 # gRPC's default 4 MiB receive limit: 1000 jobs of up to 100 tasks with 64 KiB payloads would
 # not fit even the 16 MiB limit of the node and the SDK.
@@ -93,7 +97,8 @@ _REPLIES: dict[type, type | tuple[type, ...]] = {
     c.CreateJob: JobReply, c.CreateJobs: JobsReply, c.UpdateJob: JobReply, c.SetPaused: JobReply,
     c.DeleteJob: Done, c.TriggerJob: RunReply, c.CancelRun: RunReply, c.RerunRun: RunReply,
     c.CancelTask: RunReply, c.ResetCircuit: (JobReply, Done), c.ReplayDeadLetters: Replayed,
-    c.StartBackfill: JobReply, c.CancelBackfill: JobReply, c.SetQueueCircuit: Done}
+    c.StartBackfill: JobReply, c.CancelBackfill: JobReply, c.SetQueueCircuit: Done,
+    c.DiscardDeadLetters: Discarded}
 
 
 def _answering(command, reply):
@@ -320,22 +325,39 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         await self.before_read(request.consistency)
         out = api_pb2.ListJobsResponse()
 
+        now, sessions = self._now_ms(), self._worker_sessions() if request.health else None
+
         def page(st: State) -> tuple[list[int], int]:
             order = st.tenant_job_order.get(request.tenant) if request.tenant else st.job_order
             seqs = order.page(after, limit + 1, lambda n: f"j{n}" in st.jobs) if order else []
             size = 0
+            backlogs = tenant_backlogs(st) if request.health else {}
             for i, seq in enumerate(seqs[:limit]):
-                job = codec.job_to_proto(st.jobs[f"j{seq}"])
-                size += job.ByteSize()
+                found = st.jobs[f"j{seq}"]
+                job = codec.job_to_proto(found)
+                health = job_health.health_to_proto(
+                    core_job_health(st, found, backlogs), found.spec.tenant, now_ms=now,
+                    sessions=sessions) if request.health else None
+                size += job.ByteSize() + (health.ByteSize() if health is not None else 0)
                 if size > MAX_PAGE_BYTES and i:
                     return seqs, i
                 out.jobs.append(job)
+                if health is not None:
+                    out.health[found.job_id].CopyFrom(health)
             return seqs, limit
 
         seqs, shown = self.read(page)
         if len(seqs) > shown:
             out.next_after_job_id = f"j{seqs[shown - 1]}"
         return out
+
+    def _worker_sessions(self) -> dict[str, Any] | None:
+        """The leader's worker sessions (leader.dispatch), None on a node that does not lead:
+        workers connect to the leader only."""
+        dispatcher = getattr(self.node, "dispatcher", None)
+        if dispatcher is None or not self.node.leadership.ready:
+            return None
+        return dict(dispatcher.sessions)
 
     @translated
     async def UpdateJob(self, request, context):  # noqa: N802
@@ -488,6 +510,32 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         return out
 
     @translated
+    async def ExplainRun(self, request, context):  # noqa: N802
+        """What a run waits for (node/core/run_waits.py), the leader's workers and bounds in."""
+        validate_id("run_id", request.run_id)
+        await self.before_read(request.consistency)
+        sessions = self._worker_sessions()
+        workers = None if sessions is None else tuple(
+            WorkerView(tuple(s.queues), s.tenants, s.credits) for s in sessions.values())
+        cfg = self.node.config
+        bounds = DispatchBounds(cfg.queue_caps, cfg.fire_admission_max_ready)
+
+        def explain(st: State):
+            run = st.runs.get(request.run_id)
+            if run is None:
+                return None
+            return codec.run_to_proto(run), explain_run(st, run, workers, bounds)
+
+        found = self.read(explain)
+        run, waits = found if found is not None else (await self._run_proto(request.run_id), [])
+        out = api_pb2.ExplainRunResponse(run=run, workers_known=workers is not None)
+        for w in waits:
+            out.waits.add(kind=api_pb2.WaitKind.Value(f"WAIT_KIND_{w.kind.upper()}"),
+                          task_name=w.task, detail=w.detail, limit=w.limit,
+                          limit_value=w.limit_value, current=w.current, change=w.change)
+        return out
+
+    @translated
     async def CancelRun(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
         validate_id("run_id", request.run_id)
@@ -609,6 +657,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
     @translated
     async def ReplayDeadLetters(self, request, context):  # noqa: N802
         validate_request_id(request.request_id)
+        _check_reason(request.reason)
         keys = [c.TaskKey(t.run_id, t.task_name) for t in request.tasks]
         if not keys:
             if not (request.all or request.tenant):
@@ -622,6 +671,27 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         reply = await self._propose(c.ReplayDeadLetters(request.request_id, tuple(keys)), request)
         return api_pb2.ReplayDeadLettersResponse(
             replayed=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
+
+    @translated
+    async def DiscardDeadLetters(self, request, context):  # noqa: N802
+        validate_request_id(request.request_id)
+        _check_reason(request.reason)
+        if not request.tasks:
+            raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                               "tasks: name at least one dead letter to discard")
+        for i, t in enumerate(request.tasks):
+            validate_id(f"tasks[{i}].run_id", t.run_id)
+            validate_id(f"tasks[{i}].task_name", t.task_name)
+        keys = tuple(c.TaskKey(t.run_id, t.task_name) for t in request.tasks)
+        reply = await self._propose(c.DiscardDeadLetters(request.request_id, keys), request)
+        return api_pb2.DiscardDeadLettersResponse(
+            discarded=[api_pb2.TaskRef(run_id=r, task_name=t) for r, t in reply.tasks])
+
+
+def _check_reason(reason: str) -> None:
+    if len(reason) > MAX_REASON_CHARS or not reason.isprintable():
+        raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
+                           f"reason: at most {MAX_REASON_CHARS} printable characters")
 
 
 def _as_written(job, job_id: str, version: int, spec) -> types_pb2.Job:

@@ -71,6 +71,9 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
         if not 0 < timeout_s <= 60:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                "timeout_ms: must be between 1 and 60000")
+        history = getattr(node, "leader_history", None)  # the unit harness has none
+        if history is not None:
+            history.note_transfer(request.to_node_id, node.clock.wall_ms())
         try:
             leader = await transfer_leadership(node, request.to_node_id, timeout_s)
         except OperationError as exc:
@@ -167,7 +170,8 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
         out = api_pb2.ListWorkersResponse(from_leader=True)
         for worker_id, s in sorted(self.node.dispatcher.sessions.items()):
             out.workers.add(worker_id=worker_id, queues=list(s.queues), credits=s.credits,
-                            leases_held=held.get(worker_id, 0))
+                            leases_held=held.get(worker_id, 0), connected_ms=s.connected_ms,
+                            last_heartbeat_ms=s.last_heartbeat_ms, peer=s.peer)
         return out
 
     @translated

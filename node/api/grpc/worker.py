@@ -193,6 +193,9 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                                   principal, cfg)
         except ValidationError as exc:
             await refuse_stream(request_iterator, context, str(exc), self._drain_s)
+        session.connected_ms = self.node.clock.wall_ms()
+        # A gateway's relay carries the stream in a call of its own, which has no peer.
+        session.peer = context.peer() if hasattr(context, "peer") else "relay"
         # The scoped id, never the Hello's: a Hello ends (or resumes) only its own leases.
         valid, _revoked = self.leases.reconnected(session.worker_id, held)
         self.dispatcher.attach(session)
@@ -249,6 +252,7 @@ class WorkerServicer(worker_pb2_grpc.WorkerServiceServicer):
                     except AuthError as exc:
                         await self._end_unauthenticated(stream, str(exc))
                         return
+                    session.last_heartbeat_ms = self.node.clock.wall_ms()
                     await self._heartbeat(session, tokens)
                 elif kind in ("complete", "fail", "reports"):
                     if not await self._take_reports(stream, reports, msg):

@@ -14,6 +14,23 @@ class Consistency(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CONSISTENCY_LINEARIZABLE: _ClassVar[Consistency]
     CONSISTENCY_STALE: _ClassVar[Consistency]
 
+class WaitKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    WAIT_KIND_UNSPECIFIED: _ClassVar[WaitKind]
+    WAIT_KIND_SKIPPED: _ClassVar[WaitKind]
+    WAIT_KIND_LATE_FIRE: _ClassVar[WaitKind]
+    WAIT_KIND_OVERLAP: _ClassVar[WaitKind]
+    WAIT_KIND_CIRCUIT_OPEN: _ClassVar[WaitKind]
+    WAIT_KIND_FIRE_ADMISSION: _ClassVar[WaitKind]
+    WAIT_KIND_UPSTREAM: _ClassVar[WaitKind]
+    WAIT_KIND_RETRY_BACKOFF: _ClassVar[WaitKind]
+    WAIT_KIND_NO_WORKER: _ClassVar[WaitKind]
+    WAIT_KIND_NO_FREE_WORKER: _ClassVar[WaitKind]
+    WAIT_KIND_TENANT_CONCURRENCY: _ClassVar[WaitKind]
+    WAIT_KIND_QUEUE_CONCURRENCY: _ClassVar[WaitKind]
+    WAIT_KIND_DISPATCH: _ClassVar[WaitKind]
+    WAIT_KIND_RUNNING: _ClassVar[WaitKind]
+
 class RunSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     RUN_SORT_UNSPECIFIED: _ClassVar[RunSort]
@@ -24,11 +41,61 @@ class RunSort(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 CONSISTENCY_UNSPECIFIED: Consistency
 CONSISTENCY_LINEARIZABLE: Consistency
 CONSISTENCY_STALE: Consistency
+WAIT_KIND_UNSPECIFIED: WaitKind
+WAIT_KIND_SKIPPED: WaitKind
+WAIT_KIND_LATE_FIRE: WaitKind
+WAIT_KIND_OVERLAP: WaitKind
+WAIT_KIND_CIRCUIT_OPEN: WaitKind
+WAIT_KIND_FIRE_ADMISSION: WaitKind
+WAIT_KIND_UPSTREAM: WaitKind
+WAIT_KIND_RETRY_BACKOFF: WaitKind
+WAIT_KIND_NO_WORKER: WaitKind
+WAIT_KIND_NO_FREE_WORKER: WaitKind
+WAIT_KIND_TENANT_CONCURRENCY: WaitKind
+WAIT_KIND_QUEUE_CONCURRENCY: WaitKind
+WAIT_KIND_DISPATCH: WaitKind
+WAIT_KIND_RUNNING: WaitKind
 RUN_SORT_UNSPECIFIED: RunSort
 RUN_SORT_CREATED_DESC: RunSort
 RUN_SORT_CREATED_ASC: RunSort
 RUN_SORT_DURATION_DESC: RunSort
 RUN_SORT_DURATION_ASC: RunSort
+
+class ExplainRunRequest(_message.Message):
+    __slots__ = ("run_id", "consistency")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    consistency: Consistency
+    def __init__(self, run_id: _Optional[str] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+
+class ExplainRunResponse(_message.Message):
+    __slots__ = ("run", "waits", "workers_known")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    WAITS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    run: _types_pb2.Run
+    waits: _containers.RepeatedCompositeFieldContainer[RunWait]
+    workers_known: bool
+    def __init__(self, run: _Optional[_Union[_types_pb2.Run, _Mapping]] = ..., waits: _Optional[_Iterable[_Union[RunWait, _Mapping]]] = ..., workers_known: _Optional[bool] = ...) -> None: ...
+
+class RunWait(_message.Message):
+    __slots__ = ("kind", "task_name", "detail", "limit", "limit_value", "current", "change")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TASK_NAME_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_VALUE_FIELD_NUMBER: _ClassVar[int]
+    CURRENT_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    kind: WaitKind
+    task_name: str
+    detail: str
+    limit: str
+    limit_value: int
+    current: int
+    change: str
+    def __init__(self, kind: _Optional[_Union[WaitKind, str]] = ..., task_name: _Optional[str] = ..., detail: _Optional[str] = ..., limit: _Optional[str] = ..., limit_value: _Optional[int] = ..., current: _Optional[int] = ..., change: _Optional[str] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
     __slots__ = ("request_id", "spec")
@@ -99,24 +166,83 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[_types_pb2.Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("tenant", "after_job_id", "limit", "consistency")
+    __slots__ = ("tenant", "after_job_id", "limit", "consistency", "health")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     after_job_id: str
     limit: int
     consistency: Consistency
-    def __init__(self, tenant: _Optional[str] = ..., after_job_id: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ...) -> None: ...
+    health: bool
+    def __init__(self, tenant: _Optional[str] = ..., after_job_id: _Optional[str] = ..., limit: _Optional[int] = ..., consistency: _Optional[_Union[Consistency, str]] = ..., health: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs", "next_after_job_id")
+    __slots__ = ("jobs", "next_after_job_id", "health")
+    class HealthEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: JobHealth
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[JobHealth, _Mapping]] = ...) -> None: ...
     JOBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_AFTER_JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[_types_pb2.Job]
     next_after_job_id: str
-    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ...) -> None: ...
+    health: _containers.MessageMap[str, JobHealth]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[_types_pb2.Job, _Mapping]]] = ..., next_after_job_id: _Optional[str] = ..., health: _Optional[_Mapping[str, JobHealth]] = ...) -> None: ...
+
+class JobHealth(_message.Message):
+    __slots__ = ("recent_runs", "succeeded", "failed", "duration_p50_ms", "duration_p99_ms", "lateness_p50_ms", "lateness_p99_ms", "queues")
+    RECENT_RUNS_FIELD_NUMBER: _ClassVar[int]
+    SUCCEEDED_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    DURATION_P50_MS_FIELD_NUMBER: _ClassVar[int]
+    DURATION_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_P50_MS_FIELD_NUMBER: _ClassVar[int]
+    LATENESS_P99_MS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    recent_runs: _containers.RepeatedCompositeFieldContainer[RecentRun]
+    succeeded: int
+    failed: int
+    duration_p50_ms: int
+    duration_p99_ms: int
+    lateness_p50_ms: int
+    lateness_p99_ms: int
+    queues: _containers.RepeatedCompositeFieldContainer[QueueHealth]
+    def __init__(self, recent_runs: _Optional[_Iterable[_Union[RecentRun, _Mapping]]] = ..., succeeded: _Optional[int] = ..., failed: _Optional[int] = ..., duration_p50_ms: _Optional[int] = ..., duration_p99_ms: _Optional[int] = ..., lateness_p50_ms: _Optional[int] = ..., lateness_p99_ms: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[QueueHealth, _Mapping]]] = ...) -> None: ...
+
+class RecentRun(_message.Message):
+    __slots__ = ("run_id", "state", "duration_ms", "late_ms", "created_ms")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DURATION_MS_FIELD_NUMBER: _ClassVar[int]
+    LATE_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    state: _types_pb2.RunState
+    duration_ms: int
+    late_ms: int
+    created_ms: int
+    def __init__(self, run_id: _Optional[str] = ..., state: _Optional[_Union[_types_pb2.RunState, str]] = ..., duration_ms: _Optional[int] = ..., late_ms: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class QueueHealth(_message.Message):
+    __slots__ = ("queue", "ready", "oldest_ready_age_ms", "workers", "workers_known")
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_READY_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_KNOWN_FIELD_NUMBER: _ClassVar[int]
+    queue: str
+    ready: int
+    oldest_ready_age_ms: int
+    workers: int
+    workers_known: bool
+    def __init__(self, queue: _Optional[str] = ..., ready: _Optional[int] = ..., oldest_ready_age_ms: _Optional[int] = ..., workers: _Optional[int] = ..., workers_known: _Optional[bool] = ...) -> None: ...
 
 class UpdateJobRequest(_message.Message):
     __slots__ = ("request_id", "job", "spec", "expected_version")
@@ -311,16 +437,34 @@ class TaskRef(_message.Message):
     def __init__(self, run_id: _Optional[str] = ..., task_name: _Optional[str] = ...) -> None: ...
 
 class ReplayDeadLettersRequest(_message.Message):
-    __slots__ = ("request_id", "tasks", "tenant", "all")
+    __slots__ = ("request_id", "tasks", "tenant", "all", "reason")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ALL_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskRef]
     tenant: str
     all: bool
-    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., tenant: _Optional[str] = ..., all: _Optional[bool] = ...) -> None: ...
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., tenant: _Optional[str] = ..., all: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DiscardDeadLettersRequest(_message.Message):
+    __slots__ = ("request_id", "tasks", "reason")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskRef]
+    reason: str
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DiscardDeadLettersResponse(_message.Message):
+    __slots__ = ("discarded",)
+    DISCARDED_FIELD_NUMBER: _ClassVar[int]
+    discarded: _containers.RepeatedCompositeFieldContainer[TaskRef]
+    def __init__(self, discarded: _Optional[_Iterable[_Union[TaskRef, _Mapping]]] = ...) -> None: ...
 
 class ReplayDeadLettersResponse(_message.Message):
     __slots__ = ("replayed",)
@@ -402,8 +546,22 @@ class NodeStatus(_message.Message):
     http_address: str
     def __init__(self, node_id: _Optional[str] = ..., raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., role: _Optional[str] = ..., match_index: _Optional[int] = ..., connected: _Optional[bool] = ..., match_index_known: _Optional[bool] = ..., http_address: _Optional[str] = ...) -> None: ...
 
+class LeaderChange(_message.Message):
+    __slots__ = ("at_ms", "term", "leader_node_id", "previous_leader_node_id", "cause")
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUS_LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    at_ms: int
+    term: int
+    leader_node_id: str
+    previous_leader_node_id: str
+    cause: str
+    def __init__(self, at_ms: _Optional[int] = ..., term: _Optional[int] = ..., leader_node_id: _Optional[str] = ..., previous_leader_node_id: _Optional[str] = ..., cause: _Optional[str] = ...) -> None: ...
+
 class GetStatusResponse(_message.Message):
-    __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version", "limits", "limits_version", "dead_letters_evicted")
+    __slots__ = ("node_id", "leader_node_id", "leader_grpc_address", "term", "commit_index", "applied_index", "nodes", "clock_ms", "jobs", "active_runs", "dead_letters", "state_digest", "version", "limits", "limits_version", "dead_letters_evicted", "leader_changes")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_NODE_ID_FIELD_NUMBER: _ClassVar[int]
     LEADER_GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
@@ -420,6 +578,7 @@ class GetStatusResponse(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     LIMITS_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEAD_LETTERS_EVICTED_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CHANGES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     leader_node_id: str
     leader_grpc_address: str
@@ -436,7 +595,8 @@ class GetStatusResponse(_message.Message):
     limits: _types_pb2.ClusterLimits
     limits_version: int
     dead_letters_evicted: int
-    def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ...) -> None: ...
+    leader_changes: _containers.RepeatedCompositeFieldContainer[LeaderChange]
+    def __init__(self, node_id: _Optional[str] = ..., leader_node_id: _Optional[str] = ..., leader_grpc_address: _Optional[str] = ..., term: _Optional[int] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., nodes: _Optional[_Iterable[_Union[NodeStatus, _Mapping]]] = ..., clock_ms: _Optional[int] = ..., jobs: _Optional[int] = ..., active_runs: _Optional[int] = ..., dead_letters: _Optional[int] = ..., state_digest: _Optional[str] = ..., version: _Optional[str] = ..., limits: _Optional[_Union[_types_pb2.ClusterLimits, _Mapping]] = ..., limits_version: _Optional[int] = ..., dead_letters_evicted: _Optional[int] = ..., leader_changes: _Optional[_Iterable[_Union[LeaderChange, _Mapping]]] = ...) -> None: ...
 
 class AddNodeRequest(_message.Message):
     __slots__ = ("node_id", "raft_address", "grpc_address", "http_address", "catch_up_timeout_ms")
@@ -547,16 +707,22 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "queues", "credits", "leases_held")
+    __slots__ = ("worker_id", "queues", "credits", "leases_held", "connected_ms", "last_heartbeat_ms", "peer")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
     LEASES_HELD_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_MS_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    PEER_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     credits: int
     leases_held: int
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., credits: _Optional[int] = ..., leases_held: _Optional[int] = ...) -> None: ...
+    connected_ms: int
+    last_heartbeat_ms: int
+    peer: str
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., credits: _Optional[int] = ..., leases_held: _Optional[int] = ..., connected_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ..., peer: _Optional[str] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers", "from_leader")

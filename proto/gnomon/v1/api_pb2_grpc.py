@@ -110,6 +110,11 @@ class JobServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.FromString,
                 _registered_method=True)
+        self.DiscardDeadLetters = channel.unary_unary(
+                '/gnomon.v1.JobService/DiscardDeadLetters',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersResponse.FromString,
+                _registered_method=True)
         self.PreviewSchedule = channel.unary_unary(
                 '/gnomon.v1.JobService/PreviewSchedule',
                 request_serializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.SerializeToString,
@@ -154,6 +159,11 @@ class JobServiceStub:
                 '/gnomon.v1.JobService/ListQueueCircuits',
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.FromString,
+                _registered_method=True)
+        self.ExplainRun = channel.unary_unary(
+                '/gnomon.v1.JobService/ExplainRun',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.ExplainRunRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.ExplainRunResponse.FromString,
                 _registered_method=True)
 
 
@@ -276,6 +286,14 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DiscardDeadLetters(self, request, context):
+        """Drops dead-lettered tasks from the queue for good, all named or none (NOT_FOUND names
+        the first that is not there); they stay DEAD in their runs. Audited, with its reason.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PreviewSchedule(self, request, context):
         """The next instants a schedule (given, or a job's) fires at, in UTC and local time, with
         DST notes. Changes nothing; any node answers.
@@ -340,6 +358,16 @@ class JobServiceServicer:
 
     def ListQueueCircuits(self, request, context):
         """The queues' circuit breakers (of one tenant, or every tenant the caller may read).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainRun(self, request, context):
+        """Why a run is where it is: what it and each of its tasks wait for (upstream tasks, a
+        queue without a worker, a concurrency cap, fire admission, an open circuit, the overlap
+        policy, a retry's back-off), from the cluster's state, with each bound's value and where
+        to change it. A run only in the history store has ended: it waits for nothing.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -423,6 +451,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ReplayDeadLettersResponse.SerializeToString,
             ),
+            'DiscardDeadLetters': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiscardDeadLetters,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersResponse.SerializeToString,
+            ),
             'PreviewSchedule': grpc.unary_unary_rpc_method_handler(
                     servicer.PreviewSchedule,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.PreviewScheduleRequest.FromString,
@@ -467,6 +500,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.ListQueueCircuits,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.SerializeToString,
+            ),
+            'ExplainRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainRun,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.ExplainRunRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.ExplainRunResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -886,6 +924,33 @@ class JobService:
             _registered_method=True)
 
     @staticmethod
+    def DiscardDeadLetters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/DiscardDeadLetters',
+            gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.DiscardDeadLettersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def PreviewSchedule(request,
             target,
             options=(),
@@ -1118,6 +1183,33 @@ class JobService:
             '/gnomon.v1.JobService/ListQueueCircuits',
             gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ListQueueCircuitsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.JobService/ExplainRun',
+            gnomon_dot_v1_dot_api__pb2.ExplainRunRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.ExplainRunResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -16,7 +16,7 @@ class CommandBatch(_message.Message):
     def __init__(self, now_ms: _Optional[int] = ..., commands: _Optional[_Iterable[_Union[Command, _Mapping]]] = ...) -> None: ...
 
 class Command(_message.Message):
-    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_jobs", "create_token", "revoke_token", "set_tenant", "record_audit", "rerun_run", "cancel_task", "reset_circuit", "start_backfill", "backfill_step", "cancel_backfill", "set_queue_circuit")
+    __slots__ = ("create_job", "update_job", "delete_job", "set_paused", "fire", "trigger_job", "cancel_run", "grant_leases", "complete_task", "fail_task", "expire_leases", "replay_dead_letters", "barrier", "set_limits", "checkpoint_leases", "create_jobs", "create_token", "revoke_token", "set_tenant", "record_audit", "rerun_run", "cancel_task", "reset_circuit", "start_backfill", "backfill_step", "cancel_backfill", "set_queue_circuit", "discard_dead_letters")
     CREATE_JOB_FIELD_NUMBER: _ClassVar[int]
     UPDATE_JOB_FIELD_NUMBER: _ClassVar[int]
     DELETE_JOB_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class Command(_message.Message):
     BACKFILL_STEP_FIELD_NUMBER: _ClassVar[int]
     CANCEL_BACKFILL_FIELD_NUMBER: _ClassVar[int]
     SET_QUEUE_CIRCUIT_FIELD_NUMBER: _ClassVar[int]
+    DISCARD_DEAD_LETTERS_FIELD_NUMBER: _ClassVar[int]
     create_job: CreateJobCmd
     update_job: UpdateJobCmd
     delete_job: DeleteJobCmd
@@ -71,7 +72,8 @@ class Command(_message.Message):
     backfill_step: BackfillStepCmd
     cancel_backfill: CancelBackfillCmd
     set_queue_circuit: SetQueueCircuitCmd
-    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_jobs: _Optional[_Union[CreateJobsCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ..., rerun_run: _Optional[_Union[RerunRunCmd, _Mapping]] = ..., cancel_task: _Optional[_Union[CancelTaskCmd, _Mapping]] = ..., reset_circuit: _Optional[_Union[ResetCircuitCmd, _Mapping]] = ..., start_backfill: _Optional[_Union[StartBackfillCmd, _Mapping]] = ..., backfill_step: _Optional[_Union[BackfillStepCmd, _Mapping]] = ..., cancel_backfill: _Optional[_Union[CancelBackfillCmd, _Mapping]] = ..., set_queue_circuit: _Optional[_Union[SetQueueCircuitCmd, _Mapping]] = ...) -> None: ...
+    discard_dead_letters: DiscardDeadLettersCmd
+    def __init__(self, create_job: _Optional[_Union[CreateJobCmd, _Mapping]] = ..., update_job: _Optional[_Union[UpdateJobCmd, _Mapping]] = ..., delete_job: _Optional[_Union[DeleteJobCmd, _Mapping]] = ..., set_paused: _Optional[_Union[SetPausedCmd, _Mapping]] = ..., fire: _Optional[_Union[FireCmd, _Mapping]] = ..., trigger_job: _Optional[_Union[TriggerJobCmd, _Mapping]] = ..., cancel_run: _Optional[_Union[CancelRunCmd, _Mapping]] = ..., grant_leases: _Optional[_Union[GrantLeasesCmd, _Mapping]] = ..., complete_task: _Optional[_Union[CompleteTaskCmd, _Mapping]] = ..., fail_task: _Optional[_Union[FailTaskCmd, _Mapping]] = ..., expire_leases: _Optional[_Union[ExpireLeasesCmd, _Mapping]] = ..., replay_dead_letters: _Optional[_Union[ReplayDeadLettersCmd, _Mapping]] = ..., barrier: _Optional[_Union[BarrierCmd, _Mapping]] = ..., set_limits: _Optional[_Union[SetLimitsCmd, _Mapping]] = ..., checkpoint_leases: _Optional[_Union[CheckpointLeasesCmd, _Mapping]] = ..., create_jobs: _Optional[_Union[CreateJobsCmd, _Mapping]] = ..., create_token: _Optional[_Union[CreateTokenCmd, _Mapping]] = ..., revoke_token: _Optional[_Union[RevokeTokenCmd, _Mapping]] = ..., set_tenant: _Optional[_Union[SetTenantCmd, _Mapping]] = ..., record_audit: _Optional[_Union[RecordAuditCmd, _Mapping]] = ..., rerun_run: _Optional[_Union[RerunRunCmd, _Mapping]] = ..., cancel_task: _Optional[_Union[CancelTaskCmd, _Mapping]] = ..., reset_circuit: _Optional[_Union[ResetCircuitCmd, _Mapping]] = ..., start_backfill: _Optional[_Union[StartBackfillCmd, _Mapping]] = ..., backfill_step: _Optional[_Union[BackfillStepCmd, _Mapping]] = ..., cancel_backfill: _Optional[_Union[CancelBackfillCmd, _Mapping]] = ..., set_queue_circuit: _Optional[_Union[SetQueueCircuitCmd, _Mapping]] = ..., discard_dead_letters: _Optional[_Union[DiscardDeadLettersCmd, _Mapping]] = ...) -> None: ...
 
 class CreateJobCmd(_message.Message):
     __slots__ = ("request_id", "spec", "next_fire_ms", "max_jobs_per_tenant", "request_scope", "request_fingerprint")
@@ -286,6 +288,18 @@ class ExpireLeasesCmd(_message.Message):
     def __init__(self, leases: _Optional[_Iterable[_Union[ExpiredLease, _Mapping]]] = ...) -> None: ...
 
 class ReplayDeadLettersCmd(_message.Message):
+    __slots__ = ("request_id", "tasks", "request_scope", "request_fingerprint")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_SCOPE_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskKey]
+    request_scope: str
+    request_fingerprint: bytes
+    def __init__(self, request_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskKey, _Mapping]]] = ..., request_scope: _Optional[str] = ..., request_fingerprint: _Optional[bytes] = ...) -> None: ...
+
+class DiscardDeadLettersCmd(_message.Message):
     __slots__ = ("request_id", "tasks", "request_scope", "request_fingerprint")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]

@@ -556,6 +556,16 @@ def _attempted_run() -> Run:
     return Run("j1@7", "j1", state=RunState.SUCCEEDED, tasks=(task,))
 
 
+def test_run_waits_prints_each_reason_with_its_bound_and_json(fake):
+    fake.runs["j1@5"] = Run("j1@5", "j1", state=RunState.RUNNING)
+    code, out, _ = run(fake, "run", "waits", "j1@5")
+    assert code == 0 and out.startswith("run j1@5 is running")
+    assert "tenant_concurrency" in out and "max_concurrency of tenant acme = 2 (now 2)" in out
+    code, out, _ = run(fake, "run", "waits", "j1@5", "--json")
+    data = json.loads(out)
+    assert data["state"] == "running" and data["waits"][0]["limit_value"] == 2
+
+
 def test_run_get_shows_attempts_and_the_latest_output(fake):
     fake.runs["j1@7"] = _attempted_run()
     code, out, _ = run(fake, "run", "get", "j1@7")
@@ -604,8 +614,13 @@ def test_dlq(fake):
             {"run_id": "j2@manual-3", "task_name": "a.b"},
         ]
     }
-    assert run(fake, "dlq", "replay", "--all")[0] == 0
+    assert run(fake, "dlq", "replay", "--all", "--reason", "disk freed")[0] == 0
     assert fake.method_calls("replay_dead_letters")[-1][1]["all"] is True
+    assert fake.method_calls("replay_dead_letters")[-1][1]["reason"] == "disk freed"
+    code, out, _ = run(fake, "dlq", "discard", "j1@5:load", "--reason", "obsolete")
+    assert code == 0 and "discarded 1 dead letter(s)" in out and "j1@5:load" in out
+    assert fake.method_calls("discard_dead_letters")[-1][1]["reason"] == "obsolete"
+    assert run(fake, "dlq", "discard")[0] == 2  # at least one task ref
     for argv in (
         ["dlq", "replay"],
         ["dlq", "replay", "--all", "--tenant", "t"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from gnomon.client import (
     IntervalSchedule,
     Job,
     JobSpec,
+    LeaderChange,
     NodeStatus,
     OnceSchedule,
     Run,
@@ -233,6 +235,11 @@ def test_cluster():
     assert data["leader_node_id"] == "n2" and data["nodes"][1]["role"] == "leader"
     assert data["limits"] == {name: None for name, _ in ClusterLimits().items()}
     json.dumps(data)
+    changed = dataclasses.replace(status, leader_changes=(
+        LeaderChange(T0, 4, "n2", "n1", "elected in term 4"),))
+    assert "leader changes seen by n1:" in render_cluster(changed)
+    assert "elected in term 4" in render_cluster(changed)
+    assert cluster_json(changed)["leader_changes"][0]["previous_leader_node_id"] == "n1"
     digested = render_cluster(ClusterStatus(node_id="n1", state_digest="ab12", limits_version=2))
     assert "state digest    ab12" in digested and "limits version  2" in digested
 

@@ -1,11 +1,12 @@
-"""ReplayDeadLetters: a dead task gets a fresh series; its blocked dependents reopen."""
+"""ReplayDeadLetters: a dead task gets a fresh series; its blocked dependents reopen.
+DiscardDeadLetters: the letters leave the queue, the tasks stay dead."""
 
 from __future__ import annotations
 
-from gnomon.node.core.commands import CancelRun, ReplayDeadLetters, TaskKey
+from gnomon.node.core.commands import CancelRun, DiscardDeadLetters, ReplayDeadLetters, TaskKey
 from gnomon.node.core.errors import Code
 from gnomon.node.core.model import RunState, TaskState
-from gnomon.node.core.results import Replayed
+from gnomon.node.core.results import Discarded, Replayed
 
 
 def test_replay_reopens_run_and_dependents(h):
@@ -104,3 +105,37 @@ def test_dependent_of_cancelled_task_is_not_revived(h):
     assert h.task_states(run_id) == {"a": "ready", "b": "cancelled", "c": "upstream_failed"}
     h.complete(run_id, "a")
     assert h.run(run_id).state == RunState.CANCELLED
+
+
+# -- DiscardDeadLetters: dropped from the queue for good -----------------------------------------
+
+def test_discard_drops_the_letters_and_the_tasks_stay_dead(h):
+    run_id = h.fire(h.create(h.spec({"a": [], "b": []})))
+    h.kill(run_id, "a")
+    h.kill(run_id, "b")
+    reply, _ = h.one(DiscardDeadLetters("", (TaskKey(run_id, "a"), TaskKey(run_id, "a"))))
+    assert reply == Discarded(((run_id, "a"),))
+    assert list(h.state.dead_letters) == [(run_id, "b")]
+    assert h.task_states(run_id) == {"a": "dead", "b": "dead"}
+    assert h.run(run_id).state == RunState.FAILED
+
+
+def test_discard_of_a_letter_not_in_the_queue_changes_nothing(h):
+    run_id = h.fire(h.create())
+    h.kill(run_id, "a")
+    h.rejects(DiscardDeadLetters("", (TaskKey(run_id, "a"), TaskKey(run_id, "zz"))),
+              Code.NOT_FOUND, "tasks[1]: no dead letter for task 'zz'")
+    assert (run_id, "a") in h.state.dead_letters
+
+
+def test_a_run_kept_only_for_its_dead_letter_leaves_memory_once_discarded(small):
+    h = small  # runs_retained_per_job=2
+    job_id = h.create(next_fire_ms=h.T0)
+    dead_run = h.fire(job_id)
+    h.kill(dead_run, "a")
+    later = [h.fire(job_id, skip=True) for _ in range(3)]
+    assert dead_run in h.state.runs  # pinned by its dead letter
+    _, effects = h.one(DiscardDeadLetters("", (TaskKey(dead_run, "a"),)))
+    assert dead_run not in h.state.runs
+    assert dead_run in [run.run_id for run in effects.evicted_runs]  # to the history store
+    assert list(h.state.runs_by_job[job_id]) == later[2:]

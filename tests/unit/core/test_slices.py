@@ -28,8 +28,8 @@ LAYERS = (
 SLICES = {name: depth for depth, line in enumerate(LAYERS) for name in line}
 HANDLER_SLICES = sorted(set(SLICES) - {"apply", "common"})
 # Model, commands, results and the pure helpers every slice shares.
-SHARED = ("commands", "dag", "digest", "errors", "index", "model", "results", "retry",
-          "run_query", "spans", "transitions", "validate")
+SHARED = ("commands", "dag", "digest", "errors", "index", "job_health", "model", "results",
+          "retry", "run_query", "run_waits", "spans", "transitions", "validate")
 
 
 def _core_imports(path: Path) -> set[str]:

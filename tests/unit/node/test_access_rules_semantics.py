@@ -19,7 +19,8 @@ class FakeLookup:
 @pytest.mark.parametrize("method, role", [
     ("BackfillJob", TENANT_WRITER), ("CancelBackfill", TENANT_WRITER),
     ("SetQueueCircuit", TENANT_ADMIN), ("ListQueueCircuits", TENANT_READER),
-    ("ResetCircuit", TENANT_WRITER),
+    ("ResetCircuit", TENANT_WRITER), ("ExplainRun", TENANT_READER),
+    ("DiscardDeadLetters", TENANT_WRITER),
 ])
 def test_every_new_rpc_has_a_rule(method, role):
     assert RULES[JOBS + method].role == role

@@ -210,6 +210,7 @@ REPLIES = [
     r.Done(),
     r.Replayed((("j1@5", "a"), ("j1@5", "b-é"))),
     r.Replayed(()),
+    r.Discarded((("j1@5", "a"),)),
     r.LimitsReply(4),
     r.JobsReply((r.JobReply("j1", 1), Rejected(Code.ALREADY_EXISTS, "spec.name: taken"),
                  r.JobReply("j2", 1))),

@@ -151,6 +151,9 @@ function fmtAgo(ms) {
   const t = a < 90 ? `${a}s` : a < 5400 ? `${Math.round(a / 60)}m` : a < 172800 ? `${Math.round(a / 3600)}h` : `${Math.round(a / 86400)}d`;
   return d >= 0 ? `in ${t}` : `${t} ago`;
 }
+// How long ago an instant of the leader's clock was ("just now" for one a little ahead of
+// this browser's clock).
+function sinceText(ms) { const t = fmtAgo(ms); return t.startsWith("in ") ? "just now" : t; }
 function fmtDur(ms) {
   ms = num(ms);
   return ms < 1000 ? `${ms} ms` : ms < 120000 ? `${(ms / 1000).toFixed(1)} s` : `${Math.round(ms / 60000)} min`;
@@ -158,8 +161,11 @@ function fmtDur(ms) {
 const badge = (state) => h("span", { class: `state s-${STATE_NAMES(state)}`, text: STATE_NAMES(state) });
 const runLink = (id) => h("a", { href: `#/runs/${encodeURIComponent(id)}`, text: id });
 const jobLink = (id, text) => h("a", { href: `#/jobs/${encodeURIComponent(id)}`, text: text || id });
+// A table in a region that scrolls sideways on a narrow screen: focusable, so the keyboard
+// scrolls it too (a region with nothing focusable in it could not be reached).
 function table(headers, rows, attrs) {
-  return h("div", { class: "scroll" }, h("table", attrs,
+  const label = attrs?.["aria-label"] || `table of ${headers.filter(Boolean).slice(0, 3).join(", ")}`;
+  return h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": label }, h("table", attrs,
     h("thead", {}, h("tr", {}, headers.map((x) => h("th", { scope: "col", text: x })))),
     h("tbody", {}, rows)));
 }
@@ -225,6 +231,7 @@ async function clusterPage() {
       h("section", { class: "card" }, h("div", { class: "kv" },
         [["answering node", st.nodeId], ["leader", st.leaderNodeId || "none"], ["term", st.term],
           ["commit index", st.commitIndex], ["applied index", st.appliedIndex],
+          ["apply lag (entries)", Math.max(0, num(st.commitIndex) - num(st.appliedIndex))],
           ["cluster time", fmtTime(st.clockMs)], ["jobs", st.jobs], ["active runs", st.activeRuns],
           ["dead letters", st.deadLetters], ["version", st.version]].map(([k, v]) =>
           h("div", { "data-testid": `kv-${k.replace(/ /g, "-")}` }, h("b", { text: k }), String(v)))),
@@ -243,6 +250,14 @@ async function clusterPage() {
               : h("td", { text: "—", title: "known to the leader only" }),
             h("td", { text: n.connected ? "connected" : "unreachable" }))),
           { "data-testid": "nodes" })),
+      h("section", { class: "card" }, h("h2", { text: `Leader changes seen by node ${st.nodeId}` }),
+        (st.leaderChanges || []).length ? table(["seen at", "term", "leader", "before", "cause"],
+          st.leaderChanges.map((c, i) => h("tr", { "data-change": i },
+            h("td", { title: fmtTime(c.atMs), text: `${fmtTime(c.atMs)} (${sinceText(c.atMs)})` }), h("td", { text: c.term }),
+            h("td", { text: c.leaderNodeId || "none" }), h("td", { text: c.previousLeaderNodeId || "—" }), h("td", { class: "wrap", text: c.cause }))),
+          { "aria-label": "Leader changes" })
+          : h("p", { class: "muted", text: "None seen yet." }),
+        h("p", { class: "muted", text: "Each node records the changes it saw (node-local): open another node's dashboard for its view." })),
       h("section", { class: "card" }, h("h2", { text: "Replicated limits" }),
         h("div", { class: "kv" }, Object.entries(st.limits || {}).map(([k, v]) => {
           const [text, raw] = limitText(k, v);
@@ -254,33 +269,147 @@ async function clusterPage() {
   await refresh();
 }
 
+// -- the jobs list: each job's health at a glance (#/jobs?show=warn&sort=success&backlog=1m) --
+// GET /v1/jobs?health=true answers each job's last runs, success counts, duration and fire
+// lateness percentiles and its queues (backlog, workers: the leader's). The page sorts and
+// filters them; the filter, the sort and the backlog threshold live in the URL.
+
+// A run's state as a glyph as well as a colour (never colour alone).
+const RUN_GLYPHS = { succeeded: "✓", failed: "✗", running: "▶", queued: "…", cancelled: "⊘", skipped: "–" };
+const JOB_SHOW_CHOICES = [["", "all"], ["failing", "with failed runs"], ["warn", "with warnings"],
+  ["circuit", "circuit not closed"], ["late", "fires late (p99 over 1 s)"], ["paused", "paused"]];
+const JOB_SORTS = { // key: [header, value of a row (larger sorts later)]
+  name: ["name", (r) => r.job.spec.name.toLowerCase()],
+  success: ["success", (r) => (r.rate === null ? 2 : r.rate)],
+  duration: ["duration p50 / p99", (r) => num(r.health.durationP99Ms)],
+  lateness: ["fire lateness p50 / p99", (r) => num(r.health.latenessP99Ms)],
+  next: ["next fire", (r) => num(r.job.nextFireMs) || Infinity],
+  warnings: ["warnings", (r) => -r.warnings.length],
+};
+const DEFAULT_BACKLOG = "1m";
+
+function durationParam(text) {
+  const m = (text || "").trim().match(/^(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)$/);
+  return m ? Math.round(Number(m[1]) * Object.fromEntries(DURATION_UNITS)[m[2]]) : null;
+}
+
+// What an on-call engineer should look at first: a queue without a worker, an old backlog.
+function jobWarnings(health, backlogMs) {
+  const out = [];
+  for (const q of health.queues || []) {
+    if (q.workersKnown && !num(q.workers)) out.push(`no worker on queue ${q.queue}`);
+    if (num(q.oldestReadyAgeMs) > backlogMs) out.push(`queue ${q.queue}: oldest ready ${fmtDur(q.oldestReadyAgeMs)} (${q.ready} waiting)`);
+  }
+  return out;
+}
+
+function jobRow(job, health, backlogMs) {
+  const ended = num(health.succeeded) + num(health.failed);
+  return { job, health, rate: ended ? num(health.succeeded) / ended : null, warnings: jobWarnings(health, backlogMs),
+    circuit: (job.circuit?.status || "CIRCUIT_STATUS_CLOSED").replace("CIRCUIT_STATUS_", "").toLowerCase().replace("unspecified", "closed") };
+}
+
+function jobShown(r, show) {
+  if (show === "failing") return num(r.health.failed) > 0;
+  if (show === "warn") return r.warnings.length > 0;
+  if (show === "circuit") return r.circuit !== "closed";
+  if (show === "late") return num(r.health.latenessP99Ms) > 1000;
+  if (show === "paused") return !!r.job.paused;
+  return true;
+}
+
+function healthStrip(health) {
+  const runs = health.recentRuns || [];
+  return h("div", { class: "strip mini", role: "list", "aria-label": `last ${runs.length} runs, oldest first` }, runs.map((r) => {
+    const st = STATE_NAMES(r.state);
+    const late = num(r.lateMs) > 1000 ? `, ${fmtDur(r.lateMs)} late` : "";
+    return h("a", { role: "listitem", href: `#/runs/${encodeURIComponent(r.runId)}`, class: `s-${st}${late ? " late" : ""}`, "data-state": st,
+      title: `${r.runId}: ${st}${num(r.durationMs) ? `, ${fmtDur(r.durationMs)}` : ""}${late}`, "aria-label": `run ${r.runId} ${st}${late}`,
+      text: RUN_GLYPHS[st] || "?" });
+  }));
+}
+
+function pair(a, b) { return num(a) || num(b) ? `${fmtDur(a)} / ${fmtDur(b)}` : "—"; }
+
+function jobsFilterForm(q) {
+  const input = (name, label, attrs) => h("label", {}, label, h("input", { id: `jobs-${name}`, name, value: q.get(name) || "", ...attrs }));
+  const select = (name, label, choices) => h("label", {}, label, h("select", { id: `jobs-${name}`, name },
+    choices.map(([value, text]) => h("option", { value, text, selected: (q.get(name) || "") === value }))));
+  const form = h("form", { role: "search", "aria-label": "Filter jobs" },
+    h("div", { class: "row" }, input("tenant", "Tenant", { placeholder: "all tenants" }), input("name", "Name contains", { placeholder: "any" }),
+      select("show", "Show", JOB_SHOW_CHOICES),
+      input("backlog", "Warn at a backlog older than", { placeholder: DEFAULT_BACKLOG, list: "jobs-backlogs" }),
+      h("datalist", { id: "jobs-backlogs" }, ["30s", "1m", "5m", "15m", "1h"].map((x) => h("option", { value: x }))),
+      h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const next = new URLSearchParams();
+    for (const el of form.elements) if (el.name && el.value.trim()) next.set(el.name, el.value.trim());
+    if (q.get("sort")) next.set("sort", q.get("sort"));
+    location.hash = `#/jobs${next.toString() ? `?${next}` : ""}`;
+  });
+  return form;
+}
+
+// A sortable column's header: a button that sorts by it (again: the other way round).
+function sortHeader(q, key) {
+  const [label] = JOB_SORTS[key];
+  const current = (q.get("sort") || "").replace(/^-/, "");
+  const desc = (q.get("sort") || "").startsWith("-");
+  const th = h("th", { scope: "col", "aria-sort": current === key ? (desc ? "descending" : "ascending") : "none" },
+    h("button", { type: "button", class: "sort", "data-sort": key, onclick: () => {
+      const next = new URLSearchParams(q);
+      next.set("sort", current === key && !desc ? `-${key}` : key);
+      location.hash = `#/jobs?${next}`;
+    } }, label, current === key ? (desc ? " ▼" : " ▲") : ""));
+  return th;
+}
+
 async function jobsPage() {
   const q = new URLSearchParams(location.hash.split("?")[1] || "");
-  const tenant = h("input", { id: "f-tenant", name: "tenant", value: q.get("tenant") || "", placeholder: "all tenants" });
-  const name = h("input", { id: "f-name", name: "name", value: q.get("name") || "", placeholder: "any" });
   const list = h("div", { id: "jobs" });
   const out = h("div");
   main.replaceChildren(
     h("h1", { text: "Jobs" }),
-    h("section", { class: "card" },
-      h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
-        h("div", { class: "row" }, h("label", {}, "Tenant", tenant), h("label", {}, "Name contains", name),
-          h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Search" }))))),
+    h("section", { class: "card" }, jobsFilterForm(q)),
     h("section", { class: "card" }, out, list),
     h("section", { class: "card" }, h("h2", { text: "New job" }), jobForm(null)),
   );
   refresh = async () => {
-    const path = tenant.value.trim() ? `/v1/tenants/${encodeURIComponent(tenant.value.trim())}/jobs?limit=1000` : "/v1/jobs?limit=1000";
+    const backlogMs = durationParam(q.get("backlog") || DEFAULT_BACKLOG);
+    if (backlogMs === null) { message(out, `backlog: ${JSON.stringify(q.get("backlog"))} is not a duration (30s, 5m, 1h)`); return; }
+    const tenant = (q.get("tenant") || "").trim();
+    const path = tenant ? `/v1/tenants/${encodeURIComponent(tenant)}/jobs?limit=1000&health=true` : "/v1/jobs?limit=1000&health=true";
     const res = await api("GET", path);
-    const needle = name.value.trim().toLowerCase();
-    const jobs = res.jobs.filter((j) => !needle || j.spec.name.toLowerCase().includes(needle));
-    list.replaceChildren(jobs.length ? table(["job", "tenant", "name", "schedule", "next fire", "state", "version", ""],
-      jobs.map((j) => h("tr", { "data-job": j.jobId },
-        h("td", {}, jobLink(j.jobId)), h("td", { text: j.spec.tenant }), h("td", {}, jobLink(j.jobId, j.spec.name)),
-        h("td", { text: schedText(j.spec.schedule) }),
-        h("td", { title: fmtTime(j.nextFireMs), text: num(j.nextFireMs) ? fmtAgo(j.nextFireMs) : "—" }),
-        h("td", { text: j.paused ? "paused" : "active" }), h("td", { text: j.version }),
-        h("td", {}, jobActions(j, out))))) : h("p", { class: "muted", text: "No jobs." }));
+    const needle = (q.get("name") || "").trim().toLowerCase();
+    const sort = q.get("sort") || "";
+    const [, value] = JOB_SORTS[sort.replace(/^-/, "")] || [null, null];
+    const rows = res.jobs.filter((j) => !needle || j.spec.name.toLowerCase().includes(needle))
+      .map((j) => jobRow(j, (res.health || {})[j.jobId] || {}, backlogMs)).filter((r) => jobShown(r, q.get("show") || ""));
+    if (value) {
+      const dir = sort.startsWith("-") ? -1 : 1;
+      rows.sort((a, b) => { const x = value(a), y = value(b); return (x < y ? -1 : x > y ? 1 : 0) * dir; });
+    }
+    const workersUnknown = rows.some((r) => (r.health.queues || []).some((x) => !x.workersKnown));
+    message(out, "");
+    list.replaceChildren(rows.length ? h("div", { class: "scroll", tabindex: "0", role: "region", "aria-label": "Jobs" }, h("table", { "aria-label": "Jobs" },
+      h("thead", {}, h("tr", {}, h("th", { scope: "col", text: "job" }), sortHeader(q, "name"), h("th", { scope: "col", text: "tenant" }),
+        h("th", { scope: "col", text: "last runs (oldest first)" }), sortHeader(q, "success"), sortHeader(q, "duration"), sortHeader(q, "lateness"),
+        sortHeader(q, "next"), h("th", { scope: "col", text: "circuit" }), sortHeader(q, "warnings"), h("th", { scope: "col", text: "state" }),
+        h("th", { scope: "col", text: "actions" }))),
+      h("tbody", {}, rows.map((r) => h("tr", { "data-job": r.job.jobId },
+        h("td", {}, jobLink(r.job.jobId)), h("td", {}, jobLink(r.job.jobId, r.job.spec.name)), h("td", { text: r.job.spec.tenant }),
+        h("td", {}, healthStrip(r.health)),
+        h("td", { "data-testid": "success", title: `${num(r.health.succeeded)} succeeded, ${num(r.health.failed)} failed of the runs shown`,
+          text: r.rate === null ? "—" : `${Math.round(r.rate * 100)}%` }),
+        h("td", { text: pair(r.health.durationP50Ms, r.health.durationP99Ms) }),
+        h("td", { text: pair(r.health.latenessP50Ms, r.health.latenessP99Ms) }),
+        h("td", { title: fmtTime(r.job.nextFireMs), text: r.job.paused ? "paused" : num(r.job.nextFireMs) ? fmtAgo(r.job.nextFireMs) : "—" }),
+        h("td", {}, r.circuit === "closed" ? "closed" : h("span", { class: `state s-${r.circuit === "open" ? "failed" : "queued"}`, text: r.circuit })),
+        h("td", { class: "wrap", "data-testid": "warnings" }, r.warnings.length ? h("ul", { class: "warnings" }, r.warnings.map((w) => h("li", { text: `⚠ ${w}` }))) : "—"),
+        h("td", { text: r.job.paused ? "paused" : "active" }),
+        h("td", {}, jobActions(r.job, out))))))) : h("p", { class: "muted", text: "No jobs match." }),
+    workersUnknown ? h("p", { class: "muted", text: "Workers are known to the leader only: this answer came from a node that does not lead." }) : "");
   };
   await refresh();
 }
@@ -718,6 +847,14 @@ function textWidth(font) {
   return (t) => { measureCtx.font = font; return measureCtx.measureText(t).width; };
 }
 
+// A task's time under its current or last lease (to now while held), for the DAG's label.
+function taskDuration(t) {
+  const start = num(t.startedMs);
+  if (!start) return [];
+  const end = num(t.finishedMs) || (STATE_NAMES(t.state) === "leased" ? Date.now() : 0);
+  return end >= start ? [fmtDur(end - start)] : [];
+}
+
 // The DAG: tasks in columns by depth (longest path from a root), edges from dependencies.
 // Every node shows its whole name and state · attempt · fencing token, wrapped over as many
 // lines as they take (the node grows; a column stacks its nodes by their heights).
@@ -741,7 +878,7 @@ function dagSvg(run, specTasks, onPick) {
   const widthOf = textWidth(`12px ${getComputedStyle(document.body).fontFamily}`);
   const lines = Object.fromEntries(run.tasks.map((t) => [t.taskName, [
     ...wrapUnits([t.taskName], "", W - 2 * PAD, widthOf),
-    ...wrapUnits([STATE_NAMES(t.state), `attempt ${t.attempt}`, `token ${t.fencingToken}`], " · ", W - 2 * PAD, widthOf)]]));
+    ...wrapUnits([STATE_NAMES(t.state), `attempt ${t.attempt}`, `token ${t.fencingToken}`, ...taskDuration(t)], " · ", W - 2 * PAD, widthOf)]]));
   const pos = {};
   let height = 0;
   Object.entries(cols).forEach(([d, ns]) => {
@@ -755,7 +892,7 @@ function dagSvg(run, specTasks, onPick) {
   });
   const width = P * 2 + (Object.keys(cols).length) * (W + GX) - GX;
   const color = { succeeded: "#2e7d32", dead: "#c62828", upstream_failed: "#c62828", leased: "#1565c0", ready: "#8d6e00", pending: "#8d6e00", retry_wait: "#8d6e00", cancelled: "#757575" };
-  const svg = s("svg", { class: "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "img", "aria-label": `DAG of run ${run.runId}`, "data-testid": "dag" });
+  const svg = s("svg", { class: "dag", viewBox: `0 0 ${width} ${height}`, width, height, role: "group", "aria-label": `DAG of run ${run.runId}`, "data-testid": "dag" });
   for (const n of names) for (const d of deps[n] || []) {
     if (!pos[d]) continue;
     const a = pos[d], b = pos[n];
@@ -787,14 +924,138 @@ function taskActions(id, t, out) {
   return null;
 }
 
+// -- a run's timeline: each task's attempts as bars on one time axis ----------------------------
+// From GetRun alone: a task waits for its upstream from the run's creation to `readyMs`, is
+// queued until a lease is granted, holds each lease from its attempt's `startedMs` to
+// `finishedMs` (the part the worker measured as run time drawn darker, at the lease's end),
+// waits out a retry's back-off (and the queue again) between attempts, and ends at `finishedMs`.
+// A bar is a button: its worker, fencing token, exit code and output tail show below.
+const OUTCOME = (o) => (o || "").replace("ATTEMPT_OUTCOME_", "").toLowerCase();
+
+function taskSegments(run, t, now) {
+  const segs = [];
+  const add = (kind, from, to, info) => { if (from && to >= from) segs.push({ kind, from, to, info }); };
+  const created = num(run.createdMs), ready = num(t.readyMs);
+  const attempts = t.attempts || [];
+  if (!ready) { // never ready: waiting for (or failed with) its upstream
+    add("upstream", created, num(t.finishedMs) || now, { what: `${STATE_NAMES(t.state).replace("_", " ")}: waiting for upstream tasks` });
+    return segs;
+  }
+  if (ready > created) add("upstream", created, ready, { what: "waiting for upstream tasks" });
+  let last = ready;
+  for (const a of attempts) {
+    const start = num(a.startedMs), end = num(a.finishedMs);
+    if (last && start >= last) add(last === ready ? "queued" : "backoff", last, start, { what: last === ready ? "queued: ready, no lease yet" : "retry back-off, then queued" });
+    add(`lease ${OUTCOME(a.outcome)}`, start, end, { attempt: a });
+    last = end;
+  }
+  const st = STATE_NAMES(t.state);
+  const current = num(t.startedMs) > last ? num(t.startedMs) : 0; // a lease not in `attempts`: held now
+  if (current) {
+    if (last && current > last) add(last === ready ? "queued" : "backoff", last, current, { what: last === ready ? "queued: ready, no lease yet" : "retry back-off, then queued" });
+    const end = num(t.finishedMs) || now;
+    add(st === "leased" ? "lease held" : `lease ${st}`, current, end, { attempt: { attempt: t.attempt, fencingToken: t.fencingToken, workerId: t.workerId, startedMs: current, finishedMs: num(t.finishedMs), outcome: st === "leased" ? "held now" : st } });
+  } else if (st === "retry_wait") add("backoff", last, Math.max(now, num(t.retryAtMs)), { what: `retry back-off until ${fmtTime(t.retryAtMs)}` });
+  else if (st === "ready" && last) add(last === ready ? "queued" : "backoff", last, now, { what: "queued: ready, no lease yet" });
+  return segs;
+}
+
+const segKey = (t, seg) => `${t.taskName}|${seg.kind.startsWith("lease") ? `lease ${seg.info.attempt.attempt}` : seg.kind}|${seg.from}`;
+
+function attemptText(a) {
+  return [`attempt ${a.attempt}`, OUTCOME(a.outcome) || a.outcome, `worker ${a.workerId || "—"}`, `fencing token ${a.fencingToken}`,
+    a.exitCode !== undefined ? `exit code ${a.exitCode}` : null, num(a.durationMs) ? `ran ${fmtDur(a.durationMs)} (worker's measure)` : null,
+    `lease ${fmtTime(a.startedMs)} → ${a.finishedMs ? fmtTime(a.finishedMs) : "now"}`, a.error ? `error: ${a.error}` : null].filter(Boolean).join(" · ");
+}
+
+function timelineSvg(run, onPick) {
+  const now = Math.max(Date.now(), num(run.finishedMs));
+  const rows = run.tasks.map((t) => ({ t, segs: taskSegments(run, t, now) }));
+  const t0 = num(run.createdMs);
+  const t1 = Math.max(t0 + 1, num(run.finishedMs) || now, ...rows.flatMap((r) => r.segs.map((s) => s.to)));
+  const LABEL = 150, W = 720, ROW = 28, TOP = 24, PAD = 8;
+  const x = (ms) => LABEL + ((ms - t0) / (t1 - t0)) * (W - LABEL - PAD);
+  const height = TOP + rows.length * ROW + PAD;
+  const svg = s("svg", { class: "timeline", viewBox: `0 0 ${W} ${height}`, width: W, height, role: "group", "aria-label": `Timeline of run ${run.runId}: ${fmtDur(t1 - t0)} from its creation`, "data-testid": "timeline" });
+  for (const f of [0, 0.25, 0.5, 0.75, 1]) {
+    const at = x(t0 + f * (t1 - t0));
+    svg.append(s("line", { x1: at, x2: at, y1: TOP - 6, y2: height - PAD, class: "tick" }),
+      s("text", { x: Math.min(at, W - 40), y: 12, class: "axis", text: `+${fmtDur(Math.round(f * (t1 - t0)))}` }));
+  }
+  rows.forEach(({ t, segs }, i) => {
+    const y = TOP + i * ROW;
+    svg.append(s("text", { x: 4, y: y + 17, class: "label", text: t.taskName.length > 20 ? `${t.taskName.slice(0, 19)}…` : t.taskName }, s("title", { text: t.taskName })));
+    for (const seg of segs) {
+      const x1 = x(seg.from), w = Math.max(3, x(seg.to) - x1);
+      const name = seg.info.attempt ? `${t.taskName} attempt ${seg.info.attempt.attempt}: ${seg.kind}, ${fmtDur(seg.to - seg.from)}` : `${t.taskName}: ${seg.info.what}, ${fmtDur(seg.to - seg.from)}`;
+      const g = s("g", { class: `seg k-${seg.kind.replace(/ /g, "-")}`, tabindex: "0", role: "button", "aria-label": name, "data-task": t.taskName, "data-kind": seg.kind },
+        s("rect", { x: x1, y: y + 4, width: w, height: ROW - 8 }), s("title", { text: name }));
+      const ran = num(seg.info.attempt?.durationMs);
+      if (ran) g.append(s("rect", { class: "ran", x: x1 + Math.max(0, w - (ran / (t1 - t0)) * (W - LABEL - PAD)), y: y + 8, width: Math.min(w, Math.max(2, (ran / (t1 - t0)) * (W - LABEL - PAD))), height: ROW - 16 }));
+      const pick = () => onPick(t, seg);
+      g.addEventListener("click", pick);
+      g.addEventListener("keydown", (e) => { if (e.key === "Enter" || e.key === " ") { e.preventDefault(); pick(); } });
+      svg.append(g);
+    }
+  });
+  return svg;
+}
+
+// `picked` ({ key }) keeps the selected bar across the page's live refreshes.
+function timelineCard(run, picked) {
+  const detail = h("div", { class: "tl-detail", role: "region", "aria-live": "polite", "aria-label": "Selected bar", "data-testid": "timeline-detail" },
+    h("p", { class: "muted", text: "Select a bar (click, or Tab then Enter) for its worker, fencing token, exit code and output." }));
+  const pick = (t, seg) => {
+    picked.key = segKey(t, seg);
+    const a = seg.info.attempt;
+    detail.replaceChildren(h("h3", { text: `${t.taskName}: ${seg.kind}` }),
+      h("p", { text: a ? attemptText(a) : `${seg.info.what} · ${fmtTime(seg.from)} → ${fmtTime(seg.to)} · ${fmtDur(seg.to - seg.from)}` }),
+      a?.outputTail ? h("pre", { class: "tail", text: a.outputTail }) : "");
+  };
+  const svg = timelineSvg(run, pick);
+  for (const t of run.tasks) for (const seg of taskSegments(run, t, Math.max(Date.now(), num(run.finishedMs)))) if (segKey(t, seg) === picked.key) pick(t, seg);
+  return h("section", { class: "card" }, h("h2", { text: "Timeline" }),
+    h("div", { class: "legend" }, [["upstream", "waiting for upstream"], ["queued", "queued"], ["lease-succeeded", "lease: succeeded"],
+      ["lease-failed", "lease: failed / expired (dashed)"], ["lease-held", "lease held now"], ["backoff", "retry back-off"], ["ran", "run time (worker's measure)"]].map(([k, text]) =>
+      h("span", {}, s("svg", { width: 14, height: 10, "aria-hidden": "true", class: "timeline" },
+        k === "ran" ? s("rect", { class: "ran", x: 0, y: 0, width: 14, height: 10 }) : s("g", { class: `seg k-${k}` }, s("rect", { x: 0, y: 0, width: 14, height: 10 }))), ` ${text}`))),
+    h("div", { class: "scroll" }, svg), detail);
+}
+
+// -- why is it late? (GET /v1/runs/{id}/waits): what the run and its tasks wait for -------------
+const WAIT_TITLES = { SKIPPED: "skipped", LATE_FIRE: "fired late", OVERLAP: "overlap policy", CIRCUIT_OPEN: "circuit open",
+  FIRE_ADMISSION: "fire admission", UPSTREAM: "upstream tasks", RETRY_BACKOFF: "retry back-off", NO_WORKER: "no worker",
+  NO_FREE_WORKER: "no free worker", TENANT_CONCURRENCY: "tenant concurrency cap", QUEUE_CONCURRENCY: "queue concurrency cap",
+  DISPATCH: "about to be leased", RUNNING: "running" };
+
+function waitsCard(res) {
+  const waits = res.waits || [];
+  if (!waits.length) return "";
+  const blocking = waits.filter((w) => !["WAIT_KIND_RUNNING", "WAIT_KIND_DISPATCH"].includes(w.kind));
+  return h("section", { class: "card", "aria-labelledby": "waits-title", "data-testid": "waits" },
+    h("h2", { id: "waits-title", text: blocking.length ? "Why is it waiting?" : "Where it is" }),
+    h("ul", { class: "waits" }, waits.map((w) => {
+      const kind = (w.kind || "").replace("WAIT_KIND_", "");
+      return h("li", { "data-wait": kind.toLowerCase(), "data-task": w.taskName || "" },
+        h("b", { text: `${w.taskName ? `${w.taskName}: ` : "run: "}${WAIT_TITLES[kind] || kind.toLowerCase()}` }), " — ", w.detail,
+        w.limit ? h("div", { class: "limit" }, "bound: ", h("code", { text: w.limit }), ` = ${w.limitValue} (now ${w.current})`) : "",
+        w.change ? h("div", { class: "muted" }, "change: ", h("code", { text: w.change })) : "");
+    })),
+    res.workersKnown ? "" : h("p", { class: "muted", text: "Workers are known to the leader only: this answer came from a node that does not lead." }));
+}
+
 async function runPage(runId) {
   const id = encodeURIComponent(runId);
   const out = h("div");
   const body = h("div");
   main.replaceChildren(h("h1", {}, "Run ", h("span", { text: runId })), out, body);
   let specTasks = null;
+  const picked = { key: "" };
   refresh = async () => {
     const { run } = await api("GET", `/v1/runs/${id}`);
+    const ended = ["succeeded", "failed", "cancelled"].includes(STATE_NAMES(run.state));
+    const waits = ended && !(run.trigger === "RUN_TRIGGER_SCHEDULE" && num(run.createdMs) - num(run.scheduledForMs) - num(run.fireDelayMs) > 1000)
+      ? { waits: [] } : await api("GET", `/v1/runs/${id}/waits`).catch((e) => ({ waits: [], error: e.message }));
     if (specTasks === null) {
       try { specTasks = (await api("GET", `/v1/jobs/${encodeURIComponent(run.jobId)}`)).job.spec.tasks; }
       catch { specTasks = []; } // a deleted job: tasks without edges
@@ -819,7 +1080,9 @@ async function runPage(runId) {
         ["failed", "cancelled"].includes(STATE_NAMES(run.state)) ? action("Re-run", async () => {
           await api("POST", `/v1/runs/${id}/rerun`); await refresh();
         }, out) : null)),
+      waitsCard(waits),
       h("section", { class: "card" }, h("h2", { text: "DAG" }), h("div", { class: "scroll" }, dagSvg(run, specTasks, pick))),
+      timelineCard(run, picked),
       h("section", { class: "card" }, h("h2", { text: "Tasks" }),
         table(["task", "state", "attempt", "fencing token", "worker", "ready", "started", "finished", "result", "error", ""],
           run.tasks.map((t) => h("tr", { "data-task": t.taskName },
@@ -839,50 +1102,142 @@ async function runPage(runId) {
   await refresh();
 }
 
+// -- dead letters as a work list (#/dlq?tenant=&group=job|error) ------------------------------
+// Grouped by job or by error class (the error's first line, digits as N), several selected
+// (a group's checkbox selects it all) and replayed or discarded with a reason, which the audit
+// log keeps (ReplayDeadLetters and DiscardDeadLetters are audited calls).
+const errorClass = (e) => ((e || "no error text").split("\n")[0].replace(/\d+/g, "N").trim().slice(0, 80)) || "no error text";
+const DLQ_GROUPS = [["job", "job"], ["error", "error class"], ["", "none"]];
+
 async function dlqPage() {
-  const tenant = h("input", { id: "dlq-tenant", name: "tenant", placeholder: "all tenants" });
+  const q = new URLSearchParams(location.hash.split("?")[1] || "");
+  const group = q.get("group") ?? "job";
+  const tenant = h("input", { id: "dlq-tenant", name: "tenant", placeholder: "all tenants", value: q.get("tenant") || "" });
+  const groupBy = h("select", { id: "dlq-group", name: "group" }, DLQ_GROUPS.map(([v, t]) => h("option", { value: v, text: t, selected: v === group })));
+  const reason = h("input", { id: "dlq-reason", name: "reason", maxlength: "500", placeholder: "e.g. disk freed on db-3", "aria-describedby": "dlq-reason-help" });
   const list = h("div", { id: "dlq" });
   const out = h("div");
+  const selected = new Set();
+  const count = h("span", { "data-testid": "dlq-selected", role: "status", text: "0 selected" });
+  const replay = h("button", { type: "button", class: "primary", text: "Replay selected", disabled: true });
+  const discard = h("button", { type: "button", class: "danger", text: "Discard selected", disabled: true });
+  const filter = h("form", { role: "search", "aria-label": "Filter dead letters" },
+    h("div", { class: "row" }, h("label", { for: "dlq-tenant" }, "Tenant", tenant), h("label", { for: "dlq-group" }, "Group by", groupBy),
+      h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
+  filter.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const next = new URLSearchParams();
+    if (tenant.value.trim()) next.set("tenant", tenant.value.trim());
+    next.set("group", groupBy.value);
+    location.hash = `#/dlq?${next}`;
+  });
   main.replaceChildren(h("h1", { text: "Dead letters" }),
-    h("section", { class: "card" }, h("form", { role: "search", onsubmit: (e) => { e.preventDefault(); refresh(); } },
-      h("div", { class: "row" }, h("label", { for: "dlq-tenant" }, "Tenant", tenant),
-        h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Filter" })),
-        h("div", { class: "btn-cell" }, action("Replay all shown", async () => {
-          const t = tenant.value.trim();
-          const r = await api("POST", "/v1/dlq/replay", t ? { tenant: t } : { all: true });
-          message(out, `Replayed ${r.replayed.length} tasks`, true); await refresh();
-        }, out))))),
+    h("section", { class: "card" }, filter),
+    h("section", { class: "card" }, h("form", { "aria-label": "Replay or discard the selected dead letters", onsubmit: (e) => { e.preventDefault(); replay.click(); } },
+      h("div", { class: "row" }, h("label", { for: "dlq-reason" }, "Reason (kept in the audit log)", reason),
+        h("div", { class: "btn-cell" }, count), h("div", { class: "btn-cell" }, replay), h("div", { class: "btn-cell" }, discard)),
+      h("p", { id: "dlq-reason-help", class: "muted", text: "Replaying starts a fresh attempt series for each selected task (same idempotency key). Discarding drops them from the queue for good: the tasks stay dead in their runs." }))),
     h("section", { class: "card" }, out, list));
+  const sync = () => {
+    count.textContent = `${selected.size} selected`;
+    replay.disabled = discard.disabled = !selected.size;
+    for (const box of list.querySelectorAll("input[data-key]")) box.checked = selected.has(box.dataset.key);
+    for (const box of list.querySelectorAll("input[data-group]")) {
+      const keys = JSON.parse(box.dataset.keys);
+      box.checked = keys.every((k) => selected.has(k));
+      box.indeterminate = !box.checked && keys.some((k) => selected.has(k));
+    }
+  };
+  // Replay or discard the selection: a reason first (the audit log keeps it), then one call.
+  const act = (verb, path, field) => async () => {
+    if (!reason.value.trim()) { message(out, `reason: say why you ${verb.toLowerCase()} them (it goes to the audit log)`); reason.setAttribute("aria-invalid", "true"); reason.focus(); return; }
+    reason.removeAttribute("aria-invalid");
+    replay.disabled = discard.disabled = true;
+    try {
+      const tasks = [...selected].map((k) => { const i = k.lastIndexOf(":"); return { runId: k.slice(0, i), taskName: k.slice(i + 1) }; });
+      const r = await api("POST", path, { tasks, reason: reason.value.trim() });
+      selected.clear();
+      message(out, `${verb}ed ${r[field].length} task${r[field].length === 1 ? "" : "s"}`, true);
+      await refresh();
+    } catch (e) { message(out, e.message); } finally { sync(); }
+  };
+  replay.addEventListener("click", act("Replay", "/v1/dlq/replay", "replayed"));
+  discard.addEventListener("click", act("Discard", "/v1/dlq/discard", "discarded"));
   refresh = async () => {
     const t = tenant.value.trim();
-    const res = await api("GET", t ? `/v1/tenants/${encodeURIComponent(t)}/dlq` : "/v1/dlq");
-    list.replaceChildren(res.deadLetters.length ? table(["run", "task", "job", "tenant", "attempts", "error", "dead since", ""],
-      res.deadLetters.map((d) => h("tr", { "data-dead": `${d.runId}:${d.taskName}` },
-        h("td", {}, runLink(d.runId)), h("td", { text: d.taskName }), h("td", {}, jobLink(d.jobId)), h("td", { text: d.tenant }),
-        h("td", { text: d.attempts }), h("td", { class: "wrap", text: d.lastError }), h("td", { text: fmtTime(d.deadMs) }),
-        h("td", {}, action("Replay", async () => {
-          await api("POST", "/v1/dlq/replay", { tasks: [{ runId: d.runId, taskName: d.taskName }] });
-          message(out, `Replayed ${d.runId}:${d.taskName}`, true); await refresh();
-        }, out))))) : h("p", { class: "muted", "data-testid": "dlq-empty", text: "The dead-letter queue is empty." }));
+    const res = await api("GET", t ? `/v1/tenants/${encodeURIComponent(t)}/dlq?limit=1000` : "/v1/dlq?limit=1000");
+    const letters = res.deadLetters;
+    const present = new Set(letters.map((d) => `${d.runId}:${d.taskName}`));
+    for (const k of [...selected]) if (!present.has(k)) selected.delete(k);
+    const groups = new Map();
+    for (const d of letters) {
+      const key = group === "job" ? `job ${d.jobId}` : group === "error" ? errorClass(d.lastError) : "all";
+      (groups.get(key) || groups.set(key, []).get(key)).push(d);
+    }
+    const row = (d) => {
+      const key = `${d.runId}:${d.taskName}`;
+      const box = h("input", { type: "checkbox", "data-key": key, "aria-label": `select ${key}` });
+      box.addEventListener("change", () => { if (box.checked) selected.add(key); else selected.delete(key); sync(); });
+      return h("tr", { "data-dead": key }, h("td", {}, box), h("td", {}, runLink(d.runId)), h("td", { text: d.taskName }), h("td", {}, jobLink(d.jobId)),
+        h("td", { text: d.tenant }), h("td", { text: d.attempts }), h("td", { class: "wrap", text: d.lastError }), h("td", { text: fmtTime(d.deadMs) }));
+    };
+    list.replaceChildren(...(letters.length ? [...groups].map(([name, items]) => {
+      const keys = items.map((d) => `${d.runId}:${d.taskName}`);
+      const all = h("input", { type: "checkbox", "data-group": name, "data-keys": JSON.stringify(keys), "aria-label": `select all of ${name}` });
+      all.addEventListener("change", () => { for (const k of keys) { if (all.checked) selected.add(k); else selected.delete(k); } sync(); });
+      return h("section", { class: "dlq-group", "data-group": name, "aria-label": name },
+        h("h2", {}, h("label", { class: "check" }, all, ` ${name} — ${items.length} dead letter${items.length === 1 ? "" : "s"}`)),
+        table(["", "run", "task", "job", "tenant", "attempts", "error", "dead since"], items.map(row)));
+    }) : [h("p", { class: "muted", "data-testid": "dlq-empty", text: "The dead-letter queue is empty." })]));
+    sync();
   };
   await refresh();
 }
 
+// A queue's backlog against the page's thresholds (#/queues?amber=1m&red=5m): the level in
+// words and a colour, never a colour alone.
+function backlogLevel(ageMs, amberMs, redMs) {
+  if (ageMs > redMs) return ["red", `✖ over ${humanMs(redMs)}`];
+  if (ageMs > amberMs) return ["amber", `⚠ over ${humanMs(amberMs)}`];
+  return ["ok", "ok"];
+}
+
 async function queuesPage() {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const amberMs = durationParam(params.get("amber") || "1m"), redMs = durationParam(params.get("red") || "5m");
   const box = h("div");
-  main.replaceChildren(h("h1", { text: "Queues & workers" }), box);
+  const form = h("form", { role: "search", "aria-label": "Backlog thresholds" },
+    h("div", { class: "row" }, h("label", {}, "Amber at an oldest ready task older than", h("input", { id: "queues-amber", name: "amber", value: params.get("amber") || "", placeholder: "1m" })),
+      h("label", {}, "Red at", h("input", { id: "queues-red", name: "red", value: params.get("red") || "", placeholder: "5m" })),
+      h("div", { class: "btn-cell" }, h("button", { type: "submit", text: "Apply" }))));
+  form.addEventListener("submit", (e) => {
+    e.preventDefault();
+    const next = new URLSearchParams();
+    for (const el of form.elements) if (el.name && el.value.trim()) next.set(el.name, el.value.trim());
+    location.hash = `#/queues${next.toString() ? `?${next}` : ""}`;
+  });
+  main.replaceChildren(h("h1", { text: "Queues & workers" }), h("section", { class: "card" }, form), box);
   refresh = async () => {
+    if (amberMs === null || redMs === null) { message(box, "amber, red: a duration such as 30s, 5m, 1h"); return; }
     const [q, w, a] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/workers"),
       api("GET", "/v1/active-runs?limit=50")]);
     box.replaceChildren(
-      h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "leased", "workers"],
-        q.queues.map((x) => h("tr", { "data-queue": x.queue }, h("td", { text: x.queue }), h("td", { text: x.ready }),
-          h("td", { text: num(x.oldestReadyAgeMs) ? fmtDur(x.oldestReadyAgeMs) : "—" }), h("td", { text: x.leased }),
-          h("td", { text: x.workers.join(", ") })))) : h("p", { class: "muted", text: "No queued or running tasks." })),
+      h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "backlog", "leased", "workers"],
+        q.queues.map((x) => {
+          const [level, text] = backlogLevel(num(x.oldestReadyAgeMs), amberMs, redMs);
+          return h("tr", { "data-queue": x.queue, "data-level": level }, h("td", { text: x.queue }), h("td", { text: x.ready }),
+            h("td", { text: num(x.oldestReadyAgeMs) ? fmtDur(x.oldestReadyAgeMs) : "—" }),
+            h("td", {}, h("span", { class: `level l-${level}`, text })), h("td", { text: x.leased }),
+            h("td", { text: x.workers.length ? x.workers.join(", ") : "⚠ none" }));
+        })) : h("p", { class: "muted", text: "No queued or running tasks." })),
       h("section", { class: "card" }, h("h2", { text: "Workers" }),
-        w.workers.length ? table(["worker", "queues", "credits", "leases held"],
+        w.workers.length ? table(["worker", "queues", "free slots", "leases held", "connected", "last heartbeat", "came through"],
           w.workers.map((x) => h("tr", { "data-worker": x.workerId }, h("td", { text: x.workerId }),
-            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld })))) : h("p", { class: "muted", text: "No workers connected to the leader." })),
+            h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld }),
+            h("td", { "data-testid": "connected", title: fmtTime(x.connectedMs), text: num(x.connectedMs) ? sinceText(x.connectedMs) : "—" }),
+            h("td", { "data-testid": "heartbeat", title: fmtTime(x.lastHeartbeatMs), text: num(x.lastHeartbeatMs) ? sinceText(x.lastHeartbeatMs) : "none yet" }),
+            h("td", { text: x.peer === "relay" ? "a gateway's relay" : x.peer || "—" })))) : h("p", { class: "muted", text: "No workers connected to the leader." }),
+        h("p", { class: "muted", text: "Draining a worker (no new leases, finish those held) has no API in the cluster yet: stop the worker, its leases expire and are retried." })),
       h("section", { class: "card" }, h("h2", { text: "Active runs (oldest first)" }),
         a.runs.length ? table(["run", "job", "tenant", "scheduled for", "tasks"],
           a.runs.map((r) => h("tr", {}, h("td", {}, runLink(r.runId)), h("td", {}, jobLink(r.jobId)), h("td", { text: r.tenant }),
