@@ -12,31 +12,17 @@ from urllib.parse import quote
 import pytest
 
 from tests.support.cluster import RawWorker
-from tests.support.http import call
+from tests.support.http import call, paused_job, trigger
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
 
 
-def _job(leader, name: str, queue: str) -> str:
-    spec = {"name": name, "paused": True, "tasks": [{"name": "main", "queue": queue}],
-            "schedule": {"interval": {"intervalMs": "3600000"}}}
-    r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
-    assert r.status == 201, r.text
-    return r.json["job"]["jobId"]
-
-
-def _trigger(leader, job_id: str) -> str:
-    r = call(leader.url, "POST", f"/v1/jobs/{job_id}/trigger", {})
-    assert r.status == 200, r.text
-    return r.json["run"]["runId"]
-
-
 def _run_through(leader, worker: RawWorker, job_id: str, outcomes: list[str]) -> None:
     """One triggered run per outcome, its task completed ("ok") or failed for good."""
     for outcome in outcomes:
-        _trigger(leader, job_id)
+        trigger(leader, job_id)
         worker.credits(1)
         lease = worker.next("assign").lease
         if outcome == "ok":
@@ -51,11 +37,11 @@ def test_jobs_list_shows_each_jobs_health_sorted_and_filtered(cluster, page):
     follower = next(n for n in cluster.nodes if n is not leader and n.alive())
     worker = RawWorker(leader, "w-health", ("hq",))
     try:
-        ok, bad = _job(leader, "health-ok", "hq"), _job(leader, "health-bad", "hq")
-        stuck = _job(leader, "health-stuck", "nobody-serves")
+        ok, bad = paused_job(leader, "health-ok", "hq"), paused_job(leader, "health-bad", "hq")
+        stuck = paused_job(leader, "health-stuck", "nobody-serves")
         _run_through(leader, worker, ok, ["ok", "ok"])
         _run_through(leader, worker, bad, ["ok", "fail"])
-        _trigger(leader, stuck)
+        trigger(leader, stuck)
 
         api = call(follower.url, "GET", "/v1/jobs?health=true&consistency=STALE")
         assert api.status == 200, api.text
@@ -132,7 +118,7 @@ def test_a_runs_timeline_shows_each_attempt_and_its_details_one_click_away(clust
                       {"name": "load", "queue": "tl", "dependsOn": ["extract"]}]}
     r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
     assert r.status == 201, r.text
-    run_id = _trigger(leader, r.json["job"]["jobId"])
+    run_id = trigger(leader, r.json["job"]["jobId"])
     worker = RawWorker(leader, "w-tl", ("tl",))
     try:
         worker.credits(1)
@@ -195,10 +181,10 @@ def test_why_is_it_waiting_names_the_tenant_cap_a_test_set(cluster, page):
     job_id = r.json["job"]["jobId"]
     worker = RawWorker(leader, "w-cap", ("capq",))
     try:
-        first = _trigger(leader, job_id)
+        first = trigger(leader, job_id)
         worker.credits(2)
         assert worker.next("assign").lease.run_id == first
-        second = _trigger(leader, job_id)  # ready, with a free slot: the cap holds it
+        second = trigger(leader, job_id)  # ready, with a free slot: the cap holds it
 
         pg = page.page
         pg.goto(f"{follower.url}/#/runs/{quote(second, safe='')}")
@@ -285,8 +271,8 @@ def test_every_page_passes_an_accessibility_audit(cluster, browser, width):
     if not os.path.exists(AXE):
         pytest.skip(f"no axe-core at {AXE} (.ci/run installs it with npm; GNOMON_AXE overrides)")
     leader = cluster.leader()
-    job = _job(leader, f"audited-{width}", "a11y")
-    run = _trigger(leader, job)  # waiting for a worker: the run page has reasons to show
+    job = paused_job(leader, f"audited-{width}", "a11y")
+    run = trigger(leader, job)  # waiting for a worker: the run page has reasons to show
     context = browser.new_context(viewport={"width": width, "height": 900},
                                   is_mobile=width < 500, has_touch=width < 500)
     # An init script, not a <script> tag: the page's Content-Security-Policy stays on.

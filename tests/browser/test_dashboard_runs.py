@@ -9,31 +9,17 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.support.http import call
+from tests.support.http import call, paused_job, trigger
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 expect = pytest.importorskip("playwright.sync_api").expect
 
 
-def _job(leader, name: str) -> str:
-    spec = {"name": name, "paused": True, "tasks": [{"name": "main"}],
-            "schedule": {"interval": {"intervalMs": "3600000"}}}
-    r = call(leader.url, "POST", "/v1/jobs", {"spec": spec})
-    assert r.status == 201, r.text
-    return r.json["job"]["jobId"]
-
-
-def _trigger(leader, job_id: str) -> str:
-    r = call(leader.url, "POST", f"/v1/jobs/{job_id}/trigger", {})
-    assert r.status == 200, r.text
-    return r.json["run"]["runId"]
-
-
 def test_a_filter_in_the_url_shows_the_runs_the_api_returns(cluster, page):
     leader = cluster.leader()
-    wanted, other = _job(leader, "runs-page-a"), _job(leader, "runs-page-b")
-    runs = [_trigger(leader, wanted) for _ in range(3)]
-    _trigger(leader, other)
+    wanted, other = paused_job(leader, "runs-page-a"), paused_job(leader, "runs-page-b")
+    runs = [trigger(leader, wanted) for _ in range(3)]
+    trigger(leader, other)
     r = call(leader.url, "POST", f"/v1/runs/{runs[0]}/cancel", {})
     assert r.status == 200, r.text
     api = call(leader.url, "GET", f"/v1/runs?job={wanted}&state=running")

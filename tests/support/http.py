@@ -40,3 +40,20 @@ def call(base: str, method: str, path: str, body: object = None, *,
         return Resp(r.status, {k.lower(): v for k, v in r.getheaders()}, r.read().decode())
     finally:
         conn.close()
+
+
+def paused_job(node, name: str, queue: str = "") -> str:
+    """A paused hourly job of one task (on `queue`), made through `node`'s HTTP API; its id."""
+    task = {"name": "main", **({"queue": queue} if queue else {})}
+    spec = {"name": name, "paused": True, "tasks": [task],
+            "schedule": {"interval": {"intervalMs": "3600000"}}}
+    r = call(node.url, "POST", "/v1/jobs", {"spec": spec})
+    assert r.status == 201, r.text
+    return r.json["job"]["jobId"]
+
+
+def trigger(node, job_id: str) -> str:
+    """A manual run of the job, through `node`'s HTTP API; its run id."""
+    r = call(node.url, "POST", f"/v1/jobs/{job_id}/trigger", {})
+    assert r.status == 200, r.text
+    return r.json["run"]["runId"]
