@@ -654,6 +654,10 @@ class Client(BlockingAccessCalls):
         """Queues with ready backlog, oldest ready age, leased tasks and their workers."""
         return self._run(self._async.list_queues(timeout_s=timeout_s))
 
+    def drain_worker(self, worker_id: str, *, timeout_s: float | None = None) -> WorkerInfo:
+        """Grant the connected worker nothing more; its leases run to their end."""
+        return self._run(self._async.drain_worker(worker_id, timeout_s=timeout_s))
+
     def list_workers(self, *, timeout_s: float | None = None) -> list[WorkerInfo]:
         """Workers connected to the leader: queues, credits, leases held."""
         return self._run(self._async.list_workers(timeout_s=timeout_s))

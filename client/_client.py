@@ -51,6 +51,7 @@ from ._operations import (
     membership_from_proto,
     queues_from_proto,
     transfer_from_proto,
+    worker_from_proto,
     workers_from_proto,
 )
 from ._run_handle import AsyncRunHandle, run_fields
@@ -856,6 +857,15 @@ class AsyncClient(AccessCalls):
         resp = await self._call(_OPS, "ListWorkers", api_pb2.ListWorkersRequest(),
                                 timeout_s=timeout_s)
         return workers_from_proto(resp)
+
+    async def drain_worker(self, worker_id: str, *,
+                           timeout_s: float | None = None) -> WorkerInfo:
+        """Grant the connected worker ``worker_id`` nothing more; its leases run to their end
+        (leader-local, for its stream). Admin only; NotFound when it is not connected."""
+        resp = await self._call(_OPS, "DrainWorker",
+                                api_pb2.DrainWorkerRequest(worker_id=worker_id),
+                                timeout_s=timeout_s)
+        return worker_from_proto(resp.worker)
 
     async def list_active_runs(
         self, *, tenant: str | None = None, limit: int = 100, timeout_s: float | None = None

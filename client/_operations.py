@@ -74,6 +74,8 @@ class WorkerInfo:
     """Its last heartbeat at the leader (0: none yet)."""
     peer: str = ""
     """Where its stream came from: an address, or ``relay`` through a gateway's relay."""
+    draining: bool = False
+    """Drained (``drain_worker``): the leader grants it nothing more on this stream."""
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,12 @@ def queues_from_proto(m: api_pb2.ListQueuesResponse) -> list[QueueInfo]:
 
 
 def workers_from_proto(m: api_pb2.ListWorkersResponse) -> list[WorkerInfo]:
-    return [WorkerInfo(w.worker_id, tuple(w.queues), w.credits, w.leases_held,
-                       w.connected_ms, w.last_heartbeat_ms, w.peer)
-            for w in m.workers]
+    return [worker_from_proto(w) for w in m.workers]
+
+
+def worker_from_proto(w: api_pb2.WorkerInfo) -> WorkerInfo:
+    return WorkerInfo(w.worker_id, tuple(w.queues), w.credits, w.leases_held,
+                      w.connected_ms, w.last_heartbeat_ms, w.peer, w.draining)
 
 
 async def download_backup(pool: Any, address: str, path: str, *, timeout_s: float,

@@ -76,6 +76,9 @@ def add_run_active(run: Any, leaf: Leaf) -> None:
 
 def add_worker_list(worker: Any, leaf: Leaf) -> None:
     leaf(worker, "list", "workers connected to the leader: queues, credits, leases held")
+    p = leaf(worker, "drain", "grant a connected worker nothing more; its leases run to their "
+             "end (then stop it once `worker list` shows it holding none)")
+    p.add_argument("worker_id", metavar="WORKER", help="the id `gnomon worker list` shows")
 
 
 def add_ops_groups(groups: Any, leaf: Leaf) -> None:
@@ -328,14 +331,24 @@ def _cmd_worker_list(ctx: Any) -> int:
     workers = ctx.client.list_workers()
     rows = [[w.worker_id, ",".join(w.queues), w.credits, w.leases_held,
              fmt_time(w.connected_ms), fmt_time(w.last_heartbeat_ms) if w.last_heartbeat_ms
-             else "none yet", w.peer] for w in workers]
+             else "none yet", w.peer, "draining" if w.draining else ""] for w in workers]
     ctx.emit(table(["WORKER", "QUEUES", "CREDITS", "LEASES HELD", "CONNECTED",
-                    "LAST HEARTBEAT", "CAME THROUGH"], rows) if rows
-             else "no workers connected",
-             [{"worker_id": w.worker_id, "queues": list(w.queues), "credits": w.credits,
-               "leases_held": w.leases_held, "connected_ms": w.connected_ms,
-               "last_heartbeat_ms": w.last_heartbeat_ms, "peer": w.peer} for w in workers])
+                    "LAST HEARTBEAT", "CAME THROUGH", "STATE"], rows) if rows
+             else "no workers connected", [_worker_json(w) for w in workers])
     return EXIT_OK
+
+
+def _cmd_worker_drain(ctx: Any) -> int:
+    w = ctx.client.drain_worker(ctx.args.worker_id)
+    ctx.emit(f"worker {w.worker_id} drained: nothing more is granted to it; it holds "
+             f"{w.leases_held} lease(s)", _worker_json(w))
+    return EXIT_OK
+
+
+def _worker_json(w: Any) -> dict[str, Any]:
+    return {"worker_id": w.worker_id, "queues": list(w.queues), "credits": w.credits,
+            "leases_held": w.leases_held, "connected_ms": w.connected_ms,
+            "last_heartbeat_ms": w.last_heartbeat_ms, "peer": w.peer, "draining": w.draining}
 
 
 OPS_COMMANDS: dict[tuple[str, str | None], Callable[[Any], int]] = {
@@ -348,6 +361,7 @@ OPS_COMMANDS: dict[tuple[str, str | None], Callable[[Any], int]] = {
     ("run", "active"): _cmd_run_active,
     ("queue", "list"): _cmd_queue_list,
     ("worker", "list"): _cmd_worker_list,
+    ("worker", "drain"): _cmd_worker_drain,
 }
 
 

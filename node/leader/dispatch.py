@@ -100,6 +100,8 @@ class WorkerSession:
     connected_ms: int = 0
     last_heartbeat_ms: int = 0
     peer: str = ""
+    # Drained by an operator (DrainWorker): granted nothing more; its leases run out.
+    draining: bool = False
 
     def send(self, msg: worker_pb2.ServerMessage) -> bool:
         """Queue `msg` if the session is open and its outbox has room."""
@@ -351,7 +353,8 @@ class Dispatcher:
                 for worker_id in list(self._order):
                     session = self.sessions[worker_id]
                     # A place in its outbox for the Assign, kept until the grant is answered.
-                    if session.credits <= 0 or session.closed or not session.outbox.reserve():
+                    if session.credits <= 0 or session.closed or session.draining \
+                            or not session.outbox.reserve():
                         continue
                     picked = self._pick(session, runs, tenants)
                     if picked is None:

@@ -115,6 +115,9 @@ class NodeProc:
     def access(self) -> api_pb2_grpc.AccessServiceStub:
         return api_pb2_grpc.AccessServiceStub(self._channel())
 
+    def operations(self) -> api_pb2_grpc.OperationsServiceStub:
+        return api_pb2_grpc.OperationsServiceStub(self._channel())
+
     def _channel(self) -> grpc.Channel:
         if self.channel is None:
             if self.credentials is not None:

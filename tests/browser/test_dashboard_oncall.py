@@ -104,6 +104,11 @@ def test_jobs_list_shows_each_jobs_health_sorted_and_filtered(cluster, page):
         pg.goto(f"{follower.url}/#/queues?amber=1ms&red=2ms")
         expect(stuck_queue).to_have_attribute("data-level", "red")
         expect(pg.locator("#queues-red")).to_have_value("2ms")
+        # Drain: the row says so, and the leader grants the worker nothing more.
+        worker_row.get_by_role("button", name="Drain w-health").click()
+        expect(worker_row.get_by_test_id("draining")).to_have_text("draining: no new leases")
+        listed = call(leader.url, "GET", "/v1/workers").json["workers"]
+        assert [w.get("draining") for w in listed if w["workerId"] == "w-health"] == [True]
     finally:
         worker.close()
     assert page.script_errors() == []

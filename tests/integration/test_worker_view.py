@@ -105,3 +105,34 @@ def test_deleting_a_job_cancels_its_queued_runs_and_keeps_them_listable(cluster)
         runs_of(leader, "j999")
     assert err.value.code() == grpc.StatusCode.NOT_FOUND
     assert "job.job_id" in err.value.details()
+
+
+def test_a_drained_worker_gets_no_new_lease_and_finishes_the_one_it_holds(cluster):
+    """DrainWorker: the leader grants the worker nothing more though it has credit; the
+    lease it holds is still renewed and its completion accepted; ListWorkers shows it
+    draining. An id not connected is NOT_FOUND."""
+    leader, job, worker, assign = _leased(cluster, "drain-me", queue="drainq")
+    ops = leader.operations()
+    drained = ops.DrainWorker(api_pb2.DrainWorkerRequest(worker_id="w-drain-me"), timeout=5)
+    assert drained.worker.draining and drained.worker.leases_held == 1
+    worker.credits(1)
+    run = leader.jobs().TriggerJob(api_pb2.TriggerJobRequest(
+        request_id="t-drain", job=api_pb2.JobRef(job_id=job.job_id)), timeout=5).run
+    other = RawWorker(leader, "w-drain-other", ("drainq",))
+    other.credits(1)
+    assert other.next("assign").lease.run_id == run.run_id
+    worker.heartbeat([assign.lease])
+    assert list(worker.next("heartbeat_ack").valid_tokens) == [assign.lease.fencing_token]
+    worker.complete(assign.lease)
+    assert worker.next("report_ack").accepted
+    listed = {w.worker_id: w for w in ops.ListWorkers(api_pb2.ListWorkersRequest(),
+                                                       timeout=5).workers}
+    assert listed["w-drain-me"].draining and listed["w-drain-me"].leases_held == 0
+    assert listed["w-drain-me"].credits == 1  # the credit announced after the drain: unused
+    assert not listed["w-drain-other"].draining
+    with pytest.raises(grpc.RpcError) as err:
+        ops.DrainWorker(api_pb2.DrainWorkerRequest(worker_id="nobody"), timeout=5)
+    assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    assert "worker_id: no worker 'nobody'" in err.value.details()
+    worker.close()
+    other.close()

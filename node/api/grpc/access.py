@@ -301,7 +301,7 @@ RULES: dict[str, Rule] = {
 AUDITED = frozenset({
     ACCESS + "CreateToken", ACCESS + "RevokeToken", ACCESS + "CreateTenant",
     ACCESS + "UpdateTenant", CLUSTER + "SetLimits", OPS + "TransferLeadership",
-    OPS + "AddNode", OPS + "RemoveNode",
+    OPS + "AddNode", OPS + "RemoveNode", OPS + "DrainWorker",
     JOBS + "DeleteJob", JOBS + "ReplayDeadLetters", JOBS + "DiscardDeadLetters",
 })
 MAX_AUDIT_DETAIL_CHARS = 2000

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 from typing import Protocol
@@ -26,6 +27,8 @@ from gnomon.node.ops.operations import (
     transfer_leadership,
 )
 from gnomon.v1 import api_pb2, api_pb2_grpc
+
+log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
 MAX_ACTIVE_RUNS = 1_000
@@ -164,15 +167,31 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
     @translated
     async def ListWorkers(self, request, context):  # noqa: N802
         self.require_leader()
+        held = self._leases_held()
+        out = api_pb2.ListWorkersResponse(from_leader=True)
+        for worker_id, s in sorted(self.node.dispatcher.sessions.items()):
+            _worker_info(worker_id, s, held, out.workers.add())
+        return out
+
+    @translated
+    async def DrainWorker(self, request, context):  # noqa: N802
+        self.require_leader()
+        session = self.node.dispatcher.sessions.get(request.worker_id)
+        if session is None or session.closed:
+            raise ServiceError(grpc.StatusCode.NOT_FOUND,
+                               f"worker_id: no worker {request.worker_id!r} is connected "
+                               "to the leader")
+        session.draining = True
+        log.info("worker %s drained: nothing more is granted to it", request.worker_id)
+        out = api_pb2.DrainWorkerResponse()
+        _worker_info(request.worker_id, session, self._leases_held(), out.worker)
+        return out
+
+    def _leases_held(self) -> dict[str, int]:
         held: dict[str, int] = {}
         for d in self.node.leases.deadlines.values():
             held[d.worker_id] = held.get(d.worker_id, 0) + 1
-        out = api_pb2.ListWorkersResponse(from_leader=True)
-        for worker_id, s in sorted(self.node.dispatcher.sessions.items()):
-            out.workers.add(worker_id=worker_id, queues=list(s.queues), credits=s.credits,
-                            leases_held=held.get(worker_id, 0), connected_ms=s.connected_ms,
-                            last_heartbeat_ms=s.last_heartbeat_ms, peer=s.peer)
-        return out
+        return held
 
     @translated
     async def ListActiveRuns(self, request, context):  # noqa: N802
@@ -208,3 +227,12 @@ def _member(request) -> Member:
                                f"{name}: {value!r} is not host:port (port 1-65535)")
     return Member(request.node_id, request.raft_address, request.grpc_address,
                   request.http_address)
+
+
+def _worker_info(worker_id: str, s: WorkerSession, held: dict[str, int],
+                 out: api_pb2.WorkerInfo) -> None:
+    out.worker_id = worker_id
+    out.queues.extend(s.queues)
+    out.credits, out.leases_held = s.credits, held.get(worker_id, 0)
+    out.connected_ms, out.last_heartbeat_ms = s.connected_ms, s.last_heartbeat_ms
+    out.peer, out.draining = s.peer, s.draining

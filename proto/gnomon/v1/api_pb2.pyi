@@ -707,7 +707,7 @@ class ListWorkersRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class WorkerInfo(_message.Message):
-    __slots__ = ("worker_id", "queues", "credits", "leases_held", "connected_ms", "last_heartbeat_ms", "peer")
+    __slots__ = ("worker_id", "queues", "credits", "leases_held", "connected_ms", "last_heartbeat_ms", "peer", "draining")
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     CREDITS_FIELD_NUMBER: _ClassVar[int]
@@ -715,6 +715,7 @@ class WorkerInfo(_message.Message):
     CONNECTED_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
     PEER_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
     worker_id: str
     queues: _containers.RepeatedScalarFieldContainer[str]
     credits: int
@@ -722,7 +723,20 @@ class WorkerInfo(_message.Message):
     connected_ms: int
     last_heartbeat_ms: int
     peer: str
-    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., credits: _Optional[int] = ..., leases_held: _Optional[int] = ..., connected_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ..., peer: _Optional[str] = ...) -> None: ...
+    draining: bool
+    def __init__(self, worker_id: _Optional[str] = ..., queues: _Optional[_Iterable[str]] = ..., credits: _Optional[int] = ..., leases_held: _Optional[int] = ..., connected_ms: _Optional[int] = ..., last_heartbeat_ms: _Optional[int] = ..., peer: _Optional[str] = ..., draining: _Optional[bool] = ...) -> None: ...
+
+class DrainWorkerRequest(_message.Message):
+    __slots__ = ("worker_id",)
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    def __init__(self, worker_id: _Optional[str] = ...) -> None: ...
+
+class DrainWorkerResponse(_message.Message):
+    __slots__ = ("worker",)
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    worker: WorkerInfo
+    def __init__(self, worker: _Optional[_Union[WorkerInfo, _Mapping]] = ...) -> None: ...
 
 class ListWorkersResponse(_message.Message):
     __slots__ = ("workers", "from_leader")

@@ -1422,6 +1422,11 @@ class OperationsServiceStub:
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ListWorkersRequest.SerializeToString,
                 response_deserializer=gnomon_dot_v1_dot_api__pb2.ListWorkersResponse.FromString,
                 _registered_method=True)
+        self.DrainWorker = channel.unary_unary(
+                '/gnomon.v1.OperationsService/DrainWorker',
+                request_serializer=gnomon_dot_v1_dot_api__pb2.DrainWorkerRequest.SerializeToString,
+                response_deserializer=gnomon_dot_v1_dot_api__pb2.DrainWorkerResponse.FromString,
+                _registered_method=True)
         self.ListActiveRuns = channel.unary_unary(
                 '/gnomon.v1.OperationsService/ListActiveRuns',
                 request_serializer=gnomon_dot_v1_dot_api__pb2.ListActiveRunsRequest.SerializeToString,
@@ -1471,6 +1476,17 @@ class OperationsServiceServicer:
 
     def ListWorkers(self, request, context):
         """Workers connected to the leader: their queues, credits and leases held.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainWorker(self, request, context):
+        """Drains a connected worker: the leader grants it nothing more, and the leases it holds
+        run to their end (heartbeats, reports and cancels as before). For taking a worker out
+        before stopping it: wait until ListWorkers shows it holding no lease. Leader-local, for
+        the worker's stream: a worker that reconnects, or a new leader, serves it again.
+        NOT_FOUND when no worker of that id is connected. Admin only; audited.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -1529,6 +1545,11 @@ def add_OperationsServiceServicer_to_server(servicer, server):
                     servicer.ListWorkers,
                     request_deserializer=gnomon_dot_v1_dot_api__pb2.ListWorkersRequest.FromString,
                     response_serializer=gnomon_dot_v1_dot_api__pb2.ListWorkersResponse.SerializeToString,
+            ),
+            'DrainWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainWorker,
+                    request_deserializer=gnomon_dot_v1_dot_api__pb2.DrainWorkerRequest.FromString,
+                    response_serializer=gnomon_dot_v1_dot_api__pb2.DrainWorkerResponse.SerializeToString,
             ),
             'ListActiveRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.ListActiveRuns,
@@ -1657,6 +1678,33 @@ class OperationsService:
             '/gnomon.v1.OperationsService/ListWorkers',
             gnomon_dot_v1_dot_api__pb2.ListWorkersRequest.SerializeToString,
             gnomon_dot_v1_dot_api__pb2.ListWorkersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gnomon.v1.OperationsService/DrainWorker',
+            gnomon_dot_v1_dot_api__pb2.DrainWorkerRequest.SerializeToString,
+            gnomon_dot_v1_dot_api__pb2.DrainWorkerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,7 @@ HTTP_RULES: tuple[dict[str, str], ...] = (
     {'rpc': 'OperationsService.TransferLeadership', 'method': 'POST', 'path': '/v1/cluster/transfer-leadership', 'body': '*'},
     {'rpc': 'OperationsService.ListQueues', 'method': 'GET', 'path': '/v1/queues', 'body': ''},
     {'rpc': 'OperationsService.ListWorkers', 'method': 'GET', 'path': '/v1/workers', 'body': ''},
+    {'rpc': 'OperationsService.DrainWorker', 'method': 'POST', 'path': '/v1/workers/{worker_id}/drain', 'body': '*'},
     {'rpc': 'OperationsService.ListActiveRuns', 'method': 'GET', 'path': '/v1/active-runs', 'body': ''},
     {'rpc': 'AccessService.CreateToken', 'method': 'POST', 'path': '/v1/tokens', 'body': '*'},
     {'rpc': 'AccessService.ListTokens', 'method': 'GET', 'path': '/v1/tokens', 'body': ''},

@@ -161,10 +161,11 @@ def test_every_public_method_has_a_docstring_of_its_own():
 
 
 def test_options_of_public_calls_are_keyword_only():
-    # Beyond the subject of a call (a job id, a spec, a run id, tenant, tasks, a node id), options are
+    # Beyond the subject of a call (a job id, a spec, a run id, tenant, tasks, a node id, a worker
+    # id), options are
     # keyword-only, so that adding one never shifts another.
     subjects = {"self", "spec", "specs", "job_id", "run_id", "tenant", "tasks", "servers",
-                "node_id", "queue"}
+                "node_id", "queue", "worker_id"}
     for cls in (gnomon.client.Client, gnomon.client.AsyncClient):
         for name, sig in _calls(cls).items():
             for p in sig.parameters.values():

@@ -50,3 +50,16 @@ def test_the_tenants_a_request_touches():
         RULES[JOBS + "SetQueueCircuit"].check(
             Principal("w", TENANT_WRITER, ("acme",)),
             api_pb2.SetQueueCircuitRequest(tenant="acme", queue="etl"), look)
+
+
+def test_draining_a_worker_is_for_admins_only():
+    """DrainWorker has no row: a tenant admin of every tenant is refused, an admin is not."""
+    from gnomon.node.api.grpc.access import OPS, _check
+    from gnomon.node.security.auth import AuthError
+
+    request = api_pb2.DrainWorkerRequest(worker_id="w1")
+    assert OPS + "DrainWorker" not in RULES
+    with pytest.raises(AuthError):
+        _check(OPS + "DrainWorker", Principal("t", TENANT_ADMIN, ("default", "acme")), request,
+               FakeLookup())
+    _check(OPS + "DrainWorker", Principal("root", "admin"), request, FakeLookup())

@@ -1221,6 +1221,14 @@ async function queuesPage() {
     if (amberMs === null || redMs === null) { message(box, "amber, red: a duration such as 30s, 5m, 1h"); return; }
     const [q, w, a] = await Promise.all([api("GET", "/v1/queues"), api("GET", "/v1/workers"),
       api("GET", "/v1/active-runs?limit=50")]);
+    const drainOut = h("div", { "data-testid": "drain-out" });
+    // Drain: the leader grants the worker nothing more; its leases run to their end.
+    const drain = (x) => x.draining ? h("span", { "data-testid": "draining", text: "draining: no new leases" })
+      : action(`Drain ${x.workerId}`, async () => {
+        // Not a replicated write (no request id): sent as a read is, followed to the leader.
+        await api("POST", `/v1/workers/${encodeURIComponent(x.workerId)}/drain`, {}, false);
+        await refresh();
+      }, drainOut);
     box.replaceChildren(
       h("section", { class: "card" }, h("h2", { text: "Queues" }), q.queues.length ? table(["queue", "ready (backlog)", "oldest ready", "backlog", "leased", "workers"],
         q.queues.map((x) => {
@@ -1231,13 +1239,15 @@ async function queuesPage() {
             h("td", { text: x.workers.length ? x.workers.join(", ") : "⚠ none" }));
         })) : h("p", { class: "muted", text: "No queued or running tasks." })),
       h("section", { class: "card" }, h("h2", { text: "Workers" }),
-        w.workers.length ? table(["worker", "queues", "free slots", "leases held", "connected", "last heartbeat", "came through"],
+        drainOut,
+        w.workers.length ? table(["worker", "queues", "free slots", "leases held", "connected", "last heartbeat", "came through", "drain"],
           w.workers.map((x) => h("tr", { "data-worker": x.workerId }, h("td", { text: x.workerId }),
             h("td", { text: x.queues.join(", ") }), h("td", { text: x.credits }), h("td", { text: x.leasesHeld }),
             h("td", { "data-testid": "connected", title: fmtTime(x.connectedMs), text: num(x.connectedMs) ? sinceText(x.connectedMs) : "—" }),
             h("td", { "data-testid": "heartbeat", title: fmtTime(x.lastHeartbeatMs), text: num(x.lastHeartbeatMs) ? sinceText(x.lastHeartbeatMs) : "none yet" }),
-            h("td", { text: x.peer === "relay" ? "a gateway's relay" : x.peer || "—" })))) : h("p", { class: "muted", text: "No workers connected to the leader." }),
-        h("p", { class: "muted", text: "Draining a worker (no new leases, finish those held) has no API in the cluster yet: stop the worker, its leases expire and are retried." })),
+            h("td", { text: x.peer === "relay" ? "a gateway's relay" : x.peer || "—" }),
+            h("td", {}, drain(x))))) : h("p", { class: "muted", text: "No workers connected to the leader." }),
+        h("p", { class: "muted", text: "A drained worker is granted nothing more while its stream lasts; stop it once it holds no lease (a worker that reconnects is served again)." })),
       h("section", { class: "card" }, h("h2", { text: "Active runs (oldest first)" }),
         a.runs.length ? table(["run", "job", "tenant", "scheduled for", "tasks"],
           a.runs.map((r) => h("tr", {}, h("td", {}, runLink(r.runId)), h("td", {}, jobLink(r.jobId)), h("td", { text: r.tenant }),
