@@ -268,7 +268,11 @@ class WorkerFleet:
                     "--stop-file", str(self.stop_file)]
             if os.environ.get("GNOMON_BENCH_WORKER_BATCHES", "1") == "0":  # for A/B runs
                 args.append("--no-batches")
-            self.procs.append(subprocess.Popen(args))
+            # GNOMON_BENCH_WORKER_NICE=N: the load generators stand in for other machines;
+            # niced, they leave the cores to the nodes and gateways under test first.
+            nice = int(os.environ.get("GNOMON_BENCH_WORKER_NICE", 0))
+            self.procs.append(subprocess.Popen(args, preexec_fn=(lambda n=nice: os.nice(n))
+                                               if nice else None))
         return self
 
     def pids(self) -> list[int]:
