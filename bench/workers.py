@@ -80,7 +80,11 @@ def _streams(cluster, leader, root: Path, name: str, procs: int, per_proc: int, 
     servers = [gw.addr for gw in gateways] or [leader.grpc_addr]
     fleet = WorkerFleet(servers, root / name, processes=procs, streams=per_proc,
                         credits=0, record="none", heartbeat_s=hb_s,
-                        channels=max(1, per_proc // 10), name=name, connect_rate=connect_rate,
+                        # GNOMON_BENCH_STREAMS_PER_CONNECTION (default 10): HTTP/2 streams
+                        # per worker connection.
+                        channels=max(1, per_proc // int(os.environ.get(
+                            "GNOMON_BENCH_STREAMS_PER_CONNECTION", 10))),
+                        name=name, connect_rate=connect_rate,
                         max_s=measure_s + prof_s + 300, spread=True).start()
     try:
         t0 = time.monotonic()
