@@ -496,9 +496,15 @@ def dead_letter_to_proto(dl: DeadLetter) -> types_pb2.DeadLetter:
     )
 
 
+# Wait kinds by number; a number a newer cluster sends and this client does not know is
+# "unspecified", as for every other enum here.
+_WAIT_KINDS = {v.number: v.name.removeprefix("WAIT_KIND_").lower()
+               for v in api_pb2.WaitKind.DESCRIPTOR.values}
+
+
 def run_wait_from_proto(msg: api_pb2.RunWait) -> RunWait:
     return RunWait(
-        kind=api_pb2.WaitKind.Name(msg.kind).removeprefix("WAIT_KIND_").lower(),
+        kind=_WAIT_KINDS.get(msg.kind, "unspecified"),
         task_name=msg.task_name, detail=msg.detail, limit=msg.limit,
         limit_value=msg.limit_value, current=msg.current, change=msg.change,
     )

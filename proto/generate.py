@@ -37,7 +37,7 @@ HTTP_RULES = "http_rules.py"
 
 
 def generate(out_root: Path) -> list[Path]:
-    """Write *_pb2.py, *_pb2.pyi, *_pb2_grpc.py, comments.json and http_rules.json under
+    """Write *_pb2.py, *_pb2.pyi, *_pb2_grpc.py, comments.json and http_rules.py under
     out_root/gnomon/v1; return them."""
     import grpc_tools
     from grpc_tools import protoc

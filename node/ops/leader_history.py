@@ -37,8 +37,6 @@ class LeaderHistory:
         if last is not None and (last.term, last.leader_node_id) == (term, leader_node_id):
             return
         previous = last.leader_node_id if last is not None else ""
-        if last is not None and not leader_node_id:
-            previous = last.leader_node_id
         self._changes.append(LeaderChange(now_ms, term, leader_node_id, previous,
                                           self._cause(last, now_ms, term, leader_node_id)))
 

@@ -46,7 +46,8 @@ _INCLUDES = {
 
 
 class AuthError(Exception):
-    """`code` is "UNAUTHENTICATED" or "PERMISSION_DENIED"; the message says why."""
+    """`code` is "UNAUTHENTICATED" or "PERMISSION_DENIED" (or "INVALID_ARGUMENT": a request
+    that names more than an access rule will look up); the message says why."""
 
     def __init__(self, code: str, detail: str):
         super().__init__(detail)

@@ -25,6 +25,8 @@ from google.protobuf import json_format
 from gnomon.node import codec
 from gnomon.node.api.grpc.base import ServicerBase, translated
 from gnomon.node.api.grpc.errors import ServiceError, check
+from gnomon.node.api.grpc.handlers import behaviour as handler_behaviour
+from gnomon.node.api.grpc.handlers import rebuild
 from gnomon.node.core.access import (
     ADMIN,
     GATEWAY,
@@ -146,14 +148,19 @@ class Lookup:
             lambda st: job.spec.tenant if (job := st.jobs.get(ref.job_id)) else "")
 
     def run(self, run_id: str) -> str:
-        def tenant(st: State) -> str:
-            run = st.runs.get(run_id)
-            if run is not None:
-                return run.spec.tenant
-            job = st.jobs.get(run_id.partition("@")[0])
-            return job.spec.tenant if job is not None else ""
+        return self._node.replica.read(lambda st: _run_tenant(st, run_id))
 
-        return self._node.replica.read(tenant)
+    def runs(self, run_ids: list[str]) -> set[str]:
+        """The tenants of several runs, in one read."""
+        return self._node.replica.read(lambda st: {_run_tenant(st, r) for r in run_ids})
+
+
+def _run_tenant(st: State, run_id: str) -> str:
+    run = st.runs.get(run_id)
+    if run is not None:
+        return run.spec.tenant
+    job = st.jobs.get(run_id.partition("@")[0])
+    return job.spec.tenant if job is not None else ""
 
 
 def _listing(principal: Principal, request, _lookup: Lookup) -> list[str]:
@@ -214,14 +221,16 @@ def _run(p, r, look):
 
 
 def _replay(p, r, look):
-    if r.tasks:
-        return sorted({look.run(t.run_id) for t in r.tasks})
-    return _listing(p, r, look)
+    return _tasks(p, r, look) if r.tasks else _listing(p, r, look)
 
 
 def _tasks(p, r, look):
-    """The tenants of the runs of the tasks named (none named: refused by the servicer)."""
-    return sorted({look.run(t.run_id) for t in r.tasks})
+    """The tenants of the runs of the tasks named (none named: refused by the servicer), read
+    at once; more than MAX_NAMED_TASKS are refused before any is looked up."""
+    if len(r.tasks) > MAX_NAMED_TASKS:
+        raise AuthError("INVALID_ARGUMENT", f"tasks: {len(r.tasks)} named; at most "
+                                            f"{MAX_NAMED_TASKS} in one call")
+    return sorted(look.runs([t.run_id for t in r.tasks]))
 
 
 def _preview(p, r, look):
@@ -305,6 +314,9 @@ AUDITED = frozenset({
     JOBS + "DeleteJob", JOBS + "ReplayDeadLetters", JOBS + "DiscardDeadLetters",
 })
 MAX_AUDIT_DETAIL_CHARS = 2000
+# Dead letters one ReplayDeadLetters or DiscardDeadLetters may name (each is looked up for its
+# tenant before the call is admitted).
+MAX_NAMED_TASKS = 1000
 # Calls that create runs: refused while the tenant's queued tasks are at max_queued_tasks.
 RUN_CREATING = frozenset({JOBS + "TriggerJob", JOBS + "ReplayDeadLetters", JOBS + "BackfillJob"})
 QUEUED_RETRY_MS = 1000
@@ -414,19 +426,8 @@ def _peer_common_name(context) -> str | None:
     return names[0].decode() if names else None
 
 
-def _kind(handler: grpc.RpcMethodHandler) -> str:
-    return ("stream" if handler.request_streaming else "unary") + "_" + \
-           ("stream" if handler.response_streaming else "unary")
-
-
 async def _abort(context, exc: AuthError) -> None:
     await context.abort(getattr(grpc.StatusCode, exc.code), str(exc))
-
-
-def _rebuild(handler: grpc.RpcMethodHandler, behaviour) -> grpc.RpcMethodHandler:
-    factory = getattr(grpc, f"{_kind(handler)}_rpc_method_handler")
-    return factory(behaviour, request_deserializer=handler.request_deserializer,
-                   response_serializer=handler.response_serializer)
 
 
 def _refusing(handler: grpc.RpcMethodHandler, exc: AuthError) -> grpc.RpcMethodHandler:
@@ -435,17 +436,17 @@ def _refusing(handler: grpc.RpcMethodHandler, exc: AuthError) -> grpc.RpcMethodH
             await _abort(context, exc)
             yield  # pragma: no cover - abort raises
 
-        return _rebuild(handler, refuse_stream)
+        return rebuild(handler, refuse_stream)
 
     async def refuse(request_or_iterator, context):
         await _abort(context, exc)
 
-    return _rebuild(handler, refuse)
+    return rebuild(handler, refuse)
 
 
 def _wrapped(handler, method: str, principal: Principal | None, guard: AccessGuard):
     lookup = guard._lookup
-    behaviour = getattr(handler, _kind(handler))
+    behaviour = handler_behaviour(handler)
     if handler.request_streaming:
         # The worker stream: the role is checked now; its queues by the worker servicer.
         async def admit_stream(context) -> None:
@@ -462,14 +463,14 @@ def _wrapped(handler, method: str, principal: Principal | None, guard: AccessGua
                 async for response in behaviour(requests, context):
                     yield response
 
-            return _rebuild(handler, streaming)
+            return rebuild(handler, streaming)
 
         async def writing(requests, context):
             # The worker stream writes with context.write and returns nothing: so must we.
             await admit_stream(context)
             return await behaviour(requests, context)
 
-        return _rebuild(handler, writing)
+        return rebuild(handler, writing)
 
     if inspect.isasyncgenfunction(behaviour):
         async def unary_stream(request, context):
@@ -478,7 +479,7 @@ def _wrapped(handler, method: str, principal: Principal | None, guard: AccessGua
             async for response in behaviour(request, context):
                 yield response
 
-        return _rebuild(handler, unary_stream)
+        return rebuild(handler, unary_stream)
 
     async def unary(request, context):
         who = await guard.principal_of(principal, context)
@@ -488,7 +489,7 @@ def _wrapped(handler, method: str, principal: Principal | None, guard: AccessGua
             await guard.audit(who, method, request)
         return response
 
-    return _rebuild(handler, unary)
+    return rebuild(handler, unary)
 
 
 async def _authorize(method, principal, request, guard: AccessGuard, context) -> None:

@@ -21,6 +21,7 @@ from gnomon.node.clock import Clock
 from gnomon.node.config import Config
 from gnomon.node.core.commands import Barrier, Command
 from gnomon.node.core.model import State
+from gnomon.node.ops.leader_history import LeaderHistory
 from gnomon.node.raft.node import RaftNode
 from gnomon.node.spec.validate import InputLimits
 from gnomon.node.storage.history_sink import HistorySink
@@ -76,6 +77,7 @@ class NodeApi(Protocol):
     input_limits: InputLimits
     supervisor: Spawns
     rng: random.Random
+    leader_history: LeaderHistory  # the leader changes this node saw (GetStatus)
 
     def leader_grpc_addr(self) -> str | None: ...
 

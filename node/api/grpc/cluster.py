@@ -72,8 +72,7 @@ class ClusterServicer(ServicerBase, api_pb2_grpc.ClusterServiceServicer):
             codec.limits_to_proto(st.limits, out.limits)
 
         self.read(counts)
-        history = getattr(node, "leader_history", None)  # the unit harness has none
-        for change in history.changes() if history is not None else ():
+        for change in node.leader_history.changes():
             out.leader_changes.add(at_ms=change.at_ms, term=change.term,
                                    leader_node_id=change.leader_node_id,
                                    previous_leader_node_id=change.previous_leader_node_id,

@@ -27,6 +27,8 @@ from google.protobuf import descriptor_pool
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError
 
+from gnomon.node.api.grpc import handlers
+
 __all__ = ["DecodeGuard", "Malformed", "drain", "explain", "guard_handler", "refuse_stream"]
 
 log = logging.getLogger(__name__)
@@ -207,9 +209,7 @@ def guard_handler(handler: grpc.RpcMethodHandler, descriptor: Descriptor | None,
 
     Synchronous behaviours (none in gnomon) are returned unchanged.
     """
-    kind = ("stream" if handler.request_streaming else "unary") + "_" + \
-           ("stream" if handler.response_streaming else "unary")
-    behaviour = getattr(handler, kind)
+    behaviour = handlers.behaviour(handler)
     request_deserializer = handler.request_deserializer
     if request_deserializer is None:
         return handler  # requests arrive as bytes: nothing parses them
@@ -218,9 +218,7 @@ def guard_handler(handler: grpc.RpcMethodHandler, descriptor: Descriptor | None,
     deserialize = _guarded_deserializer(request_deserializer, descriptor)
     wrapped = (_stream_behaviour(behaviour, drain_s) if handler.request_streaming
                else _unary_behaviour(behaviour))
-    factory = getattr(grpc, f"{kind}_rpc_method_handler")
-    return factory(wrapped, request_deserializer=deserialize,
-                   response_serializer=handler.response_serializer)
+    return handlers.rebuild(handler, wrapped, request_deserializer=deserialize)
 
 
 def _guarded_deserializer(deserialize: Callable[[bytes], Any],

@@ -25,6 +25,7 @@ import grpc
 from google.protobuf import any_pb2, duration_pb2
 from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
 
+from gnomon.node.api.grpc import handlers
 from gnomon.node.api.grpc.errors import LEADER_METADATA_KEY, REASON_METADATA_KEY
 from gnomon.node.security.admission import RETRY_AFTER_KEY
 
@@ -122,10 +123,7 @@ class RichErrorDetails(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if handler is None:
             return handler
-        kind = ("stream" if handler.request_streaming else "unary") + "_" + \
-               ("stream" if handler.response_streaming else "unary")
-        behaviour = getattr(handler, kind)
-        factory = getattr(grpc, f"{kind}_rpc_method_handler")
+        behaviour = handlers.behaviour(handler)
         if inspect.isasyncgenfunction(behaviour):
             async def stream_out(request, context):
                 async for response in behaviour(request, RichContext(context)):
@@ -137,5 +135,4 @@ class RichErrorDetails(grpc.aio.ServerInterceptor):
                 return await behaviour(request, RichContext(context))
 
             wrapped = answer
-        return factory(wrapped, request_deserializer=handler.request_deserializer,
-                       response_serializer=handler.response_serializer)
+        return handlers.rebuild(handler, wrapped)

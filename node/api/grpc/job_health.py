@@ -4,7 +4,8 @@ each queue's tasks of the job's tenant."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 from gnomon.node import codec
@@ -14,17 +15,30 @@ from gnomon.v1 import api_pb2, types_pb2
 _RUN_STATE = types_pb2.RunState.DESCRIPTOR
 
 
-def workers_serving(sessions: Iterable[Any], tenant: str, queue: str) -> int:
-    """Worker sessions (leader.dispatch.WorkerSession) that take `tenant`'s tasks of `queue`:
-    the queue among theirs, and every tenant (None) or this one among their tenants."""
-    return sum(1 for s in sessions if queue in s.queues
-               and (s.tenants is None or tenant in s.tenants))
+class WorkerCounts:
+    """The leader's worker sessions (leader.dispatch.WorkerSession) counted once per queue,
+    outside the replica's lock: those that take every tenant (tenants None), and per tenant.
+    `serving(tenant, queue)` then costs two lookups per job and queue of a page."""
+
+    def __init__(self, sessions: Iterable[Any]) -> None:
+        self._every: Counter[str] = Counter()
+        self._tenant: Counter[tuple[str, str]] = Counter()
+        for s in sessions:
+            for queue in dict.fromkeys(s.queues):
+                if s.tenants is None:
+                    self._every[queue] += 1
+                else:
+                    for tenant in dict.fromkeys(s.tenants):
+                        self._tenant[(tenant, queue)] += 1
+
+    def serving(self, tenant: str, queue: str) -> int:
+        """Sessions that take `tenant`'s tasks of `queue`."""
+        return self._every[queue] + self._tenant[(tenant, queue)]
 
 
 def health_to_proto(health: core.JobHealth, tenant: str, *, now_ms: int,
-                    sessions: Mapping[str, Any] | None) -> api_pb2.JobHealth:
-    """`sessions`: the leader's worker sessions; None on a node that does not lead (workers
-    unknown)."""
+                    workers: WorkerCounts | None) -> api_pb2.JobHealth:
+    """`workers`: the leader's, counted; None on a node that does not lead (unknown)."""
     out = api_pb2.JobHealth(
         succeeded=health.succeeded, failed=health.failed,
         duration_p50_ms=health.duration_p50_ms, duration_p99_ms=health.duration_p99_ms,
@@ -38,7 +52,6 @@ def health_to_proto(health: core.JobHealth, tenant: str, *, now_ms: int,
             queue=queue, ready=backlog.ready,
             oldest_ready_age_ms=max(0, now_ms - backlog.oldest_ready_ms)
             if backlog.ready else 0,
-            workers=workers_serving(sessions.values(), tenant, queue) if sessions is not None
-            else 0,
-            workers_known=sessions is not None)
+            workers=workers.serving(tenant, queue) if workers is not None else 0,
+            workers_known=workers is not None)
     return out

@@ -325,7 +325,10 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         await self.before_read(request.consistency)
         out = api_pb2.ListJobsResponse()
 
-        now, sessions = self._now_ms(), self._worker_sessions() if request.health else None
+        now, workers = 0, None  # health: the leader's time and workers, counted before the read
+        if request.health:
+            now, sessions = self._now_ms(), self._worker_sessions()
+            workers = job_health.WorkerCounts(sessions.values()) if sessions is not None else None
 
         def page(st: State) -> tuple[list[int], int]:
             order = st.tenant_job_order.get(request.tenant) if request.tenant else st.job_order
@@ -337,7 +340,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
                 job = codec.job_to_proto(found)
                 health = job_health.health_to_proto(
                     core_job_health(st, found, backlogs), found.spec.tenant, now_ms=now,
-                    sessions=sessions) if request.health else None
+                    workers=workers) if request.health else None
                 size += job.ByteSize() + (health.ByteSize() if health is not None else 0)
                 if size > MAX_PAGE_BYTES and i:
                     return seqs, i
@@ -530,7 +533,7 @@ class JobServicer(ServicerBase, api_pb2_grpc.JobServiceServicer):
         run, waits = found if found is not None else (await self._run_proto(request.run_id), [])
         out = api_pb2.ExplainRunResponse(run=run, workers_known=workers is not None)
         for w in waits:
-            out.waits.add(kind=api_pb2.WaitKind.Value(f"WAIT_KIND_{w.kind.upper()}"),
+            out.waits.add(kind=codec.enum_to_proto(api_pb2.WaitKind.DESCRIPTOR, w.kind),
                           task_name=w.task, detail=w.detail, limit=w.limit,
                           limit_value=w.limit_value, current=w.current, change=w.change)
         return out

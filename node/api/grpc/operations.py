@@ -74,9 +74,7 @@ class OperationsServicer(ServicerBase, api_pb2_grpc.OperationsServiceServicer):
         if not 0 < timeout_s <= 60:
             raise ServiceError(grpc.StatusCode.INVALID_ARGUMENT,
                                "timeout_ms: must be between 1 and 60000")
-        history = getattr(node, "leader_history", None)  # the unit harness has none
-        if history is not None:
-            history.note_transfer(request.to_node_id, node.clock.wall_ms())
+        node.leader_history.note_transfer(request.to_node_id, node.clock.wall_ms())
         try:
             leader = await transfer_leadership(node, request.to_node_id, timeout_s)
         except OperationError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 
+from gnomon.node.api.grpc import handlers
 from gnomon.node.ops import metrics, tracing
 
 __all__ = ["CallTelemetry"]
@@ -29,7 +30,9 @@ class CallTelemetry(grpc.aio.ServerInterceptor):
     """Server interceptor: time every call; with tracing on, a span per call."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+        # Per registered method (a bounded set: unknown methods never get here). Only what
+        # the name decides is kept: the interceptors inside hand on a new handler per call.
+        self._calls: dict[str, _Call] = {}
 
     async def intercept_service(self, continuation, handler_call_details):
         handler = await continuation(handler_call_details)
@@ -37,22 +40,18 @@ class CallTelemetry(grpc.aio.ServerInterceptor):
         if handler is None:
             metrics.GRPC_SECONDS.labels("unknown", "unknown", "UNIMPLEMENTED").observe(0)
             return handler
-        cached = self._cache.get(method)
-        if cached is not None and cached[0] is handler:
-            return cached[1]
-        wrapped = _measured(handler, method)
-        self._cache[method] = (handler, wrapped)
-        return wrapped
+        call = self._calls.get(method)
+        if call is None:
+            service, _, name = method.lstrip("/").rpartition("/")
+            call = self._calls[method] = _Call(service, name,
+                                               current=not handler.request_streaming)
+        return _measured(handler, call)
 
 
-def _measured(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHandler:
-    kind = ("stream" if handler.request_streaming else "unary") + "_" + \
-           ("stream" if handler.response_streaming else "unary")
-    behaviour = getattr(handler, kind)
+def _measured(handler: grpc.RpcMethodHandler, call: _Call) -> grpc.RpcMethodHandler:
+    behaviour = handlers.behaviour(handler)
     if not (inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)):
         return handler  # synchronous behaviours (none served here) are left alone
-    service, _, name = method.lstrip("/").rpartition("/")
-    call = _Call(service, name, current=not handler.request_streaming)
     if inspect.isasyncgenfunction(behaviour):
         async def streamed(request, context):
             with call.observe(context):
@@ -66,9 +65,7 @@ def _measured(handler: grpc.RpcMethodHandler, method: str) -> grpc.RpcMethodHand
                 return await behaviour(request, context)
 
         wrapped = answered
-    factory = getattr(grpc, f"{kind}_rpc_method_handler")
-    return factory(wrapped, request_deserializer=handler.request_deserializer,
-                   response_serializer=handler.response_serializer)
+    return handlers.rebuild(handler, wrapped)
 
 
 class _Call:
@@ -115,6 +112,7 @@ class _Observed:
 
 
 _CODE_NUMBERS = {c.name: c.value[0] for c in grpc.StatusCode}
+_CODE_NAMES = {number: name for name, number in _CODE_NUMBERS.items()}
 # Codes that are an answer, not a fault of the server (OpenTelemetry's gRPC convention
 # marks only server-side faults as errors).
 _OK_CODES = frozenset({"OK", "CANCELLED", "INVALID_ARGUMENT", "NOT_FOUND", "ALREADY_EXISTS",
@@ -132,7 +130,7 @@ def _status(context: Any, exc: BaseException | None) -> str:
     if isinstance(code, grpc.StatusCode):
         return code.name
     if isinstance(code, int):
-        return next((c.name for c in grpc.StatusCode if c.value[0] == code), "UNKNOWN")
+        return _CODE_NAMES.get(code, "UNKNOWN")
     if isinstance(exc, asyncio.CancelledError | GeneratorExit):
         return "CANCELLED"
     return "OK" if exc is None else "UNKNOWN"

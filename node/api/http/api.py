@@ -56,8 +56,6 @@ class Route:
     path_fields: dict[str, str] = field(default_factory=dict)
     # the request message's JSON is the body (writes); otherwise query parameters set fields
     body: bool = False
-    # fields the route itself sets (dotted path -> JSON value)
-    fixed: dict[str, object] = field(default_factory=dict)
     status: int = 200
     # the body also carries `updateMask` (JobSpec paths): patch.py merges onto the job
     update_mask: bool = False
@@ -373,8 +371,6 @@ async def build_request(route: Route, request: web.Request, *,
         set_field(msg, route.query_aliases.get(key, key), value, where=key)
     for param, path in route.path_fields.items():
         set_field(msg, path, request.match_info[param], where=param)
-    for path, fixed in route.fixed.items():
-        set_field(msg, path, str(fixed))
     idempotency_key = request.headers.get(IDEMPOTENCY_HEADER)
     if idempotency_key is not None:
         if not _has_request_id(cls):

@@ -374,3 +374,13 @@ def test_task_context_from_assign():
     assert ctx.idempotency_key == "j1@1000:extract"
     assert ctx.worker_id == "w1"
     assert ctx.lease_valid()
+
+
+def test_a_wait_kind_this_client_does_not_know_is_unspecified_not_an_error():
+    """A newer cluster may name a wait kind this client lacks (WaitKind.Name raised)."""
+    from gnomon.client import _convert
+    from gnomon.v1 import api_pb2
+
+    assert _convert.run_wait_from_proto(api_pb2.RunWait(kind=99)).kind == "unspecified"
+    known = api_pb2.RunWait(kind=api_pb2.WAIT_KIND_TENANT_CONCURRENCY)
+    assert _convert.run_wait_from_proto(known).kind == "tenant_concurrency"

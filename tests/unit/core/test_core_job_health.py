@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
-from gnomon.node.api.grpc.job_health import health_to_proto, workers_serving
+from gnomon.node.api.grpc.job_health import WorkerCounts, health_to_proto
 from gnomon.node.core.commands import CancelRun, Fire
 from gnomon.node.core.job_health import (
     Backlog,
@@ -82,20 +82,21 @@ def test_workers_serving_match_queue_and_tenant():
     sessions = [SimpleNamespace(queues=("gpu",), tenants=None),
                 SimpleNamespace(queues=("gpu", "cpu"), tenants=("acme",)),
                 SimpleNamespace(queues=("gpu",), tenants=("other",))]
-    assert workers_serving(sessions, "acme", "gpu") == 2
-    assert workers_serving(sessions, "other", "gpu") == 2
-    assert workers_serving(sessions, "acme", "cpu") == 1
-    assert workers_serving(sessions, "acme", "default") == 0
+    counts = WorkerCounts(sessions)
+    assert counts.serving("acme", "gpu") == 2
+    assert counts.serving("other", "gpu") == 2
+    assert counts.serving("acme", "cpu") == 1
+    assert counts.serving("acme", "default") == 0
 
 
 def test_the_message_says_whether_workers_are_known(h):
     job_id = h.create(h.spec(name="nightly"), next_fire_ms=h.T0)
     h.fire(job_id)
     health = job_health(h.state, h.state.jobs[job_id], tenant_backlogs(h.state))
-    on_leader = health_to_proto(health, "acme", now_ms=h.T0 + 3_000, sessions={})
+    on_leader = health_to_proto(health, "acme", now_ms=h.T0 + 3_000, workers=WorkerCounts([]))
     assert on_leader.recent_runs[0].state == types_pb2.RUN_STATE_RUNNING
     q = on_leader.queues[0]
     assert (q.queue, q.ready, q.oldest_ready_age_ms, q.workers, q.workers_known) == (
         "default", 1, 3_000, 0, True)
-    on_follower = health_to_proto(health, "acme", now_ms=h.T0, sessions=None)
+    on_follower = health_to_proto(health, "acme", now_ms=h.T0, workers=None)
     assert not on_follower.queues[0].workers_known

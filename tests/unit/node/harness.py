@@ -50,6 +50,7 @@ from gnomon.node.leader.leases import LeaseTable, LeaseTiming
 from gnomon.node.leader.session import Leadership
 from gnomon.node.leader.trigger import TriggerLimits, TriggerLoop
 from gnomon.node.local.cluster import wait_for_async
+from gnomon.node.ops.leader_history import LeaderHistory
 from gnomon.node.raft.membership import Membership
 from gnomon.node.raft.node import LEADER
 from gnomon.node.raft.proposer import Proposer
@@ -302,6 +303,7 @@ class Harness:
         self.crashes: list[str] = []
         self.fatal: list[str] = []
         self.relay_servicer = None  # no gateway relays here (Node._stop_leading ends them)
+        self.leader_history = LeaderHistory(config.leader_history_max_entries)
         self.history = HistorySink(HistoryStore(str(data_dir / "history"), map_size=64 << 20))
         self.replica = Replica(self.history, crash=self.crashes.append)
         self.supervisor = Supervisor(self.fatal.append)

@@ -63,3 +63,36 @@ def test_draining_a_worker_is_for_admins_only():
         _check(OPS + "DrainWorker", Principal("t", TENANT_ADMIN, ("default", "acme")), request,
                FakeLookup())
     _check(OPS + "DrainWorker", Principal("root", "admin"), request, FakeLookup())
+
+
+class CountingLookup(FakeLookup):
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def runs(self, run_ids: list[str]) -> set[str]:
+        self.reads += 1
+        return {"acme" if r.startswith("j1@") else "default" for r in run_ids}
+
+
+@pytest.mark.parametrize("method", ["ReplayDeadLetters", "DiscardDeadLetters"])
+def test_dead_letters_named_are_looked_up_at_once_and_bounded(method):
+    """A tenant writer naming 100,000 dead letters made as many lookups under the replica's
+    lock before anything checked the request: now one read, and over MAX_NAMED_TASKS none."""
+    from gnomon.node.api.grpc.access import MAX_NAMED_TASKS, _check
+    from gnomon.node.security.auth import AuthError
+
+    cls = getattr(api_pb2, f"{method}Request")
+    writer = Principal("w", TENANT_WRITER, ("acme",))
+    look = CountingLookup()
+    named = cls(tasks=[api_pb2.TaskRef(run_id=f"j1@{i}", task_name="a") for i in range(3)])
+    _check(JOBS + method, writer, named, look)
+    assert look.reads == 1
+    too_many = cls(tasks=[api_pb2.TaskRef(run_id=f"j1@{i}", task_name="a")
+                          for i in range(MAX_NAMED_TASKS + 1)])
+    with pytest.raises(AuthError) as err:
+        _check(JOBS + method, writer, too_many, look)
+    assert err.value.code == "INVALID_ARGUMENT" and look.reads == 1
+    assert f"at most {MAX_NAMED_TASKS}" in str(err.value)
+    other = cls(tasks=[api_pb2.TaskRef(run_id="j2@1", task_name="a")])  # default's run
+    with pytest.raises(AuthError):
+        _check(JOBS + method, writer, other, look)
