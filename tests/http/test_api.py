@@ -587,6 +587,14 @@ def test_connect_unary_answers_the_message_and_connect_errors(cluster):
     r = call(leader.url, "POST", "/gnomon.v1.ClusterService/GetStatus", {},
              headers={"Connect-Protocol-Version": "2"})
     assert r.status == 400 and r.json["message"].startswith("Connect-Protocol-Version: "), r.text
+    # What fails outside the servicer is Connect's error JSON too (a body over the bound
+    # was aiohttp's plain text), and an answer is an API answer (no dashboard page headers).
+    r = call(leader.url, "POST", "/gnomon.v1.ClusterService/GetStatus",
+             raw=b"{" + b" " * (16 << 20) + b"}", headers={"Content-Type": "application/json"})
+    assert r.content_type == "application/json", r.text[:300]
+    assert r.json["code"] == "resource_exhausted" and "body larger than" in r.json["message"]
+    r = call(leader.url, "POST", "/gnomon.v1.ClusterService/GetStatus", {}, headers=headers)
+    assert "content-security-policy" not in r.headers
     # The generic route still answers, as before.
     r = call(leader.url, "POST", "/v1/rpc/ClusterService/GetStatus", {})
     assert r.status == 200 and r.json["nodeId"] == leader.node_id

@@ -23,6 +23,8 @@ from google.protobuf.message import Message
 from gnomon.node.api.http.problems import HTTP_STATUS, UNSUPPORTED_MEDIA_TYPE, Problem
 
 PROTOCOL_VERSION_HEADER = "Connect-Protocol-Version"
+# Connect's paths: /<proto package>.<Service>/<Method> (api.py rpc_routes).
+PATH_PREFIX = "/gnomon.v1."
 
 
 def code_name(code: grpc.StatusCode) -> str:

@@ -43,7 +43,7 @@ CORS_EXPOSE = {"Access-Control-Expose-Headers": "Location, Retry-After"}
 PREFLIGHT = {
     "Access-Control-Allow-Methods": "GET, POST, PUT, PATCH, DELETE, OPTIONS",
     "Access-Control-Allow-Headers": "Content-Type, Idempotency-Key, Authorization, "
-                                    "traceparent, tracestate",
+                                    "traceparent, tracestate, Connect-Protocol-Version",
     "Access-Control-Max-Age": "600",
 }
 # The one type a body may have: anything else (text/plain, a form, none) is what a page of
@@ -139,11 +139,15 @@ class HttpServer:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
-        api = request.path.startswith("/v1/")
+        # Connect's paths (/gnomon.v1.<Service>/<Method>) are API too; their failures are
+        # Connect's error JSON, never redirected (connect.py), whatever raised them.
+        on_connect = request.path.startswith(connect.PATH_PREFIX)
+        api = on_connect or request.path.startswith("/v1/")
         try:
             resp = await handler(request)
         except Problem as p:
-            resp = self._redirect(request, p) or p.response()
+            resp = connect.error_response(p) if on_connect else (
+                self._redirect(request, p) or p.response())
         except web.HTTPException as exc:
             if not api or exc.status < 400:
                 raise
@@ -156,14 +160,17 @@ class HttpServer:
             body = problem.body() | {"status": exc.status, "title": exc.reason}
             # 405 keeps aiohttp's Allow header (the methods the route has; RFC 9110).
             allow = {"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None
-            resp = web.Response(status=exc.status, text=json.dumps(body),
-                                content_type=PROBLEM_TYPE, headers=allow)
+            resp = connect.error_response(problem) if on_connect else web.Response(
+                status=exc.status, text=json.dumps(body), content_type=PROBLEM_TYPE,
+                headers=allow)
         except NotImplementedError:  # an RPC in the proto whose servicer is not written yet
-            resp = Problem(grpc.StatusCode.UNIMPLEMENTED,
-                           f"{request.path}: not implemented by this node").response()
+            problem = Problem(grpc.StatusCode.UNIMPLEMENTED,
+                              f"{request.path}: not implemented by this node")
+            resp = connect.error_response(problem) if on_connect else problem.response()
         except Exception:
             log.exception("HTTP %s %s failed", request.method, request.path)
-            resp = Problem(grpc.StatusCode.INTERNAL, "internal error; the node's log has it").response()
+            problem = Problem(grpc.StatusCode.INTERNAL, "internal error; the node's log has it")
+            resp = connect.error_response(problem) if on_connect else problem.response()
         if api and not resp.prepared:
             resp.headers.update(self._cors(request, resp.headers.get("Vary", "")))
         elif not resp.prepared:  # the dashboard's page and files
@@ -236,15 +243,8 @@ class HttpServer:
             method = getattr(servicer, route.method_name)
 
             async def call(request: web.Request) -> web.Response:
-                if route.protocol == "connect":
-                    try:
-                        return connect.answer(await served(request))
-                    except Problem as p:
-                        return connect.error_response(p)
-                    except NotImplementedError:
-                        return connect.error_response(Problem(
-                            grpc.StatusCode.UNIMPLEMENTED,
-                            f"{request.path}: not implemented by this node"))
+                if route.protocol == "connect":  # its failures: the middleware
+                    return connect.answer(await served(request))
                 reply: Any = await served(request)  # Any: the route's own response type
                 resp = web.json_response(to_json(reply), status=route.status)
                 if route.rpc == "JobService.CreateJob" and route.status == 201:
