@@ -160,6 +160,7 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
         if fronts:
             groups["gateways"] = lambda: [g.proc.pid for g in fronts if g.proc.poll() is None]
         meter = CpuMeter(groups).start()
+        raft_before = raft_counts(cluster)
         t0 = now_ms()
         recovery_s = None
         if kill_gateway_at_s is not None:
@@ -171,6 +172,7 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
             time.sleep(measure_s)
         t1 = now_ms()
         cpu = meter.stop()
+        raft_after = raft_counts(cluster)
         prof = prof_follower = None
         if profile_s:
             log(f"gnomon: profiling the leader and a follower for {profile_s:.0f}s (py-spy)")
@@ -185,6 +187,7 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
         tasks = rate * (t1 - t0) / 1000
         return {
             "offered_per_s": jobs.offered_per_s,
+            "raft": raft_work(raft_before, raft_after, leader.node_id, tasks),
             "completions_per_s": round(rate, 1),
             "tasks_in_window": round(tasks),
             "cpu_ms_per_task": task_cpu(cpu, tasks),
@@ -210,6 +213,43 @@ def run_gnomon(jobs: JobSet, root: Path, *, warmup_s: float, measure_s: float,
         for front in fronts:
             front.stop()
         cluster.kill_all()
+
+
+def raft_counts(cluster: BenchCluster) -> dict[str, dict[str, float]]:
+    """Each node's counters of replicated work: commands by type, entries applied, journal
+    entries and fsyncs (a node that does not answer is left out)."""
+    out: dict[str, dict[str, float]] = {}
+    for node in cluster.nodes:
+        try:
+            metrics = cluster.scrape(node.node_id)
+        except OSError:
+            continue
+        out[node.node_id] = {k: v for k, v in metrics.items()
+                             if k.startswith(("gnomon_commands_total", "gnomon_applied_entries",
+                                              "gnomon_raft_journal_"))}
+    return out
+
+
+def raft_work(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]],
+              leader_id: str, tasks: float) -> dict[str, Any]:
+    """What one completed task cost in replicated work over the window, on the leader
+    (commands by type, entries) and on each node (journal entries per fsync)."""
+    def delta(node_id: str, key: str) -> float:
+        return after.get(node_id, {}).get(key, 0.0) - before.get(node_id, {}).get(key, 0.0)
+
+    per_task = max(tasks, 1.0)
+    lead = after.get(leader_id, {})
+    commands = {k.split('command="', 1)[1].rstrip('"}'): round(delta(leader_id, k) / per_task, 3)
+                for k in sorted(lead) if k.startswith("gnomon_commands_total{")}
+    entries_per_fsync = {}
+    for node_id in sorted(after):
+        fsyncs = delta(node_id, "gnomon_raft_journal_fsyncs_total")
+        entries = delta(node_id, "gnomon_raft_journal_entries_total")
+        entries_per_fsync[node_id] = round(entries / fsyncs, 2) if fsyncs else None
+    return {"commands_per_task": {k: v for k, v in commands.items() if v},
+            "entries_per_task": round(delta(leader_id, "gnomon_applied_entries_total")
+                                      / per_task, 4),
+            "journal_entries_per_fsync": entries_per_fsync}
 
 
 def _received_twice(assigns: list[list[Any]]) -> int:

@@ -185,6 +185,12 @@ class StateCollector:
                      1 if raft.leader() is not None else 0)
         yield _gauge("gnomon_raft_members", "Voting members in this node's configuration "
                      "(node/raft/DESIGN.md, Membership)", len(raft.membership.members()))
+        appended, fsyncs = raft.journal_counts()
+        yield CounterMetricFamily("gnomon_raft_journal_entries", "Raft entries appended to "
+                                  "this node's journal", value=appended)
+        yield CounterMetricFamily("gnomon_raft_journal_fsyncs", "fsyncs of this node's journal "
+                                  "file (group commit: one per batch of appended entries)",
+                                  value=fsyncs)
 
     def _state(self):
         node = self.node

@@ -145,6 +145,9 @@ class DurableJournal(Journal):
                 # A corrupt middle record can cut the log below the stored commit index.
                 self._commit_index = min(self._commit_index, self._entries[-1][1])
             self._dirty = False
+            self._deferring = False
+            self.entries_added = 0  # counters for metrics (read racily from other threads)
+            self.fsyncs = 0
             self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
         except BaseException:
             os.close(self._lock_fd)
@@ -154,7 +157,8 @@ class DurableJournal(Journal):
 
     def add(self, command: bytes, idx: int, term: int) -> None:
         command = _to_bytes(command)
-        self._append(_entry_payload(command, idx, term), sync=True)
+        self._append(_entry_payload(command, idx, term), sync=not self._deferring)
+        self.entries_added += 1
         self._entries.append((command, idx, term))
         self._live_bytes += _entry_size(command)
 
@@ -221,9 +225,20 @@ class DurableJournal(Journal):
         return self._voted_for
 
     def onOneSecondTimer(self) -> None:
-        if self._dirty and self._failed is None:
-            self._guard(lambda: os.fsync(self._fd))
-            self._dirty = False
+        self._fsync_if_dirty()
+
+    # -- group commit (node/raft/DESIGN.md) -----------------------------------------------------
+
+    def defer_sync(self) -> None:
+        """`add` writes without fsync until `sync`: the caller holds back every message that
+        could acknowledge an entry until then (the transport's hold)."""
+        self._deferring = True
+
+    def sync(self) -> None:
+        """fsync what was written since the last fsync (one for a whole batch of `add`s) and
+        end the deferral."""
+        self._deferring = False
+        self._fsync_if_dirty()
 
     # -- public extras -------------------------------------------------------------------------
 
@@ -264,10 +279,17 @@ class DurableJournal(Journal):
             _write_all(self._fd, rec)
             if sync:
                 os.fsync(self._fd)
+                self.fsyncs += 1
 
         self._guard(write)
         self._file_bytes += len(rec)
         self._dirty = not sync
+
+    def _fsync_if_dirty(self) -> None:
+        if self._dirty and self._failed is None and self._fd >= 0:
+            self._guard(lambda: os.fsync(self._fd))
+            self._dirty = False
+            self.fsyncs += 1
 
     def _drop(self, start: int, stop: int) -> None:
         self._live_bytes -= sum(_entry_size(e[0]) for e in self._entries[start:stop])

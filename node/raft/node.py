@@ -87,6 +87,9 @@ class _StateMachine(SyncObj):
         self._tick_calls: deque[Callable[[], None]] = deque()  # run on the tick thread
         entries.restrict_pysyncobj_unpickling()
         super().__init__(self_addr, others, conf, transportClass=transport_class)
+        raft_log = self._SyncObj__raftLog
+        if isinstance(raft_log, journal.DurableJournal):
+            self._SyncObj__transport.durable = raft_log
 
     # The only replicated method: pysyncobj numbers them by sorted name, so a second one would
     # misroute old log entries. Its argument is a serialized gnomon.v1.CommandBatch.
@@ -110,7 +113,14 @@ class _StateMachine(SyncObj):
                 if callback is not None and not isinstance(callback, tuple):
                     callback(None, FAIL_REASON.NOT_LEADER)
             return
-        super()._checkCommandsToApply()
+        # Group commit: the entries appended here share one fsync, and the appends that
+        # carry them leave only after it (node/raft/DESIGN.md).
+        transport = self._SyncObj__transport
+        transport.hold()
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            transport.release()
 
     def _SyncObj__onMessageReceived(self, node, message):  # noqa: N802 - overrides pysyncobj's
         # pysyncobj sets a follower's nextIndex from every successful append reply. With
@@ -467,6 +477,14 @@ class RaftNode:
             return self._sync.getStatus()
         except RuntimeError:  # a dict changed size under us on the tick thread: retry once
             return self._sync.getStatus()
+
+    def journal_counts(self) -> tuple[int, int]:
+        """(entries appended to the journal, fsyncs of the journal file) since the start;
+        (0, 0) without a durable journal."""
+        raft_log = self._sync._SyncObj__raftLog
+        if not isinstance(raft_log, journal.DurableJournal):
+            return 0, 0
+        return raft_log.entries_added, raft_log.fsyncs
 
     def applied_index(self) -> int:
         """The last entry applied here (racy read of a monotonic counter)."""

@@ -30,6 +30,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
 from pysyncobj.dns_resolver import globalDnsResolver
 from pysyncobj.monotonic import monotonic
@@ -41,7 +42,8 @@ from gnomon.node.raft import wire
 from gnomon.node.security.certificates import peer_node_ids
 from gnomon.node.security.reload import PeerCertificate
 
-__all__ = ["PROTOCOL_VERSION", "TlsTransport", "TransportLimits", "TransportSettings"]
+__all__ = ["NOT_DURABLE", "PROTOCOL_VERSION", "Durable", "TlsTransport", "TransportLimits",
+           "TransportSettings"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,24 @@ ACCEPT_PAUSE_S = 0.1  # after EMFILE and the like, before accepting again
 
 _READ, _WRITE, _ERROR = POLL_EVENT_TYPE.READ, POLL_EVENT_TYPE.WRITE, POLL_EVENT_TYPE.ERROR
 _CONNECTING, _HANDSHAKE, _HELLO, _OPEN, _CLOSED = range(5)
+
+
+class Durable(Protocol):
+    """What the transport needs of the journal for group commit (DurableJournal has it)."""
+
+    def defer_sync(self) -> None: ...  # pragma: no cover
+    def sync(self) -> None: ...  # pragma: no cover
+
+
+class _NotDurable:
+    def defer_sync(self) -> None:
+        pass
+
+    def sync(self) -> None:
+        pass
+
+
+NOT_DURABLE: Durable = _NotDurable()
 
 
 @dataclass(frozen=True)
@@ -148,6 +168,12 @@ class TlsTransport(Transport):
         self._foreign: deque = deque()  # (node, message) sent from other threads
         self._next_housekeeping = 0.0
         self._warned: dict[str, tuple[float, int]] = {}
+        # Group commit (node/raft/DESIGN.md): while held, no byte of an open link leaves; the
+        # release makes the journal durable first, so no reply ever acknowledges an entry
+        # that is not on disk, and the entries of one batch share one fsync.
+        self.durable: Durable = NOT_DURABLE
+        self._hold_depth = 0
+        self._held: dict[_Conn, None] = {}  # open links with ciphertext waiting in bio_out
         syncObj.addOnTickCallback(self._on_tick)
         for node in otherNodes:
             self.addNode(node)
@@ -201,8 +227,8 @@ class TlsTransport(Transport):
         conn = self._links.get(node)
         if conn is None or conn.state != _OPEN:
             return False
-        if message.get("type") == "append_entries" and len(conn.out) > \
-                self._limits.send_backlog_bytes:
+        if message.get("type") == "append_entries" and \
+                len(conn.out) + conn.bio_out.pending > self._limits.send_backlog_bytes:
             # The peer reads slower than we append (a follower catching up): drop this append
             # instead of queueing ever more. Raft tolerates the loss: the follower answers
             # the gap with its next index and we resend from there once the queue drained.
@@ -229,6 +255,24 @@ class TlsTransport(Transport):
             return False
         self._write_frame(conn, data)
         return conn.state == _OPEN
+
+    def hold(self) -> None:
+        """Start (or nest in) a batch: the journal defers its fsyncs, open links keep their
+        ciphertext until `release`."""
+        self._hold_depth += 1
+        if self._hold_depth == 1:
+            self.durable.defer_sync()
+
+    def release(self) -> None:
+        """End the batch: one fsync for what it appended, then what it wrote goes out."""
+        self._hold_depth -= 1
+        if self._hold_depth:
+            return
+        self.durable.sync()
+        held, self._held = self._held, {}
+        for conn in held:
+            if conn.state == _OPEN:
+                self._flush_tls(conn)
 
     def destroy(self):
         self.setOnMessageReceivedCallback(None)
@@ -379,6 +423,13 @@ class TlsTransport(Transport):
         # round (or of a reused descriptor): the state and descriptor checks drop it.
         if conn.state == _CLOSED or descr != conn.fileno:
             return
+        self.hold()
+        try:
+            self._handle_event(conn, event)
+        finally:
+            self.release()
+
+    def _handle_event(self, conn: _Conn, event: int) -> None:
         if conn.state == _CONNECTING:
             err = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             if err or not event & _WRITE:
@@ -564,6 +615,9 @@ class TlsTransport(Transport):
         self._flush_tls(conn)
 
     def _flush_tls(self, conn: _Conn) -> None:
+        if self._hold_depth and conn.state == _OPEN:
+            self._held[conn] = None
+            return
         data = conn.bio_out.read()
         if not data:
             return

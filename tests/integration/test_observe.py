@@ -94,6 +94,7 @@ def test_every_metric_moves(cluster):
         "gnomon_fire_lateness_seconds_count", "gnomon_runs_ended_total",
         "gnomon_leases_granted_total", "gnomon_leases_expired_total",
         "gnomon_leases_renewed_total", "gnomon_snapshots_total", "process_cpu_seconds_total",
+        "gnomon_raft_journal_entries_total", "gnomon_raft_journal_fsyncs_total",
     ]
     for name in grew:
         assert total(after, name) > total(before, name), name

@@ -25,7 +25,7 @@ from gnomon.node.raft.startup import EXIT_STORAGE
 from gnomon.node.storage import snapshot_file as snapmod
 from gnomon.v1 import api_pb2
 from tests.support.cluster import LocalCluster, NodeProc, wait_for
-from tests.support.jobs import create_jobs, finished_runs
+from tests.support.jobs import create_jobs, finished_runs, once_job
 
 pytestmark = pytest.mark.integration
 
@@ -115,6 +115,16 @@ def _install(faults):
                 os._exit(137)
             return original_delete(self, entry_to)
         journal.DurableJournal.deleteEntriesTo = delete_entries_to
+
+    if "journal_fsync_gate" in faults:
+        # While the gate file exists, an fsync of the Raft journal does not return.
+        gate, real_fsync = faults["journal_fsync_gate"], os.fsync
+        def gated_fsync(fd):
+            if os.path.exists(gate) and os.readlink(f"/proc/self/fd/{fd}").endswith("journal"):
+                while os.path.exists(gate):
+                    time.sleep(0.01)
+            return real_fsync(fd)
+        os.fsync = gated_fsync
 
 if _FAULTS:
     _install(_FAULTS)
@@ -435,6 +445,37 @@ def test_slow_snapshot_load_starts_no_election(make_cluster, faults):
                  what=f"the follower to catch up ({step})")
         assert term_of(cluster, leader) == term, f"{step}: the follower's load started an election"
     assert "restored snapshot" in log_of(follower)
+
+
+# -- group commit: no reply acknowledges an entry before its fsync -------------------------------
+
+
+def test_followers_that_cannot_fsync_acknowledge_nothing(make_cluster, faults, tmp_path):
+    """Followers defer the fsync of an append's entries to one per batch (node/raft/DESIGN.md,
+    group commit); their replies must still leave only after it. With both followers stuck in
+    the journal's fsync, a write must not commit; once they can write again, it does."""
+    gates = {n: tmp_path / f"fsync-gate-{n}" for n in ("n1", "n2", "n3")}
+    for n, gate in gates.items():
+        faults(n, journal_fsync_gate=str(gate))
+    cluster = make_cluster()
+    leader = cluster.leader()
+    create_jobs(leader, ["before"])
+    for n in cluster.nodes:
+        if n is not leader:
+            gates[n.node_id].touch()
+    request = api_pb2.CreateJobRequest(request_id="stuck", spec=once_job("stuck"))
+    request.spec.schedule.once.at_ms = FAR
+    with pytest.raises(grpc.RpcError) as err:
+        leader.jobs().CreateJob(request, timeout=3)
+    assert err.value.code() in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                                grpc.StatusCode.UNAVAILABLE), err.value
+    assert "stuck" not in job_names(leader)
+    for gate in gates.values():
+        gate.unlink(missing_ok=True)
+    on_leader(cluster, "the write after the followers recovered",
+              lambda node: node.jobs().CreateJob(request, timeout=10))
+    wait_for(lambda: all("stuck" in job_names(n) for n in cluster.nodes), timeout_s=30,
+             what="the write on every node")
 
 
 # -- the crash window between a new snapshot and the journal compaction ----------------------------

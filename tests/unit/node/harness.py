@@ -150,6 +150,9 @@ class LocalRaft:
             out[f"match_idx_server_{m.raft_addr}"] = n
         return out
 
+    def journal_counts(self) -> tuple[int, int]:
+        return len(self.committed), len(self.committed)
+
     def submit(self, data: bytes, callback) -> None:
         if self.refuse_submits is not None:
             raise self.refuse_submits

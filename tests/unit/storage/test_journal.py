@@ -171,6 +171,26 @@ def test_add_is_fsynced_before_it_returns(jpath: Path, monkeypatch) -> None:
     j.close()
 
 
+def test_deferred_adds_share_one_fsync_and_the_deferral_ends_with_it(
+        jpath: Path, monkeypatch) -> None:
+    j = open_journal(jpath)
+    calls = trace_sync_calls(monkeypatch)
+    j.defer_sync()
+    for i in range(1, 4):
+        j.add(b"x", i, 1)
+    assert calls == []
+    j.sync()
+    assert calls == [("fsync", str(jpath))]
+    assert (j.entries_added, j.fsyncs) == (3, 1)
+    j.sync()  # nothing new: no fsync
+    j.add(b"y", 4, 1)  # no longer deferred: fsynced before it returns
+    assert calls == [("fsync", str(jpath))] * 2
+    j.close()
+    j = open_journal(jpath)
+    assert [e[1] for e in j] == [1, 2, 3, 4]
+    j.close()
+
+
 def test_term_and_vote_are_durable_before_set_current_term_returns(
     jpath: Path, monkeypatch
 ) -> None:
