@@ -226,7 +226,9 @@ def raft_counts(cluster: BenchCluster) -> dict[str, dict[str, float]]:
             continue
         out[node.node_id] = {k: v for k, v in metrics.items()
                              if k.startswith(("gnomon_commands_total", "gnomon_applied_entries",
-                                              "gnomon_raft_journal_"))}
+                                              "gnomon_raft_journal_", "gnomon_raft_tick_gaps",
+                                              "gnomon_raft_longest_tick_gap",
+                                              "gnomon_raft_pre_vote_rounds"))}
     return out
 
 
@@ -246,7 +248,15 @@ def raft_work(before: dict[str, dict[str, float]], after: dict[str, dict[str, fl
         fsyncs = delta(node_id, "gnomon_raft_journal_fsyncs_total")
         entries = delta(node_id, "gnomon_raft_journal_entries_total")
         entries_per_fsync[node_id] = round(entries / fsyncs, 2) if fsyncs else None
+    gaps = {node_id: {bound: int(delta(node_id, f'gnomon_raft_tick_gaps_total{{over_seconds="{bound}"}}'))
+                      for bound in ("0.1", "0.25", "0.5")} for node_id in sorted(after)}
     return {"commands_per_task": {k: v for k, v in commands.items() if v},
+            "tick_gaps_over_s": gaps,
+            "longest_tick_gap_s_since_start": {
+                node_id: after[node_id].get("gnomon_raft_longest_tick_gap_seconds")
+                for node_id in sorted(after)},
+            "pre_vote_rounds": {node_id: int(delta(node_id, "gnomon_raft_pre_vote_rounds_total"))
+                                for node_id in sorted(after)},
             "entries_per_task": round(delta(leader_id, "gnomon_applied_entries_total")
                                       / per_task, 4),
             "journal_entries_per_fsync": entries_per_fsync}
@@ -285,7 +295,9 @@ def node_log_summary(cluster: BenchCluster, since: dict[str, int]) -> dict[str, 
     """Leader sessions started and snapshots written (node, jobs, runs, ms) since `since`."""
     snaps = node_log_lines(cluster, r"snapshot at index \d+: (\d+) jobs, (\d+) runs in (\d+) ms",
                            since)
+    slow = node_log_lines(cluster, r"(a Raft tick took|GCPAUSE) .*", since)
     return {"leader_sessions": len(node_log_lines(cluster, r"leading \(session", since)),
+            "slow_ticks": [f"{nid}: {m.group(0)[:90]}" for nid, m in slow[:30]],
             "snapshots": [[nid, int(m.group(1)), int(m.group(2)), int(m.group(3))]
                           for nid, m in snaps]}
 

@@ -49,6 +49,7 @@ def main() -> None:
     out = {"rev": rev, "overrides": overrides, "offered_per_s": r["offered_per_s"],
            "completions_per_s": r["completions_per_s"], "lateness_ms": r["lateness_ms"],
            "cpu_ms_per_task": r["cpu_ms_per_task"], "raft": r["raft"],
+           "node_log": r["node_log"],
            "core_pct": {k: v["core_pct"] for k, v in r["cpu"].items() if not k.startswith("_")},
            "load_before": [round(x, 2) for x in load_before],
            "load_after": [round(x, 2) for x in os.getloadavg()],

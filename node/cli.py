@@ -11,6 +11,7 @@ import sys
 from gnomon.httpguard import descriptors
 from gnomon.node.config import ConfigError, load
 from gnomon.node.ops import logs
+from gnomon.node.process import tune_gc
 from gnomon.node.raft.membership import load_members
 from gnomon.node.security.auth import read_admin_token
 from gnomon.node.security.certificates import TlsError, load_peer_tls
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from gnomon.node.server import Node
 
+    tune_gc()
     asyncio.run(Node(config).run())
     return 0
 

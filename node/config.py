@@ -149,9 +149,15 @@ class Config:
     # port). With authentication any origin may (node/security/DESIGN.md, "Web pages").
     http_cors_origins: tuple[str, ...] = field(default=())
     # Raft timing (seconds, pysyncobj's units).
-    raft_min_timeout_s: float = 0.4
-    raft_max_timeout_s: float = 1.2
+    raft_min_timeout_s: float = 0.3
+    raft_max_timeout_s: float = 0.7
     leader_fallback_timeout_s: float = 1.5
+    # Ask the others before standing for election (node/raft/prevote.py). Off only while
+    # upgrading from a build without it: such a build drops the link a pre-vote arrives on.
+    raft_pre_vote: bool = True
+    # A tick applies committed entries for at most this long (whole entries), then sends its
+    # heartbeats and reads; the rest waits for the next tick (node/raft/DESIGN.md).
+    raft_apply_budget_ms: int = 50
     append_entries_period_s: float = 0.05
     # Leadership proof: an entry committed at least this often (ARCHITECTURE section 4).
     proof_interval_ms: int = 300
@@ -391,7 +397,8 @@ class Config:
                      "raft_handshake_timeout_ms", "raft_unauthenticated_idle_ms",
                      "raft_max_unauthenticated", "raft_listen_backlog", "raft_peer_timeout_ms",
                      "raft_max_send_buffer_bytes", "raft_connect_retry_ms",
-                     "raft_send_backlog_bytes", "membership_catch_up_timeout_ms"):
+                     "raft_send_backlog_bytes", "membership_catch_up_timeout_ms",
+                     "raft_apply_budget_ms"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name}: must be positive")
         if self.membership_catch_up_lag_entries < 0:
@@ -548,8 +555,10 @@ def load(argv: list[str] | None = None, env: dict[str, str] | None = None) -> Co
     helps = field_help()
     for name in _FIELDS:
         if _FIELDS[name].type == "bool":
-            parser.add_argument("--" + name.replace("_", "-"), dest=name, action="store_const",
-                                const=True, help=helps[name])
+            # --x turns it on, --no-x off (a default-on setting such as raft_pre_vote).
+            parser.add_argument("--" + name.replace("_", "-"), dest=name,
+                                action=argparse.BooleanOptionalAction, default=None,
+                                help=helps[name])
             continue
         parser.add_argument(
             "--" + name.replace("_", "-").removesuffix("s" if name == "members" else ""),

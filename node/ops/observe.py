@@ -191,6 +191,18 @@ class StateCollector:
         yield CounterMetricFamily("gnomon_raft_journal_fsyncs", "fsyncs of this node's journal "
                                   "file (group commit: one per batch of appended entries)",
                                   value=fsyncs)
+        yield CounterMetricFamily("gnomon_raft_pre_vote_rounds", "Pre-vote rounds this node "
+                                  "started: its election timer ran out (it did not hear a "
+                                  "leader)", value=raft.pre_vote_rounds())
+        gaps, longest = raft.tick_gaps()
+        fam = CounterMetricFamily("gnomon_raft_tick_gaps", "Gaps between the starts of two Raft "
+                                  "ticks longer than over_seconds (no heartbeat is sent "
+                                  "meanwhile)", labels=["over_seconds"])
+        for bound, count in gaps.items():
+            fam.add_metric([f"{bound:g}"], count)
+        yield fam
+        yield _gauge("gnomon_raft_longest_tick_gap_seconds",
+                     "The longest gap between two Raft ticks since the start", longest)
 
     def _state(self):
         node = self.node

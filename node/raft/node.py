@@ -24,7 +24,7 @@ from pysyncobj.node import TCPNode
 from gnomon.node.config import Config, Member
 from gnomon.node.core.errors import Code
 from gnomon.node.process import crash_process
-from gnomon.node.raft import entries, journal
+from gnomon.node.raft import entries, journal, prevote
 from gnomon.node.raft import startup as storage
 from gnomon.node.raft.errors import LeadershipLost, NotCommitted
 from gnomon.node.raft.membership import (
@@ -37,6 +37,7 @@ from gnomon.node.raft.membership import (
     from_records,
     to_records,
 )
+from gnomon.node.raft.prevote import PreVote
 from gnomon.node.raft.snapshotter import ForkSnapshotter
 from gnomon.node.raft.startup import StorageError
 from gnomon.node.raft.transport import TlsTransport, TransportLimits, TransportSettings
@@ -46,6 +47,11 @@ from gnomon.node.storage.history import HistoryError
 from gnomon.node.storage.snapshot_file import SnapshotError
 
 log = logging.getLogger(__name__)
+
+# Tick gaps counted (seconds): above the tick period (0.05 s) with work, up to an election
+# timeout and beyond.
+TICK_GAP_BOUNDS_S = (0.1, 0.25, 0.5, 1.0)
+SLOW_TICK_LOG_EVERY_S = 5.0
 
 # pysyncobj's _RAFT_STATE values, as passed to onStateChanged.
 ROLE_NAMES = {0: "follower", 1: "candidate", 2: "leader"}
@@ -67,11 +73,13 @@ class ApplyHost(Protocol):
 
 class _StateMachine(SyncObj):
     _SyncObj__raftCommitIndex: int  # pysyncobj's (SyncObj.__init__ sets it); assigned below
+    _SyncObj__raftElectionDeadline: float  # pysyncobj's; the pre-vote and load paths move it
 
     def __init__(self, self_addr: str, others: list[str], conf: SyncObjConf, host: ApplyHost,
                  snapshots: ForkSnapshotter, loaded: LoadedSnapshot | None,
                  crash: Callable[[str], None], transport_class: Callable,
-                 membership: Membership, joining: bool):
+                 membership: Membership, joining: bool, pre_vote: bool = True,
+                 apply_budget_ms: int = 50):
         # Set before super().__init__(): excluded from pysyncobj's own bookkeeping.
         self._host = host
         self._snapshots = snapshots
@@ -85,6 +93,19 @@ class _StateMachine(SyncObj):
         self._removed = False
         self._learners: dict[str, TCPNode] = {}  # leader only: node id -> node catching up
         self._tick_calls: deque[Callable[[], None]] = deque()  # run on the tick thread
+        # Answers pre-votes always; asks for them before standing only when `pre_vote` is on.
+        self._pre_vote = PreVote(conf.raftMinTimeout)
+        self._pre_vote_asks = pre_vote
+        # Gaps between tick starts longer than each bound (TICK_GAP_BOUNDS_S): a leader whose
+        # tick stops for an election timeout loses its term (its heartbeats stop too).
+        self.tick_gaps = [0] * len(TICK_GAP_BOUNDS_S)
+        self.longest_tick_gap_s = 0.0
+        self._last_tick_start = 0.0
+        self._tick_apply_s = 0.0  # this tick's time in _apply, and its entries
+        self._tick_applied = 0
+        self._slow_ticks_logged_at = 0.0
+        self._apply_budget_s = apply_budget_ms / 1000
+        self._apply_backlog = False
         entries.restrict_pysyncobj_unpickling()
         super().__init__(self_addr, others, conf, transportClass=transport_class)
         raft_log = self._SyncObj__raftLog
@@ -97,7 +118,12 @@ class _StateMachine(SyncObj):
     def _apply(self, batch: bytes) -> list:
         # pysyncobj counts an entry applied only after this returns: the index of the entry
         # being applied is one past it.
-        return self._host.apply_entry(batch, self._SyncObj__raftLastApplied + 1)
+        started = time.perf_counter()
+        try:
+            return self._host.apply_entry(batch, self._SyncObj__raftLastApplied + 1)
+        finally:
+            self._tick_apply_s += time.perf_counter() - started
+            self._tick_applied += 1
 
     def _checkCommandsToApply(self):  # noqa: N802 - pysyncobj's name
         # pysyncobj forwards a follower's proposals to the leader. A deposed leader's proposals
@@ -131,6 +157,12 @@ class _StateMachine(SyncObj):
         # up. On success nextIndex only moves forward here; a real gap still moves it back,
         # since the follower answers that with reset=True (Raft's consistency check is what
         # keeps the logs equal, nextIndex is only where the leader starts sending).
+        kind = message.get("type")
+        if kind in (prevote.REQUEST, prevote.RESPONSE):
+            self._on_pre_vote_message(node, message)
+            return
+        if kind == "append_entries" and message["term"] >= self._getTerm():
+            self._pre_vote.heard_leader(time.monotonic())
         if (self._SyncObj__raftState == LEADER and message.get("type") == "next_node_idx"
                 and message.get("success") and not message.get("reset")):
             next_index = self._SyncObj__raftNextIndex
@@ -140,10 +172,88 @@ class _StateMachine(SyncObj):
                 next_index[node] = sent_up_to
             return
         super()._SyncObj__onMessageReceived(node, message)
+        if kind == "timeout_now" and self._SyncObj__raftElectionDeadline == 0:
+            # The leader hands over (TimeoutNow): stand at once, no pre-vote (the others
+            # still hear the leader and would refuse it).
+            self._pre_vote.won = True
+
+    def _log_slow_tick(self, took_s: float) -> None:
+        if took_s < TICK_GAP_BOUNDS_S[1]:
+            return
+        now = time.monotonic()
+        if now - self._slow_ticks_logged_at < SLOW_TICK_LOG_EVERY_S:
+            return
+        self._slow_ticks_logged_at = now
+        log.warning("a Raft tick took %.3f s (applying %d entries: %.3f s); no heartbeat is "
+                    "sent meanwhile (gnomon_raft_tick_gaps_total)", took_s, self._tick_applied,
+                    self._tick_apply_s)
+
+    def _count_tick_gap(self, start: float) -> None:
+        gap = start - self._last_tick_start if self._last_tick_start else 0.0
+        self._last_tick_start = start
+        if gap > TICK_GAP_BOUNDS_S[0]:
+            self.longest_tick_gap_s = max(self.longest_tick_gap_s, gap)
+            for i, bound in enumerate(TICK_GAP_BOUNDS_S):
+                if gap > bound:
+                    self.tick_gaps[i] += 1
+
+    def _SyncObj__applyLogEntries(self):  # noqa: N802 - overrides pysyncobj's
+        # pysyncobj applies every committed entry in one tick. An entry holds up to
+        # max_batch_commands commands (tens of ms to apply), and a node behind by a few spent
+        # 0.3-0.4 s in one tick under load, sending no heartbeat and reading nothing: long
+        # enough for an election timeout. Here one entry at a time, until raft_apply_budget_ms
+        # is spent; the rest is applied by the next tick, which then does not wait in poll.
+        commit = self._SyncObj__raftCommitIndex
+        deadline = time.monotonic() + self._apply_budget_s
+        need_send = False
+        try:
+            while self._SyncObj__raftLastApplied < commit:
+                before = self._SyncObj__raftLastApplied
+                self._SyncObj__raftCommitIndex = before + 1
+                need_send = SyncObj._SyncObj__applyLogEntries(self) or need_send
+                if self._SyncObj__raftLastApplied == before or time.monotonic() >= deadline:
+                    break
+        finally:
+            self._SyncObj__raftCommitIndex = commit
+        self._apply_backlog = self._SyncObj__raftLastApplied < commit
+        return need_send
+
+    # -- PreVote (node/raft/prevote.py, node/raft/DESIGN.md) -------------------------------
+
+    def _pre_vote_step(self) -> None:
+        """Before pysyncobj's election check: an expired election timer starts a pre-vote
+        round instead of an election; a round that won lets pysyncobj stand."""
+        if not self._pre_vote_asks or self._SyncObj__raftState == LEADER:
+            return
+        now = time.monotonic()
+        if self._SyncObj__raftElectionDeadline >= now or not self.otherNodes:
+            return
+        if self._pre_vote.take_win():
+            return  # the deadline has passed: pysyncobj stands for election in this tick
+        if not self._SyncObj__connectedNodes:
+            return  # pysyncobj does not stand while it reaches nobody either
+        message = self._pre_vote.start(self.selfNode.id, self._getTerm(),
+                                       self._SyncObj__getCurrentLogIndex(),
+                                       self._SyncObj__raftLog[-1][2])
+        self._SyncObj__raftElectionDeadline = now + self._SyncObj__generateRaftTimeout()
+        transport = self._SyncObj__transport
+        for other in sorted(self.otherNodes, key=lambda n: n.id):
+            transport.send(other, message)
+
+    def _on_pre_vote_message(self, node, message: dict) -> None:
+        if message["type"] == prevote.REQUEST:
+            self._SyncObj__transport.send(node, self._pre_vote.answer(
+                message, now=time.monotonic(), leading=self._SyncObj__raftState == LEADER,
+                current_term=self._getTerm(),
+                last_log_index=self._SyncObj__getCurrentLogIndex(),
+                last_log_term=self._SyncObj__raftLog[-1][2]))
+        elif self._pre_vote.on_response(node.id, message, len(self.otherNodes) + 1):
+            self._SyncObj__raftElectionDeadline = 0.0  # stand on the next tick
 
     # -- storage: pysyncobj internals replaced (node/storage/DESIGN.md) ---------------------------
 
     def _onTick(self, timeToWait=0.0):  # noqa: N802, N803 - pysyncobj's names
+        self._count_tick_gap(time.monotonic())
         if not self._storage_started:
             # First tick, on the tick thread, before pysyncobj touches the serializer or
             # applies anything: swap in the forking snapshotter (it is built in
@@ -156,7 +266,13 @@ class _StateMachine(SyncObj):
         if self._membership.joining or self._removed:
             self._SyncObj__raftElectionDeadline = (
                 time.monotonic() + self._SyncObj__generateRaftTimeout())
+        self._pre_vote_step()
+        if self._apply_backlog:
+            timeToWait = 0.0  # noqa: N806 - committed entries wait: poll without blocking
+        self._tick_apply_s, self._tick_applied = 0.0, 0
+        started = time.monotonic()
         super()._onTick(timeToWait)
+        self._log_slow_tick(time.monotonic() - started)
 
     # -- membership (node/raft/DESIGN.md, Membership) ------------------------------------
 
@@ -435,7 +551,8 @@ class RaftNode:
             storage.align_journal, last=last, before=before, snapshot_path=snap_path))
         return _StateMachine(config.self_member.raft_addr, [m.raft_addr for m in config.peers],
                              conf, host, self.snapshots, loaded, self._crash, transport,
-                             self.membership, joining)
+                             self.membership, joining, pre_vote=config.raft_pre_vote,
+                             apply_budget_ms=config.raft_apply_budget_ms)
 
     # -- proposing ------------------------------------------------------------------------
 
@@ -485,6 +602,16 @@ class RaftNode:
         if not isinstance(raft_log, journal.DurableJournal):
             return 0, 0
         return raft_log.entries_added, raft_log.fsyncs
+
+    def pre_vote_rounds(self) -> int:
+        """Pre-vote rounds this node started (racy read of a counter)."""
+        return self._sync._pre_vote.rounds
+
+    def tick_gaps(self) -> tuple[dict[float, int], float]:
+        """(gaps between tick starts longer than each of TICK_GAP_BOUNDS_S: count, the
+        longest gap in seconds) since the start (racy reads of counters)."""
+        sm = self._sync
+        return dict(zip(TICK_GAP_BOUNDS_S, sm.tick_gaps, strict=True)), sm.longest_tick_gap_s
 
     def applied_index(self) -> int:
         """The last entry applied here (racy read of a monotonic counter)."""

@@ -359,6 +359,9 @@ _SHAPES: dict[str, tuple[dict[str, _Check], dict[str, _Check]]] = {
     "apply_command_response": ({"request_id": _is_int}, {
         "error": _is_int, "log_idx": _is_int, "log_term": _is_int}),
     "timeout_now": ({"term": _is_int}, {}),
+    # gnomon's PreVote (node/raft/prevote.py): pysyncobj never sees these.
+    "pre_vote": ({"term": _is_int, "last_log_index": _is_int, "last_log_term": _is_int}, {}),
+    "pre_vote_response": ({"term": _is_int, "granted": _is_bool}, {}),
 }
 
 

@@ -26,6 +26,7 @@ from gnomon.node.storage import snapshot_file as snapmod
 from gnomon.v1 import api_pb2
 from tests.support.cluster import LocalCluster, NodeProc, wait_for
 from tests.support.jobs import create_jobs, finished_runs, once_job
+from tests.support.metrics import samples, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -116,6 +117,16 @@ def _install(faults):
             return original_delete(self, entry_to)
         journal.DurableJournal.deleteEntriesTo = delete_entries_to
 
+    if "raft_deaf_gate" in faults:
+        # While the gate file holds "<this node id> <peer id>", this node drops every Raft
+        # message from that peer (a one-way network fault: it sends, it does not hear).
+        from gnomon.node.raft import transport
+        gate, original_frame = faults["raft_deaf_gate"], transport.TlsTransport._on_frame
+        def deaf_frame(self, conn, payload):
+            if os.path.exists(gate) and open(gate).read().split() == [_node_id(), conn.peer_id]:
+                return
+            return original_frame(self, conn, payload)
+        transport.TlsTransport._on_frame = deaf_frame
     if "journal_fsync_gate" in faults:
         # While the gate file exists, an fsync of the Raft journal does not return.
         gate, real_fsync = faults["journal_fsync_gate"], os.fsync
@@ -445,6 +456,48 @@ def test_slow_snapshot_load_starts_no_election(make_cluster, faults):
                  what=f"the follower to catch up ({step})")
         assert term_of(cluster, leader) == term, f"{step}: the follower's load started an election"
     assert "restored snapshot" in log_of(follower)
+
+
+# -- PreVote: a follower that does not hear the leader does not depose it ------------------------
+
+
+def test_a_follower_that_cannot_hear_the_leader_does_not_depose_it(tmp_path, faults):
+    """A one-way fault: one follower stops receiving the leader's messages; it still reaches
+    the others. Without PreVote its election timer ran out, it stood at a higher term and the
+    leader, seeing that term, stepped down: a healthy leader lost to one deaf follower. With
+    PreVote (node/raft/prevote.py) it asks first; the leader and the other follower still hear
+    a leader and refuse. Run with GNOMON_TEST_PRE_VOTE=false to see it fail without."""
+    gate = tmp_path / "deaf-gate"
+    for n in ("n1", "n2", "n3"):
+        faults(n, raft_deaf_gate=str(gate))
+    cluster = LocalCluster(tmp_path / "c", metrics=True,
+                           overrides={"raft_min_timeout_s": "0.3", "raft_max_timeout_s": "0.6"})
+    cluster.env["GNOMON_RAFT_PRE_VOTE"] = os.environ.get("GNOMON_TEST_PRE_VOTE", "true")
+    cluster.start()
+    try:
+        leader = cluster.leader()
+        create_jobs(leader, ["before"])
+        term = term_of(cluster, leader)
+        deaf = next(n for n in cluster.nodes if n is not leader)
+        gate.write_text(f"{deaf.node_id} {leader.node_id}")
+        rounds = "gnomon_raft_pre_vote_rounds_total"
+
+        def asked_twice() -> bool:
+            return samples(scrape(deaf.metrics_addr)).get(rounds, 0) >= 2 \
+                or term_of(cluster, leader) != term
+
+        wait_for(asked_twice, timeout_s=30, what="the deaf follower's timer to run out twice")
+        create_jobs(leader, ["while-deaf"])
+        gate.unlink()
+        create_on_leader(cluster, ["after"])
+        wait_for(lambda: "after" in job_names(deaf), timeout_s=30, what="the follower to hear")
+        assert term_of(cluster, leader) == term, "the deaf follower deposed the leader"
+        assert cluster.status(leader, include_digest=False).leader_node_id == leader.node_id
+    except BaseException:
+        print(cluster.logs())
+        raise
+    finally:
+        cluster.stop()
 
 
 # -- group commit: no reply acknowledges an entry before its fsync -------------------------------

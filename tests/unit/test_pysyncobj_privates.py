@@ -19,7 +19,8 @@ from pysyncobj.syncobj import SyncObj
 
 # Members of SyncObj reached as _SyncObj__<name> from node/raft/node.py.
 METHODS = ["onMessageReceived", "generateRaftTimeout", "doChangeCluster",
-           "updateClusterConfiguration", "getCurrentLogIndex", "loadDumpFile", "onSetCodeVersion"]
+           "updateClusterConfiguration", "getCurrentLogIndex", "loadDumpFile", "onSetCodeVersion",
+           "applyLogEntries"]
 ATTRIBUTES = ["raftState", "commandsQueue", "raftNextIndex", "raftMatchIndex", "raftLog",
               "raftCommitIndex", "raftLastApplied", "raftElectionDeadline", "readonlyNodes",
               "connectedNodes", "transport", "serializer", "needLoadDumpFile"]
@@ -39,6 +40,7 @@ SOURCE_SHA256 = {
     "_SyncObj__getCurrentLogIndex": "e5af22ca246686bd",
     "_SyncObj__loadDumpFile": "ec66e83905de703b",
     "_SyncObj__onSetCodeVersion": "17b050edb193c853",
+    "_SyncObj__applyLogEntries": "073db677773b5a2d",
     "_applyCommand": "827f207d515b2d64",
     "_checkCommandsToApply": "a386a8079361d204",
     "_getLeader": "90e3b8391a79e851",

@@ -153,6 +153,12 @@ class LocalRaft:
     def journal_counts(self) -> tuple[int, int]:
         return len(self.committed), len(self.committed)
 
+    def tick_gaps(self) -> tuple[dict[float, int], float]:
+        return {}, 0.0
+
+    def pre_vote_rounds(self) -> int:
+        return 0
+
     def submit(self, data: bytes, callback) -> None:
         if self.refuse_submits is not None:
             raise self.refuse_submits

@@ -1,0 +1,62 @@
+"""PreVote's rules (node/raft/prevote.py): who grants, when a round wins, what resets it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gnomon.node.raft.prevote import PreVote
+
+
+def _ask(pv: PreVote, term: int = 5, index: int = 10, log_term: int = 4) -> dict:
+    return pv.start("a", term - 1, index, log_term)
+
+
+@pytest.mark.parametrize("why, kwargs, granted", [
+    ("no leader heard for min timeout, log as new", {}, True),
+    ("heard a leader 0.1 s ago", {"contact_ago": 0.1}, False),
+    ("this node leads", {"leading": True}, False),
+    ("its own term is already the asked term", {"current_term": 5}, False),
+    ("the asker's last entry has an older term", {"last_log_term": 5}, False),
+    ("same last term, the asker has fewer entries", {"last_log_index": 11}, False),
+    ("same last term, the asker has more entries", {"last_log_index": 9}, True),
+])
+def test_a_voter_grants_only_without_a_leader_and_to_a_log_as_new(why, kwargs, granted):
+    voter = PreVote(min_timeout_s=0.25)
+    now = 100.0
+    voter.heard_leader(now - kwargs.get("contact_ago", 1.0))
+    request = _ask(PreVote(0.25))
+    reply = voter.answer(request, now=now, leading=kwargs.get("leading", False),
+                         current_term=kwargs.get("current_term", 4),
+                         last_log_index=kwargs.get("last_log_index", 10),
+                         last_log_term=kwargs.get("last_log_term", 4))
+    assert reply == {"type": "pre_vote_response", "term": 5, "granted": granted}, why
+
+
+def test_answering_changes_nothing_of_the_voter():
+    voter = PreVote(min_timeout_s=0.25)
+    voter.answer(_ask(PreVote(0.25)), now=5.0, leading=False, current_term=1,
+                 last_log_index=1, last_log_term=1)
+    assert (voter.round_term, voter.granted, voter.won) == (None, set(), False)
+
+
+def test_a_round_wins_with_a_majority_once():
+    asker = PreVote(min_timeout_s=0.25)
+    request = asker.start("a", 4, 10, 4)
+    assert request == {"type": "pre_vote", "term": 5, "last_log_index": 10, "last_log_term": 4}
+    yes = {"type": "pre_vote_response", "term": 5, "granted": True}
+    assert not asker.on_response("b", {**yes, "granted": False}, members=5)
+    assert not asker.on_response("b", {**yes, "term": 4}, members=5)  # an older round's
+    assert not asker.on_response("b", yes, members=5)
+    assert asker.on_response("c", yes, members=5)  # a, b, c: 3 of 5
+    assert not asker.on_response("d", yes, members=5)  # already won
+    assert asker.take_win()
+    assert not asker.take_win()
+
+
+def test_a_leaders_append_ends_the_round():
+    asker = PreVote(min_timeout_s=0.25)
+    asker.start("a", 4, 10, 4)
+    asker.heard_leader(7.0)
+    assert not asker.on_response("b", {"type": "pre_vote_response", "term": 5,
+                                       "granted": True}, members=3)
+    assert not asker.take_win()
