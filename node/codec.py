@@ -10,6 +10,7 @@ import dataclasses
 import functools
 import json
 import operator
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -170,6 +171,22 @@ def schedule_to_proto(s: Schedule, out: types_pb2.Schedule) -> None:
 
 
 def schedule_from_proto(m: types_pb2.Schedule) -> Schedule:
+    """The schedule of `m`, one object per distinct value while cached (frozen, so shared:
+    a replica holds one per distinct schedule, not one per job, wherever jobs share one)."""
+    return _schedule_from_bytes(m.SerializeToString())
+
+
+@functools.lru_cache(maxsize=4096)
+def _schedule_from_bytes(data: bytes) -> Schedule:
+    return schedule_from_bytes(data)
+
+
+def schedule_from_bytes(data: bytes) -> Schedule:
+    """A serialized Schedule message, decoded (not cached: a snapshot's distinct ones)."""
+    return _schedule_from_message(types_pb2.Schedule.FromString(data))
+
+
+def _schedule_from_message(m: types_pb2.Schedule) -> Schedule:
     kind = m.WhichOneof("kind")
     if kind == "cron":
         return Schedule(ScheduleKind.CRON, expression=m.cron.expression, timezone=m.cron.timezone,
@@ -326,9 +343,9 @@ def tasks_message(tasks: tuple[TaskSpec, ...], out):
 
 def _task_from_proto(t: types_pb2.TaskSpec) -> TaskSpec:
     return TaskSpec(
-        name=t.name,
-        queue=t.queue,
-        depends_on=tuple(t.depends_on),
+        name=sys.intern(t.name),
+        queue=sys.intern(t.queue),
+        depends_on=tuple([sys.intern(d) for d in t.depends_on]),
         payload=bytes(t.payload),
         timeout_ms=t.timeout_ms,
         retry=RetryPolicy(**{n: getattr(t.retry, n) for n in _RETRY_FIELDS}),
@@ -346,11 +363,19 @@ _SHARED_TASK_BYTES = 512
 
 
 def tasks_from_proto(tasks) -> tuple[TaskSpec, ...]:
+    if all(t.ByteSize() <= _SHARED_TASK_BYTES for t in tasks):
+        return _tasks_from_bytes(tuple([t.SerializeToString() for t in tasks]))
     return tuple([
         _task_from_bytes(t.SerializeToString()) if t.ByteSize() <= _SHARED_TASK_BYTES
         else _task_from_proto(t)
         for t in tasks
     ])
+
+
+@functools.lru_cache(maxsize=4096)
+def _tasks_from_bytes(datas: tuple[bytes, ...]) -> tuple[TaskSpec, ...]:
+    """One shared tuple per distinct task list (of shared tasks) while cached."""
+    return tuple([_task_from_bytes(d) for d in datas])
 
 
 def misfire_from_proto(number: int) -> str:
@@ -359,7 +384,8 @@ def misfire_from_proto(number: int) -> str:
 
 def spec_from_proto(m: types_pb2.JobSpec) -> JobSpec:
     return JobSpec(
-        tenant=m.tenant,
+        # Interned: a tenant's jobs share one string (sys.intern only shares equal values).
+        tenant=sys.intern(m.tenant),
         name=m.name,
         schedule=schedule_from_proto(m.schedule),
         tasks=tasks_from_proto(m.tasks),

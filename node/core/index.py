@@ -3,12 +3,14 @@
 Job ids are `j<seq>` with `seq` from one replicated counter, so creation order is numeric
 order and every new id is the largest: `add` appends. Deletion is lazy (the list keeps the
 number until more than half of it is dead), so add and remove cost O(1) amortized and a
-page costs O(log n + page size).
+page costs O(log n + page size). The numbers are a machine-int array (8 bytes each), not a
+list of int objects (36): at a million jobs the two orders were 60 MB.
 """
 
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections.abc import Callable
 
 _COMPACT_MIN = 64
@@ -18,7 +20,7 @@ class JobOrder:
     __slots__ = ("_seqs", "_dead")
 
     def __init__(self) -> None:
-        self._seqs: list[int] = []
+        self._seqs: array[int] = array("q")
         self._dead = 0
 
     def add(self, seq: int) -> None:
@@ -30,7 +32,7 @@ class JobOrder:
         """One number died (its job is gone); compact when most of the list is dead."""
         self._dead += 1
         if self._dead > _COMPACT_MIN and 2 * self._dead > len(self._seqs):
-            self._seqs = [s for s in self._seqs if alive(s)]
+            self._seqs = array("q", [s for s in self._seqs if alive(s)])
             self._dead = 0
 
     def page(self, after_seq: int, limit: int, alive: Callable[[int], bool]) -> list[int]:

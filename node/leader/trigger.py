@@ -227,7 +227,10 @@ class TriggerLoop:
             self._draws = {k: v for k, v in self._draws.items() if k in pending}
 
     def _entry(self, job_id: str, slot: int, spec: JobSpec) -> tuple[int, int, str]:
-        return slot + self.delay_ms(job_id, slot, spec), slot, job_id
+        # Without a delay the due time is the slot's own int object: `slot + 0` would be a
+        # second 32-byte int per job in a heap of every job.
+        delay = self.delay_ms(job_id, slot, spec)
+        return (slot + delay if delay else slot), slot, job_id
 
     def delay_ms(self, job_id: str, slot: int, spec: JobSpec) -> int:
         """How long after `slot` the job's fire is due: spread offset plus jitter draw."""

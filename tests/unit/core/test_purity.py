@@ -13,7 +13,7 @@ import pytest
 
 CORE = Path(__file__).resolve().parents[3] / "node" / "core"
 ALLOWED = frozenset({
-    "__future__", "bisect", "collections", "collections.abc", "dataclasses", "functools",
+    "__future__", "array", "bisect", "collections", "collections.abc", "dataclasses", "functools",
     "hashlib", "heapq", "itertools", "typing",
 })
 OWN_PREFIX = "gnomon.node.core"

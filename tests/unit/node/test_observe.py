@@ -131,3 +131,22 @@ def test_native_stderr_writes_become_records_one_json_event_per_line():
     native = [e["msg"] for e in events if e["logger"] == "native"]
     assert "core: a line from C" in native and "  File x" in native
     assert all(e["node"] == "n1" for e in events)
+
+
+def test_the_per_job_gauges_scan_every_scrape_only_below_the_bound(monkeypatch):
+    """A scrape counts breakers and backfills by walking every job: exact on each scrape
+    for small states, at most once per jobs / JOB_SCAN_EXACT seconds for large ones."""
+    from gnomon.node.ops import observe
+
+    now = [1_000_000]
+    monkeypatch.setattr(observe, "mono_ms", lambda: now[0])
+    collector = observe.StateCollector(node=None)
+    small, large = observe.JOB_SCAN_EXACT - 1, 10 * observe.JOB_SCAN_EXACT
+    assert collector._job_counts_due(large)  # never counted yet
+    collector._job_counts_ms = now[0]
+    assert collector._job_counts_due(small)
+    assert not collector._job_counts_due(large)
+    now[0] += 9_999
+    assert not collector._job_counts_due(large)
+    now[0] += 1
+    assert collector._job_counts_due(large)

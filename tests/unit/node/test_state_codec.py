@@ -313,3 +313,27 @@ def test_request_id_scopes_survive_and_old_records_are_the_legacy_scope():
     ).SerializeToString()
     rec = snapshot_pb2.DedupeRecord.FromString(scoped)
     assert (rec.scope, rec.request_id, rec.fingerprint) == (scope, "k", b"\x02" * 32)
+
+
+def test_restored_jobs_share_what_they_have_in_common():
+    """Equal values many jobs hold are one object after a restore (memory per job), and
+    the restored jobs are still equal to the originals."""
+    log = Log()
+    for i in range(6):
+        log.create(f"same-{i}", tenant="acme", schedule=None)
+    original = log.state
+    decoded = _round_trip(original)
+    assert decoded.jobs == original.jobs and digest(decoded) == digest(original)
+    a, b = decoded.jobs["j1"], decoded.jobs["j2"]
+    assert a.spec.tenant is b.spec.tenant
+    assert a.spec.tasks is b.spec.tasks and a.spec.schedule is b.spec.schedule
+    assert a.updated_ms is a.created_ms
+
+
+def test_specs_decoded_from_commands_share_schedules_task_lists_and_tenants():
+    spec = make_spec("one", tenant="acme")
+    first, second = (codec.spec_from_proto(codec.spec_to_proto(dataclasses.replace(spec, name=n)))
+                     for n in ("one", "two"))
+    assert first.schedule is second.schedule and first.tasks is second.tasks
+    assert first.tenant is second.tenant and first.tasks[0].queue is second.tasks[0].queue
+    assert first == dataclasses.replace(second, name="one") and first.tasks == spec.tasks

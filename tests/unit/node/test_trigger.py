@@ -357,3 +357,12 @@ async def test_a_full_queue_still_records_the_slots_a_misfire_policy_skips(make,
     assert h.state.jobs[skipper].next_fire_ms == T0 + 19 * SECOND
     assert len(ready_tasks(h)) == 2 and h.trigger.parked() == 2
     assert h.state.jobs[filler].next_fire_ms == T0 + 3 * SECOND
+
+
+async def test_an_undelayed_heap_entry_holds_one_int_for_due_and_slot(leader, clock):
+    """A heap of every job: without jitter or spread, the due time is the slot's object."""
+    slot = T0 + 10 * HOUR + 12_345
+    job = await leader.create_job("far", interval_ms=HOUR, next_fire_ms=slot)
+    await until(lambda: any(e[2] == job for e in leader.trigger._heap), "the job's heap entry")
+    due, at, _ = next(e for e in leader.trigger._heap if e[2] == job)
+    assert due == at == slot and due is at
