@@ -94,8 +94,19 @@ def _enum_prefix(enum_type) -> str:
 
 # Any, not int: the generated stubs type an enum field as its enum class (an int subclass that
 # no value is built as at run time), and a number is assignable to the field of its enum.
+_ENUM_NUMBERS: dict[object, dict[str, int]] = {}
+
+
 def enum_to_proto(enum_type, value: str) -> Any:
-    return enum_type.values_by_name[_enum_prefix(enum_type) + value.upper()].number
+    numbers = _ENUM_NUMBERS.get(enum_type)
+    if numbers is None:  # once per enum type: this runs for every run a node evicts
+        prefix = len(_enum_prefix(enum_type))
+        numbers = _ENUM_NUMBERS[enum_type] = {
+            v.name[prefix:].lower(): v.number for v in enum_type.values}
+    number = numbers.get(value)
+    if number is None:  # the message names the value and the type, as before
+        return enum_type.values_by_name[_enum_prefix(enum_type) + value.upper()].number
+    return number
 
 
 _ENUM_NAMES: dict[object, dict[int, str]] = {}
