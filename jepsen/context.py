@@ -23,8 +23,8 @@ WORKLOADS = ("fire", "lease", "register")
 NODE_DEFAULTS = {
     "lease_ttl_ms": "3000",
     "heartbeat_interval_ms": "500",
-    "raft_min_timeout_s": "0.4",
-    "raft_max_timeout_s": "1.2",
+    "raft_min_timeout_s": "0.3",
+    "raft_max_timeout_s": "0.7",
     "leader_fallback_timeout_s": "1.5",
     "proof_interval_ms": "300",
 }
