@@ -37,11 +37,14 @@ def is_policy_skip(run: list) -> bool:
     return is_overlap_skip(run) or is_circuit_skip(run)
 
 
-def _active_at(run: list, t: int) -> bool:
+def _active_at(run: list, t: int, *, ending_at_t: bool = False) -> bool:
+    """Whether `run` was active at `t`. A run that finished at `t` itself counts only with
+    `ending_at_t`: times are milliseconds, and within one ms the order of two entries (the
+    fire that skipped, the completion that ended the other run) is not in the listing."""
     _run_id, state, _slot, _trigger, created, finished = run[:6]
     if state in ("skipped", "queued"):
         return False
-    return created <= t and (finished == 0 or finished > t)
+    return created <= t and (finished == 0 or finished > t or (ending_at_t and finished == t))
 
 
 def _has_breaker(job: dict[str, Any], reason: str) -> bool:
@@ -70,7 +73,11 @@ def check_job(job_id: str, job: dict[str, Any], listed: list[list]) -> list[dict
                         "explanation": "a slot was SKIPPED for overlap under ALLOW_ALL"})
             continue
         created = run[4]
-        active = [r[0] for r in listed if r[0] != run[0] and _active_at(r, created)]
+        # Lenient at the instant: a run that ended in the same ms may have ended after the
+        # fire was decided (an overlap skip is then legal; seen under partition, the fire in
+        # one entry and the other run's completion in the next, both at one ms).
+        active = [r[0] for r in listed
+                  if r[0] != run[0] and _active_at(r, created, ending_at_t=True)]
         if len(active) < limit:
             out.append({"type": "overlap-skip-without-active-run", "job_id": job_id,
                         "run": run, "active": active, "max_active_runs": limit,
