@@ -191,6 +191,8 @@ class _StateMachine(SyncObj):
     def _count_tick_gap(self, start: float) -> None:
         gap = start - self._last_tick_start if self._last_tick_start else 0.0
         self._last_tick_start = start
+        if gap >= self._pre_vote.min_timeout_s:
+            self._pre_vote.stalled(start)
         if gap > TICK_GAP_BOUNDS_S[0]:
             self.longest_tick_gap_s = max(self.longest_tick_gap_s, gap)
             for i, bound in enumerate(TICK_GAP_BOUNDS_S):
@@ -242,8 +244,11 @@ class _StateMachine(SyncObj):
 
     def _on_pre_vote_message(self, node, message: dict) -> None:
         if message["type"] == prevote.REQUEST:
+            now = time.monotonic()
+            if now - self._last_tick_start >= self._pre_vote.min_timeout_s:
+                self._pre_vote.stalled(now)  # this very tick has run that long
             self._SyncObj__transport.send(node, self._pre_vote.answer(
-                message, now=time.monotonic(), leading=self._SyncObj__raftState == LEADER,
+                message, now=now, leading=self._SyncObj__raftState == LEADER,
                 current_term=self._getTerm(),
                 last_log_index=self._SyncObj__getCurrentLogIndex(),
                 last_log_term=self._SyncObj__raftLog[-1][2]))

@@ -38,6 +38,14 @@ class PreVote:
         self.leader_contact = now
         self.round_term, self.granted, self.won = None, set(), False
 
+    def stalled(self, now: float) -> None:
+        """This node's tick stopped for an election timeout or longer (a long load or apply,
+        CPU starvation): a leader's appends may wait unread in its sockets, so it answers as
+        if it had heard a leader now. Without this, a follower back from a 3 s snapshot load
+        granted a pre-vote before it read the leader's queued appends, and the asker deposed
+        a healthy leader."""
+        self.leader_contact = max(self.leader_contact, now)
+
     def start(self, self_id: str, current_term: int, last_log_index: int,
               last_log_term: int) -> dict:
         """Begin a round for `current_term + 1`; the message to send to every other member."""

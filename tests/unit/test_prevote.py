@@ -60,3 +60,13 @@ def test_a_leaders_append_ends_the_round():
     assert not asker.on_response("b", {"type": "pre_vote_response", "term": 5,
                                        "granted": True}, members=3)
     assert not asker.take_win()
+
+
+def test_a_voter_back_from_a_stall_refuses_for_a_min_timeout():
+    """Its leader's appends may still wait unread: it answers as if it had heard a leader."""
+    voter = PreVote(min_timeout_s=0.25)  # never heard a leader: it would grant
+    voter.stalled(10.0)
+    ask = {"type": "pre_vote", "term": 5, "last_log_index": 10, "last_log_term": 4}
+    kwargs = {"leading": False, "current_term": 4, "last_log_index": 10, "last_log_term": 4}
+    assert not voter.answer(ask, now=10.1, **kwargs)["granted"]
+    assert voter.answer(ask, now=10.3, **kwargs)["granted"]
