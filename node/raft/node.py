@@ -175,7 +175,7 @@ class _StateMachine(SyncObj):
         if kind == "timeout_now" and self._SyncObj__raftElectionDeadline == 0:
             # The leader hands over (TimeoutNow): stand at once, no pre-vote (the others
             # still hear the leader and would refuse it).
-            self._pre_vote.won = True
+            self._pre_vote.skip(self._getTerm())
 
     def _log_slow_tick(self, took_s: float) -> None:
         if took_s < TICK_GAP_BOUNDS_S[1]:
@@ -230,7 +230,7 @@ class _StateMachine(SyncObj):
         now = time.monotonic()
         if self._SyncObj__raftElectionDeadline >= now or not self.otherNodes:
             return
-        if self._pre_vote.take_win():
+        if self._pre_vote.take_win(self._getTerm()):
             return  # the deadline has passed: pysyncobj stands for election in this tick
         if not self._SyncObj__connectedNodes:
             return  # pysyncobj does not stand while it reaches nobody either
@@ -252,7 +252,8 @@ class _StateMachine(SyncObj):
                 current_term=self._getTerm(),
                 last_log_index=self._SyncObj__getCurrentLogIndex(),
                 last_log_term=self._SyncObj__raftLog[-1][2]))
-        elif self._pre_vote.on_response(node.id, message, len(self.otherNodes) + 1):
+        elif self._pre_vote.on_response(node.id, message, len(self.otherNodes) + 1,
+                                        self._getTerm()):
             self._SyncObj__raftElectionDeadline = 0.0  # stand on the next tick
 
     # -- storage: pysyncobj internals replaced (node/storage/DESIGN.md) ---------------------------

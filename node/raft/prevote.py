@@ -54,12 +54,16 @@ class PreVote:
         return {"type": REQUEST, "term": current_term + 1, "last_log_index": last_log_index,
                 "last_log_term": last_log_term}
 
-    def take_win(self) -> bool:
-        """True once after a round reached a majority (the caller stands for election now)."""
-        won, self.won = self.won, False
-        if won:
-            self.round_term, self.granted = None, set()
+    def take_win(self, current_term: int) -> bool:
+        """True once after a round reached a majority while this node's term is still the
+        one it asked from (the caller stands for election now)."""
+        won = self.won and self.round_term == current_term + 1
+        self.round_term, self.granted, self.won = None, set(), False
         return won
+
+    def skip(self, current_term: int) -> None:
+        """Stand without a round (the leader handed over with TimeoutNow)."""
+        self.round_term, self.granted, self.won = current_term + 1, set(), True
 
     def answer(self, request: dict, *, now: float, leading: bool, current_term: int,
                last_log_index: int, last_log_term: int) -> dict:
@@ -70,10 +74,13 @@ class PreVote:
                    and now - self.leader_contact >= self.min_timeout_s)
         return {"type": RESPONSE, "term": request["term"], "granted": granted}
 
-    def on_response(self, voter_id: str, response: dict, members: int) -> bool:
-        """Count a reply; True when this reply gave the round a majority of `members`."""
+    def on_response(self, voter_id: str, response: dict, members: int,
+                    current_term: int) -> bool:
+        """Count a reply; True when this reply gave the round a majority of `members`. A
+        round is void once this node's term moved (it voted for another meanwhile: standing
+        then would depose the leader it just elected)."""
         if self.round_term is None or response["term"] != self.round_term \
-                or not response["granted"] or self.won:
+                or current_term + 1 != self.round_term or not response["granted"] or self.won:
             return False
         self.granted.add(voter_id)
         if len(self.granted) * 2 > members:

@@ -44,13 +44,31 @@ def test_a_round_wins_with_a_majority_once():
     request = asker.start("a", 4, 10, 4)
     assert request == {"type": "pre_vote", "term": 5, "last_log_index": 10, "last_log_term": 4}
     yes = {"type": "pre_vote_response", "term": 5, "granted": True}
-    assert not asker.on_response("b", {**yes, "granted": False}, members=5)
-    assert not asker.on_response("b", {**yes, "term": 4}, members=5)  # an older round's
-    assert not asker.on_response("b", yes, members=5)
-    assert asker.on_response("c", yes, members=5)  # a, b, c: 3 of 5
-    assert not asker.on_response("d", yes, members=5)  # already won
-    assert asker.take_win()
-    assert not asker.take_win()
+    assert not asker.on_response("b", {**yes, "granted": False}, members=5, current_term=4)
+    assert not asker.on_response("b", {**yes, "term": 4}, members=5, current_term=4)  # older
+    assert not asker.on_response("b", yes, members=5, current_term=4)
+    assert asker.on_response("c", yes, members=5, current_term=4)  # a, b, c: 3 of 5
+    assert not asker.on_response("d", yes, members=5, current_term=4)  # already won
+    assert asker.take_win(4)
+    assert not asker.take_win(4)
+
+
+def test_a_round_is_void_once_the_term_moved():
+    """Seen at start: n3 asked, then voted for n1 (its term moved to 1) and n1 led; n2's late
+    grant then won n3's round, n3 stood at term 2 and deposed the leader it had elected."""
+    asker = PreVote(min_timeout_s=0.25)
+    asker.start("n3", 0, 0, 0)
+    yes = {"type": "pre_vote_response", "term": 1, "granted": True}
+    assert not asker.on_response("n2", yes, members=3, current_term=1)
+    asker.start("n3", 0, 0, 0)
+    assert asker.on_response("n2", yes, members=3, current_term=0)
+    assert not asker.take_win(1)  # it voted (term 1) between the win and its next tick
+
+
+def test_a_handover_stands_without_a_round():
+    asker = PreVote(min_timeout_s=0.25)
+    asker.skip(3)
+    assert asker.take_win(3)
 
 
 def test_a_leaders_append_ends_the_round():
@@ -58,8 +76,8 @@ def test_a_leaders_append_ends_the_round():
     asker.start("a", 4, 10, 4)
     asker.heard_leader(7.0)
     assert not asker.on_response("b", {"type": "pre_vote_response", "term": 5,
-                                       "granted": True}, members=3)
-    assert not asker.take_win()
+                                       "granted": True}, members=3, current_term=4)
+    assert not asker.take_win(4)
 
 
 def test_a_voter_back_from_a_stall_refuses_for_a_min_timeout():
