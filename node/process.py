@@ -16,7 +16,7 @@ Crash = Callable[[str], None]
 # with the tick thread stopped (no heartbeat, no append read) and each collecting nothing:
 # the replicated state, runs and protobuf messages are freed by reference counting, not by
 # the cyclic GC. Young collections come 70x rarer, and a full one needs 1,400x the allocations
-# (bench/RESULTS.md, the GC row).
+# (bench/RESULTS.md, "One group at the limit").
 GC_THRESHOLDS = (50_000, 20, 100)
 
 

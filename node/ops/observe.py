@@ -275,7 +275,6 @@ class StateCollector:
             return True
         return mono_ms() - self._job_counts_ms >= jobs * 1000 // JOB_SCAN_EXACT
 
-
     def _storage(self):
         node = self.node
         cfg = node.config

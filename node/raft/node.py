@@ -163,7 +163,7 @@ class _StateMachine(SyncObj):
             return
         if kind == "append_entries" and message["term"] >= self._getTerm():
             self._pre_vote.heard_leader(time.monotonic())
-        if (self._SyncObj__raftState == LEADER and message.get("type") == "next_node_idx"
+        if (self._SyncObj__raftState == LEADER and kind == "next_node_idx"
                 and message.get("success") and not message.get("reset")):
             next_index = self._SyncObj__raftNextIndex
             sent_up_to = next_index.get(node)
@@ -259,7 +259,8 @@ class _StateMachine(SyncObj):
     # -- storage: pysyncobj internals replaced (node/storage/DESIGN.md) ---------------------------
 
     def _onTick(self, timeToWait=0.0):  # noqa: N802, N803 - pysyncobj's names
-        self._count_tick_gap(time.monotonic())
+        started = time.monotonic()
+        self._count_tick_gap(started)
         if not self._storage_started:
             # First tick, on the tick thread, before pysyncobj touches the serializer or
             # applies anything: swap in the forking snapshotter (it is built in
@@ -276,7 +277,6 @@ class _StateMachine(SyncObj):
         if self._apply_backlog:
             timeToWait = 0.0  # noqa: N806 - committed entries wait: poll without blocking
         self._tick_apply_s, self._tick_applied = 0.0, 0
-        started = time.monotonic()
         super()._onTick(timeToWait)
         self._log_slow_tick(time.monotonic() - started)
 

@@ -154,19 +154,20 @@ class _JobDecoder:
                    started)
 
     def _tail(self, s: types_pb2.JobSpec) -> tuple:
-        """JobSpec's fields after `tasks`, positionally."""
+        """JobSpec's fields after `tasks`, positionally; shared while only scalars set them."""
         if s.HasField("max_active_runs") or s.HasField("circuit_breaker"):
-            extra = codec.overlap_fields_from_proto(s)
-            return (s.priority, codec.misfire_from_proto(s.misfire_policy), s.misfire_grace_ms,
-                    s.paused, *(extra[f] for f in _SPEC_TAIL_FIELDS))
+            return _spec_tail(s)
         raw = _SPEC_SCALARS(s)
         tail = self.tails.get(raw)
         if tail is None:
-            extra = codec.overlap_fields_from_proto(s)
-            tail = self.tails[raw] = (
-                raw[0], codec.misfire_from_proto(raw[1]), raw[2], raw[3],
-                *(extra[f] for f in _SPEC_TAIL_FIELDS))
+            tail = self.tails[raw] = _spec_tail(s)
         return tail
+
+
+def _spec_tail(s: types_pb2.JobSpec) -> tuple:
+    extra = codec.overlap_fields_from_proto(s)
+    return (s.priority, codec.misfire_from_proto(s.misfire_policy), s.misfire_grace_ms,
+            s.paused, *(extra[f] for f in _SPEC_TAIL_FIELDS))
 
 
 # JobSpec's fields after `paused`, in order (codec.overlap_fields_from_proto's keys).
